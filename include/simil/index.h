@@ -1,0 +1,124 @@
+/* simil/index.h: the index handle.
+ *
+ * An index is created from a Faiss-style description string ("Flat",
+ * "IVF4096,Flat", "IVF4096,PQ32", "OPQ32,IVF4096,PQ32", "XFBQ", ...), a metric
+ * and a device.  Vectors are row-major float32; ids and counts are int64_t.
+ *
+ * Concurrency: simil_index_search() may run on one index from many threads at
+ * once.  train, add, remove, reset and load-into need exclusive access: the
+ * caller must make sure no other call on the same index runs meanwhile.
+ *
+ * Failure: a call that fails leaves the index exactly as it was. */
+#ifndef SIMIL_INDEX_H
+#define SIMIL_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simil/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum simil_metric {
+    SIMIL_METRIC_L2 = 0,     /* squared Euclidean distance, smallest first */
+    SIMIL_METRIC_IP = 1,     /* inner product, largest first */
+    SIMIL_METRIC_COSINE = 2  /* vectors are L2-normalized on the way in, then IP;
+                                a zero vector stays zero (cosine 0 with everything) */
+} simil_metric;
+
+/* "l2", "ip" or "cosine" (also "L2", "IP", "inner_product"). */
+SIMIL_API simil_status simil_metric_parse(const char *name, simil_metric *metric);
+SIMIL_API const char *simil_metric_name(simil_metric metric);
+
+typedef struct simil_index simil_index;
+
+/* Per-call search parameters.  Fill with simil_search_params_init() first, then
+ * change what you need: fields added in later versions keep their defaults. */
+typedef struct simil_search_params {
+    int64_t nprobe;  /* inverted lists to visit; 0 means the index's default */
+    int threads;     /* CPU threads for this call; 0 means all available */
+} simil_search_params;
+
+SIMIL_API void simil_search_params_init(simil_search_params *params);
+
+/* Create an empty index.
+ * dim: vector dimension, >= 1.
+ * description: factory string, see docs/index-types.md.  "Flat" is exact search.
+ * device: "auto" (or NULL): GPU 0 if one is usable, else the CPU;
+ *         "cpu"; "gpu" or "gpu:N": that GPU, SIMIL_ERR_NO_DEVICE if absent.
+ * On success *index is a new handle that the caller destroys. */
+SIMIL_API simil_status simil_index_create(simil_index **index, int64_t dim,
+                                          const char *description,
+                                          simil_metric metric, const char *device);
+
+/* Free the index and everything it holds.  NULL is allowed and does nothing. */
+SIMIL_API void simil_index_destroy(simil_index *index);
+
+/* Train on n vectors (n x dim floats, host memory).  Indexes that need no
+ * training (Flat) accept the call and do nothing. */
+SIMIL_API simil_status simil_index_train(simil_index *index, int64_t n, const float *x);
+
+/* Add n vectors.  ids: n ids >= 0, or NULL to number the vectors sequentially
+ * from one past the largest id the index has ever held.  Duplicate ids are
+ * allowed: each copy is returned by search, and remove drops all of them.
+ * Vectors holding NaN or Inf are rejected (SIMIL_ERR_INVALID_ARGUMENT) and
+ * nothing is added. */
+SIMIL_API simil_status simil_index_add(simil_index *index, int64_t n, const float *x,
+                                       const int64_t *ids);
+
+/* Search the k nearest neighbours of each of nq queries.
+ * queries: nq x dim floats.  distances, labels: nq x k each.
+ * Rows are sorted by distance (ascending for L2, descending similarity for IP
+ * and cosine), then by id.  Slots beyond the index size get label -1 and
+ * distance +inf (L2) or -inf (IP, cosine).  L2 distances are squared.
+ * params may be NULL for the defaults.  Safe to call from several threads. */
+SIMIL_API simil_status simil_index_search(const simil_index *index, int64_t nq,
+                                          const float *queries, int64_t k,
+                                          const simil_search_params *params,
+                                          float *distances, int64_t *labels);
+
+/* Remove every vector whose id is in ids[0..n).  *removed (may be NULL)
+ * receives how many vectors went.  Ids not present are not an error. */
+SIMIL_API simil_status simil_index_remove(simil_index *index, int64_t n, const int64_t *ids,
+                                          int64_t *removed);
+
+/* Copy the stored vector with this id into out (dim floats).  For cosine the
+ * stored vector is the normalized one.  SIMIL_ERR_INVALID_ARGUMENT if the id
+ * is not present. */
+SIMIL_API simil_status simil_index_reconstruct(const simil_index *index, int64_t id,
+                                               float *out);
+
+/* Remove all vectors; training is kept. */
+SIMIL_API simil_status simil_index_reset(simil_index *index);
+
+SIMIL_API int64_t simil_index_size(const simil_index *index);
+SIMIL_API int64_t simil_index_dim(const simil_index *index);
+SIMIL_API simil_metric simil_index_metric(const simil_index *index);
+SIMIL_API int simil_index_is_trained(const simil_index *index);
+/* The normalized description string, e.g. "IVF1024,Flat". */
+SIMIL_API const char *simil_index_description(const simil_index *index);
+
+/* What the index runs on, e.g. "cpu (2 threads)" or "cuda:0 (NVIDIA H200)". */
+SIMIL_API const char *simil_backend_name(const simil_index *index);
+
+/* Write the index to path atomically: a temporary file beside it, fsync,
+ * rename.  If anything fails, the file that was at path is left intact. */
+SIMIL_API simil_status simil_index_save(const simil_index *index, const char *path);
+
+/* Load an index saved by simil_index_save onto device (see create).
+ * A truncated, damaged or foreign file gives SIMIL_ERR_CORRUPT. */
+SIMIL_API simil_status simil_index_load(simil_index **index, const char *path,
+                                        const char *device);
+
+/* Number of GPUs this build can use (0 without CUDA, driver or device). */
+SIMIL_API int simil_gpu_count(void);
+
+/* 1 if this library was built with the CUDA backend, else 0. */
+SIMIL_API int simil_built_with_cuda(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

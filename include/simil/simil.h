@@ -1,0 +1,10 @@
+/* simil/simil.h: the whole public API of libsimil.  Include this one. */
+#ifndef SIMIL_SIMIL_H
+#define SIMIL_SIMIL_H
+
+#include "simil/status.h"
+#include "simil/index.h"
+#include "simil/dataset.h"
+#include "simil/progress.h"
+
+#endif

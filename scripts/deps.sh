@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs, through apt-get, the Debian packages that building, testing and the
+# demo need, skipping those already present.  Run as root on Debian 12.
+#   bash scripts/deps.sh            build + test + demo packages
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libopenblas-dev zlib1g-dev libhdf5-dev libcmocka-dev
+  python3 dataset-fashion-mnist
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds (Release, CUDA
+# when nvcc is found) into build/, and runs the whole test suite.
+#   bash scripts/test.sh [extra cmake arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+build=${SIMIL_BUILD_DIR:-build}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build "$build" -j "$(nproc)"
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)"

@@ -1,0 +1,79 @@
+/* alloc.c: host allocation with overflow checks and test-time fault injection. */
+#include "core/alloc.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+enum { SML_ALIGN = 64 };
+
+static atomic_int_fast64_t sml_alloc_count;
+static atomic_int_fast64_t sml_alloc_fail_index; /* 0: never fail */
+static atomic_int sml_alloc_fail_sticky;
+
+int64_t sml_alloc_fail_at(int64_t n, int sticky)
+{
+    int64_t made = atomic_exchange(&sml_alloc_count, 0);
+    atomic_store(&sml_alloc_fail_sticky, sticky);
+    atomic_store(&sml_alloc_fail_index, n);
+    return made;
+}
+
+static int sml_alloc_injected_failure(void)
+{
+    int64_t fail_at = atomic_load(&sml_alloc_fail_index);
+    int64_t this_one = atomic_fetch_add(&sml_alloc_count, 1) + 1;
+    if (fail_at <= 0) return 0;
+    return this_one == fail_at || (atomic_load(&sml_alloc_fail_sticky) && this_one > fail_at);
+}
+
+static simil_status sml_oom(size_t count, size_t size, const char *what)
+{
+    return sml_error(SIMIL_ERR_OUT_OF_MEMORY,
+                     "out of host memory allocating %zu x %zu bytes for %s", count, size,
+                     what);
+}
+
+simil_status sml_alloc(void **out, size_t count, size_t size, const char *what)
+{
+    *out = NULL;
+    if (size != 0 && count > (SIZE_MAX - SML_ALIGN) / size) return sml_oom(count, size, what);
+    size_t bytes = count * size;
+    bytes = (bytes + SML_ALIGN - 1) / SML_ALIGN * SML_ALIGN;
+    if (bytes == 0) bytes = SML_ALIGN;
+    if (sml_alloc_injected_failure()) return sml_oom(count, size, what);
+    void *p = aligned_alloc(SML_ALIGN, bytes);
+    if (p == NULL) return sml_oom(count, size, what);
+    *out = p;
+    return SIMIL_OK;
+}
+
+simil_status sml_calloc(void **out, size_t count, size_t size, const char *what)
+{
+    SML_TRY(sml_alloc(out, count, size, what));
+    memset(*out, 0, count * size);
+    return SIMIL_OK;
+}
+
+/* aligned_alloc memory cannot go through realloc() portably, so this copies. */
+simil_status sml_grow(void **p, size_t keep_bytes, size_t new_bytes, const char *what)
+{
+    void *fresh;
+    SML_TRY(sml_alloc(&fresh, new_bytes, 1, what));
+    if (*p != NULL && keep_bytes > 0) memcpy(fresh, *p, keep_bytes);
+    sml_free(*p);
+    *p = fresh;
+    return SIMIL_OK;
+}
+
+void sml_free(void *p) { free(p); }
+
+simil_status sml_strdup(char **out, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    SML_TRY(sml_alloc((void **)out, n, 1, "a string"));
+    memcpy(*out, s, n);
+    return SIMIL_OK;
+}

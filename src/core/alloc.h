@@ -1,0 +1,44 @@
+/* alloc.h: host memory for the whole library.
+ *
+ * All host allocations go through here so that tests can make the N-th one
+ * fail (sml_alloc_fail_at) and prove that every out-of-memory path returns
+ * SIMIL_ERR_OUT_OF_MEMORY, leaks nothing and leaves the index as it was. */
+#ifndef SML_ALLOC_H
+#define SML_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simil/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Allocate count * size bytes (64-byte aligned, uninitialized) into *out.
+ * On overflow or failure returns SIMIL_ERR_OUT_OF_MEMORY with a message naming
+ * what, and leaves *out NULL. */
+simil_status sml_alloc(void **out, size_t count, size_t size, const char *what);
+
+/* As sml_alloc, zero-filled. */
+simil_status sml_calloc(void **out, size_t count, size_t size, const char *what);
+
+/* Replace *p by a block of new_bytes holding its first keep_bytes.  On failure
+ * *p is untouched and still owned by the caller. */
+simil_status sml_grow(void **p, size_t keep_bytes, size_t new_bytes, const char *what);
+
+/* Free memory from the functions above.  NULL is allowed. */
+void sml_free(void *p);
+
+/* strdup through sml_alloc. */
+simil_status sml_strdup(char **out, const char *s);
+
+/* Fault injection for tests: the n-th allocation from now (1 = the next one)
+ * fails, and so does every later one while sticky is set.  n = 0 turns it off.
+ * Returns how many allocations have been made since the last call. */
+int64_t sml_alloc_fail_at(int64_t n, int sticky);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,81 @@
+/* backend.h: the one internal contract between index types and the places
+ * their data lives (the CPU, a GPU).
+ *
+ * Each backend fills in an sml_backend_ops table.  An index keeps its arrays
+ * in the backend's memory ("backend memory": host memory for the CPU, device
+ * memory for a GPU) and calls the backend for everything that touches them.
+ * The CPU backend is also the oracle the GPU backend is tested against.
+ *
+ * Pointers marked "host" are always in host memory; pointers marked "mem" are
+ * backend memory; pointers marked "any" may be host or, for a GPU backend,
+ * device memory (the backend finds out which). */
+#ifndef SML_BACKEND_H
+#define SML_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simil/index.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sml_backend sml_backend;
+
+/* Exact k-NN of queries against a stored matrix.
+ * Keys are L2: ||q - y||^2 (clamped at 0), IP: <q, y>.  Rows of the result are
+ * ordered by key (ascending for L2, descending for IP), then by label. */
+typedef struct sml_knn_args {
+    const float *base;        /* mem: n x dim */
+    const float *base_norms;  /* mem: n squared norms (L2 only; may be NULL for IP) */
+    const int64_t *base_ids;  /* mem: n labels reported for the rows */
+    int64_t n;
+    int64_t dim;
+    const float *queries;     /* any: nq x dim */
+    int64_t nq;
+    int64_t k;                /* >= 1; ranks past n get label -1, key +-inf */
+    simil_metric metric;      /* SIMIL_METRIC_L2 or SIMIL_METRIC_IP */
+    float *distances;         /* any (same kind as queries): nq x k */
+    int64_t *labels;          /* any (same kind as queries): nq x k */
+    int threads;              /* CPU threads, 0 = all */
+} sml_knn_args;
+
+typedef struct sml_backend_ops {
+    void (*close)(sml_backend *b);
+
+    /* Backend memory.  alloc returns SIMIL_ERR_OUT_OF_MEMORY when it runs out. */
+    simil_status (*mem_alloc)(sml_backend *b, size_t bytes, void **mem);
+    void (*mem_free)(sml_backend *b, void *mem);
+    simil_status (*mem_upload)(sml_backend *b, void *mem, const void *host, size_t bytes);
+    simil_status (*mem_download)(sml_backend *b, void *host, const void *mem, size_t bytes);
+    simil_status (*mem_copy)(sml_backend *b, void *dst_mem, const void *src_mem, size_t bytes);
+    /* dst row i = src row rows[i] (rows: host, n entries). */
+    simil_status (*mem_gather_rows)(sml_backend *b, void *dst_mem, const void *src_mem,
+                                    size_t row_bytes, int64_t n, const int64_t *rows);
+
+    /* norms[i] = ||x_i||^2 for n rows of x (both mem). */
+    simil_status (*row_norms)(sml_backend *b, int64_t n, int64_t dim, const float *x,
+                              float *norms);
+
+    simil_status (*knn)(sml_backend *b, const sml_knn_args *args);
+} sml_backend_ops;
+
+struct sml_backend {
+    const sml_backend_ops *ops;
+    int gpu;          /* GPU ordinal, or -1 for the CPU */
+    char name[128];   /* for simil_backend_name() */
+    void *impl;
+};
+
+/* Close a backend opened by one of the backends' open functions.  NULL is allowed. */
+void sml_backend_close(sml_backend *backend);
+
+/* Allocate backend memory, and grow an array in backend memory keeping its
+ * first keep bytes (the old block is freed only on success). */
+simil_status sml_mem_grow(sml_backend *b, void **mem, size_t keep, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,275 @@
+/* dataset.c: the public matrix file API.  Picks the format from the file name,
+ * checks arguments, and converts to float32 for simil_matrix_read_float; the
+ * formats themselves live in dataset_texmex.c, dataset_npy.c, dataset_idx.c
+ * and dataset_hdf5.c. */
+#include <string.h>
+#include <strings.h>
+
+#include "core/alloc.h"
+#include "core/dataset_formats.h"
+#include "core/error.h"
+
+typedef enum sml_format {
+    SML_FORMAT_UNKNOWN,
+    SML_FORMAT_FVECS,
+    SML_FORMAT_BVECS,
+    SML_FORMAT_IVECS,
+    SML_FORMAT_NPY,
+    SML_FORMAT_IDX,
+    SML_FORMAT_HDF5
+} sml_format;
+
+#define SML_FORMAT_LIST                                                                            \
+    ".fvecs, .bvecs, .ivecs, .npy, *idx3-ubyte[.gz] (also idx1) and FILE.hdf5:NAME"
+
+size_t simil_dtype_size(simil_dtype dtype)
+{
+    switch (dtype) {
+    case SIMIL_DTYPE_FLOAT32: return 4;
+    case SIMIL_DTYPE_UINT8: return 1;
+    case SIMIL_DTYPE_INT32: return 4;
+    case SIMIL_DTYPE_INT64: return 8;
+    }
+    return 0;
+}
+
+const char *sml_dtype_name(simil_dtype dtype)
+{
+    switch (dtype) {
+    case SIMIL_DTYPE_FLOAT32: return "float32";
+    case SIMIL_DTYPE_UINT8: return "uint8";
+    case SIMIL_DTYPE_INT32: return "int32";
+    case SIMIL_DTYPE_INT64: return "int64";
+    }
+    return "an unknown type";
+}
+
+static int sml_ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcasecmp(s + n - m, suffix) == 0;
+}
+
+/* "…idxN-ubyte" or "…idxN-ubyte.gz", N a digit. */
+static int sml_is_idx_name(const char *path)
+{
+    size_t n = strlen(path);
+    if (sml_ends_with(path, ".gz")) n -= 3;
+    const size_t tail = strlen("idx1-ubyte");
+    if (n < tail) return 0;
+    const char *t = path + n - tail;
+    return strncasecmp(t, "idx", 3) == 0 && t[3] >= '0' && t[3] <= '9' &&
+           strncasecmp(t + 4, "-ubyte", 6) == 0;
+}
+
+const char *sml_hdf5_split(const char *spec)
+{
+    for (const char *c = strchr(spec, ':'); c != NULL; c = strchr(c + 1, ':')) {
+        size_t n = (size_t)(c - spec);
+        if ((n >= 5 && strncasecmp(c - 5, ".hdf5", 5) == 0) ||
+            (n >= 3 && strncasecmp(c - 3, ".h5", 3) == 0))
+            return c;
+    }
+    return NULL;
+}
+
+static int sml_is_hdf5_name(const char *path)
+{
+    return sml_ends_with(path, ".hdf5") || sml_ends_with(path, ".h5") ||
+           sml_hdf5_split(path) != NULL;
+}
+
+static sml_format sml_dataset_format(const char *path)
+{
+    if (sml_is_hdf5_name(path)) return SML_FORMAT_HDF5;
+    if (sml_ends_with(path, ".fvecs")) return SML_FORMAT_FVECS;
+    if (sml_ends_with(path, ".bvecs")) return SML_FORMAT_BVECS;
+    if (sml_ends_with(path, ".ivecs")) return SML_FORMAT_IVECS;
+    if (sml_ends_with(path, ".npy")) return SML_FORMAT_NPY;
+    if (sml_is_idx_name(path)) return SML_FORMAT_IDX;
+    return SML_FORMAT_UNKNOWN;
+}
+
+static simil_dtype sml_texmex_dtype(sml_format f)
+{
+    return f == SML_FORMAT_FVECS   ? SIMIL_DTYPE_FLOAT32
+           : f == SML_FORMAT_BVECS ? SIMIL_DTYPE_UINT8
+                                   : SIMIL_DTYPE_INT32;
+}
+
+static simil_status sml_unknown_format(const char *path)
+{
+    return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
+                     "cannot tell the format of '%s' from its name; simil reads " SML_FORMAT_LIST,
+                     path);
+}
+
+simil_status sml_dataset_range(const char *path, int64_t rows, int64_t first, int64_t *count)
+{
+    SML_RETURN_IF(first < 0 || first > rows, SIMIL_ERR_INVALID_ARGUMENT,
+                  "first row %" PRId64 " is out of range: '%s' has %" PRId64 " rows", first, path,
+                  rows);
+    if (*count < 0) *count = rows - first;
+    SML_RETURN_IF(*count > rows - first, SIMIL_ERR_INVALID_ARGUMENT,
+                  "rows [%" PRId64 ", %" PRId64 " + %" PRId64
+                  ") are out of range: '%s' has %" PRId64 " rows",
+                  first, first, *count, path, rows);
+    return SIMIL_OK;
+}
+
+simil_status sml_dataset_bytes(const char *path, int64_t rows, int64_t cols, size_t esize,
+                               size_t *bytes)
+{
+    SML_RETURN_IF(rows < 0 || cols < 0, SIMIL_ERR_CORRUPT,
+                  "'%s' has a negative shape (%" PRId64 ", %" PRId64 ")", path, rows, cols);
+    uint64_t limit = INT64_MAX < SIZE_MAX ? (uint64_t)INT64_MAX : (uint64_t)SIZE_MAX;
+    uint64_t r = (uint64_t)rows, c = (uint64_t)cols;
+    int fits = c == 0 || r <= limit / c;
+    fits = fits && (r * c == 0 || esize <= limit / (r * c));
+    SML_RETURN_IF(!fits, SIMIL_ERR_CORRUPT,
+                  "'%s' claims a shape of %" PRId64 " x %" PRId64 " elements of %zu bytes, "
+                  "which is too large to be real",
+                  path, rows, cols, esize);
+    *bytes = (size_t)(r * c * esize);
+    return SIMIL_OK;
+}
+
+simil_status sml_dataset_alloc(simil_matrix *out, int64_t rows, int64_t cols, simil_dtype dtype)
+{
+    memset(out, 0, sizeof *out);
+    size_t bytes;
+    SML_TRY(sml_dataset_bytes("the output matrix", rows, cols, simil_dtype_size(dtype), &bytes));
+    SML_TRY(sml_alloc(&out->data, bytes, 1, "a matrix read from a file"));
+    out->rows = rows;
+    out->cols = cols;
+    out->dtype = dtype;
+    return SIMIL_OK;
+}
+
+void simil_matrix_free(simil_matrix *m)
+{
+    if (m == NULL) return;
+    sml_free(m->data);
+    memset(m, 0, sizeof *m);
+}
+
+simil_status simil_matrix_info(const char *path, int64_t *rows, int64_t *cols, simil_dtype *dtype)
+{
+    SML_RETURN_IF(path == NULL, SIMIL_ERR_INVALID_ARGUMENT, "no file name given");
+    int64_t r = 0, c = 0;
+    simil_dtype t = SIMIL_DTYPE_FLOAT32;
+    sml_format f = sml_dataset_format(path);
+    switch (f) {
+    case SML_FORMAT_FVECS:
+    case SML_FORMAT_BVECS:
+    case SML_FORMAT_IVECS:
+        t = sml_texmex_dtype(f);
+        SML_TRY(sml_texmex_info(path, t, &r, &c));
+        break;
+    case SML_FORMAT_NPY: SML_TRY(sml_npy_info(path, &r, &c, &t)); break;
+    case SML_FORMAT_IDX: SML_TRY(sml_idx_info(path, &r, &c, &t)); break;
+    case SML_FORMAT_HDF5: SML_TRY(sml_hdf5_info(path, &r, &c, &t)); break;
+    case SML_FORMAT_UNKNOWN: return sml_unknown_format(path);
+    }
+    if (rows != NULL) *rows = r;
+    if (cols != NULL) *cols = c;
+    if (dtype != NULL) *dtype = t;
+    return SIMIL_OK;
+}
+
+simil_status simil_matrix_read(const char *path, int64_t first, int64_t count, simil_matrix *out)
+{
+    SML_RETURN_IF(out == NULL, SIMIL_ERR_INVALID_ARGUMENT, "no output matrix given");
+    memset(out, 0, sizeof *out);
+    SML_RETURN_IF(path == NULL, SIMIL_ERR_INVALID_ARGUMENT, "no file name given");
+    SML_RETURN_IF(first < 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "first row %" PRId64 " of '%s' is negative", first, path);
+    sml_format f = sml_dataset_format(path);
+    switch (f) {
+    case SML_FORMAT_FVECS:
+    case SML_FORMAT_BVECS:
+    case SML_FORMAT_IVECS: return sml_texmex_read(path, sml_texmex_dtype(f), first, count, out);
+    case SML_FORMAT_NPY: return sml_npy_read(path, first, count, out);
+    case SML_FORMAT_IDX: return sml_idx_read(path, first, count, out);
+    case SML_FORMAT_HDF5: return sml_hdf5_read(path, first, count, out);
+    case SML_FORMAT_UNKNOWN: break;
+    }
+    return sml_unknown_format(path);
+}
+
+static void sml_convert_to_float(const simil_matrix *m, float *dst)
+{
+    size_t n = (size_t)m->rows * (size_t)m->cols;
+    switch (m->dtype) {
+    case SIMIL_DTYPE_FLOAT32: memcpy(dst, m->data, n * sizeof *dst); break;
+    case SIMIL_DTYPE_UINT8:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)((const uint8_t *)m->data)[i];
+        break;
+    case SIMIL_DTYPE_INT32:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)((const int32_t *)m->data)[i];
+        break;
+    case SIMIL_DTYPE_INT64:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)((const int64_t *)m->data)[i];
+        break;
+    }
+}
+
+simil_status simil_matrix_read_float(const char *path, int64_t first, int64_t count,
+                                     simil_matrix *out)
+{
+    SML_RETURN_IF(out == NULL, SIMIL_ERR_INVALID_ARGUMENT, "no output matrix given");
+    memset(out, 0, sizeof *out);
+    simil_matrix raw;
+    SML_TRY(simil_matrix_read(path, first, count, &raw));
+    if (raw.dtype == SIMIL_DTYPE_FLOAT32) {
+        *out = raw;
+        return SIMIL_OK;
+    }
+    simil_status s = sml_dataset_alloc(out, raw.rows, raw.cols, SIMIL_DTYPE_FLOAT32);
+    if (s == SIMIL_OK) sml_convert_to_float(&raw, out->data);
+    simil_matrix_free(&raw);
+    return s;
+}
+
+static simil_status sml_check_matrix(const char *path, const simil_matrix *m)
+{
+    SML_RETURN_IF(m == NULL, SIMIL_ERR_INVALID_ARGUMENT, "no matrix given to write to '%s'", path);
+    SML_RETURN_IF(simil_dtype_size(m->dtype) == 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "matrix for '%s' has an unknown dtype %d", path, (int)m->dtype);
+    SML_RETURN_IF(m->rows < 0 || m->cols < 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "matrix for '%s' has a negative shape %" PRId64 " x %" PRId64, path, m->rows,
+                  m->cols);
+    size_t bytes;
+    if (sml_dataset_bytes(path, m->rows, m->cols, simil_dtype_size(m->dtype), &bytes) != SIMIL_OK)
+        return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
+                         "matrix for '%s' of %" PRId64 " x %" PRId64 " is too large", path, m->rows,
+                         m->cols);
+    SML_RETURN_IF(bytes > 0 && m->data == NULL, SIMIL_ERR_INVALID_ARGUMENT,
+                  "matrix for '%s' has no data", path);
+    return SIMIL_OK;
+}
+
+simil_status simil_matrix_write(const char *path, const simil_matrix *m)
+{
+    SML_RETURN_IF(path == NULL || path[0] == '\0', SIMIL_ERR_INVALID_ARGUMENT,
+                  "no output file name given");
+    SML_TRY(sml_check_matrix(path, m));
+    sml_format f = sml_dataset_format(path);
+    switch (f) {
+    case SML_FORMAT_FVECS:
+    case SML_FORMAT_BVECS:
+    case SML_FORMAT_IVECS: return sml_texmex_write(path, sml_texmex_dtype(f), m);
+    case SML_FORMAT_NPY: return sml_npy_write(path, m);
+    case SML_FORMAT_IDX:
+    case SML_FORMAT_HDF5:
+        return sml_error(SIMIL_ERR_UNSUPPORTED,
+                         "simil does not write %s files ('%s'); write .npy, .fvecs, .ivecs or "
+                         ".bvecs instead",
+                         f == SML_FORMAT_IDX ? "idx" : "HDF5", path);
+    case SML_FORMAT_UNKNOWN: break;
+    }
+    return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
+                     "cannot tell the format of '%s' from its name; simil writes .fvecs, "
+                     ".bvecs, .ivecs and .npy",
+                     path);
+}

@@ -1,0 +1,246 @@
+/* dataset_hdf5.c: 2-d datasets of ann-benchmarks HDF5 files ("FILE.hdf5:NAME",
+ * NAME being train, test, neighbors or distances), when simil is built with
+ * HDF5 (SIMIL_HAVE_HDF5); otherwise both entry points say how to get it.
+ *
+ * A range of rows is read as a hyperslab.  HDF5 converts the stored type to
+ * the one asked for: float64 arrives as float32, and any byte order works.
+ * HDF5 prints its error stack by default; the library never prints, so each
+ * call turns that off for its own thread and restores it afterwards. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/dataset_formats.h"
+#include "core/error.h"
+
+#if !defined(SIMIL_HAVE_HDF5)
+
+static simil_status sml_hdf5_missing(const char *spec)
+{
+    return sml_error(SIMIL_ERR_UNSUPPORTED,
+                     "cannot read '%s': simil was built without HDF5; install libhdf5-dev "
+                     "(the serial version) and rebuild simil",
+                     spec);
+}
+
+simil_status sml_hdf5_info(const char *spec, int64_t *rows, int64_t *cols, simil_dtype *dtype)
+{
+    (void)rows;
+    (void)cols;
+    (void)dtype;
+    return sml_hdf5_missing(spec);
+}
+
+simil_status sml_hdf5_read(const char *spec, int64_t first, int64_t count, simil_matrix *out)
+{
+    (void)first;
+    (void)count;
+    (void)out;
+    return sml_hdf5_missing(spec);
+}
+
+#else
+
+#include <hdf5.h>
+
+enum { SML_HDF5_NAMES = 512 };
+
+typedef struct sml_hdf5 {
+    char *file;       /* the file part of the spec */
+    const char *name; /* the dataset part, inside spec */
+    const char *spec;
+    hid_t fid, did, sid;
+    int64_t rows, cols;
+    simil_dtype dtype;
+    hid_t mem_type;
+    H5E_auto2_t saved_func;
+    void *saved_data;
+} sml_hdf5;
+
+typedef struct sml_hdf5_names {
+    char text[SML_HDF5_NAMES];
+    size_t len;
+} sml_hdf5_names;
+
+static herr_t sml_hdf5_add_name(hid_t group, const char *name, const H5L_info_t *info, void *ctx)
+{
+    (void)group;
+    (void)info;
+    sml_hdf5_names *names = ctx;
+    size_t room = sizeof names->text - names->len;
+    int n = snprintf(names->text + names->len, room, "%s%s", names->len ? ", " : "", name);
+    if (n < 0 || (size_t)n >= room) {
+        strcpy(names->text + sizeof names->text - 4, "...");
+        return 1;
+    }
+    names->len += (size_t)n;
+    return 0;
+}
+
+/* The names at the top of the file, for messages. */
+static void sml_hdf5_list(hid_t fid, sml_hdf5_names *names)
+{
+    names->len = 0;
+    strcpy(names->text, "(none)");
+    hsize_t at = 0;
+    H5Literate(fid, H5_INDEX_NAME, H5_ITER_INC, &at, sml_hdf5_add_name, names);
+}
+
+static simil_status sml_hdf5_no_dataset(sml_hdf5 *h, const char *why)
+{
+    sml_hdf5_names names;
+    sml_hdf5_list(h->fid, &names);
+    if (h->name == NULL || h->name[0] == '\0')
+        return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
+                         "'%s' names no dataset: write FILE:NAME, where NAME is one of %s", h->spec,
+                         names.text);
+    return sml_error(SIMIL_ERR_INVALID_ARGUMENT, "'%s' %s '%s'; it has %s", h->file, why, h->name,
+                     names.text);
+}
+
+static simil_status sml_hdf5_open_file(sml_hdf5 *h)
+{
+    FILE *probe = fopen(h->file, "rb");
+    SML_RETURN_IF(probe == NULL, SIMIL_ERR_IO, "cannot open '%s': %s", h->file, strerror(errno));
+    fclose(probe);
+    SML_RETURN_IF(H5Fis_hdf5(h->file) <= 0, SIMIL_ERR_CORRUPT, "'%s' is not an HDF5 file", h->file);
+    h->fid = H5Fopen(h->file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    SML_RETURN_IF(h->fid < 0, SIMIL_ERR_CORRUPT, "'%s' is damaged: HDF5 cannot open it", h->file);
+    return SIMIL_OK;
+}
+
+/* Map the stored type to a simil dtype and the memory type HDF5 converts to. */
+static simil_status sml_hdf5_type(sml_hdf5 *h)
+{
+    hid_t tid = H5Dget_type(h->did);
+    SML_RETURN_IF(tid < 0, SIMIL_ERR_CORRUPT, "'%s' is damaged: dataset '%s' has no type", h->file,
+                  h->name);
+    H5T_class_t cls = H5Tget_class(tid);
+    size_t size = H5Tget_size(tid);
+    H5T_sign_t sign = H5Tget_sign(tid);
+    H5Tclose(tid);
+    h->mem_type = -1;
+    if (cls == H5T_FLOAT && (size == 4 || size == 8)) {
+        h->dtype = SIMIL_DTYPE_FLOAT32;
+        h->mem_type = H5T_NATIVE_FLOAT;
+    } else if (cls == H5T_INTEGER && size == 1 && sign == H5T_SGN_NONE) {
+        h->dtype = SIMIL_DTYPE_UINT8;
+        h->mem_type = H5T_NATIVE_UINT8;
+    } else if (cls == H5T_INTEGER && size == 4 && sign == H5T_SGN_2) {
+        h->dtype = SIMIL_DTYPE_INT32;
+        h->mem_type = H5T_NATIVE_INT32;
+    } else if (cls == H5T_INTEGER && size == 8 && sign == H5T_SGN_2) {
+        h->dtype = SIMIL_DTYPE_INT64;
+        h->mem_type = H5T_NATIVE_INT64;
+    }
+    SML_RETURN_IF(h->mem_type < 0, SIMIL_ERR_CORRUPT,
+                  "'%s': dataset '%s' has a type simil does not read (class %d, %zu bytes); "
+                  "it reads float32, float64, uint8, int32 and int64",
+                  h->file, h->name, (int)cls, size);
+    return SIMIL_OK;
+}
+
+static simil_status sml_hdf5_shape(sml_hdf5 *h)
+{
+    h->sid = H5Dget_space(h->did);
+    SML_RETURN_IF(h->sid < 0, SIMIL_ERR_CORRUPT, "'%s' is damaged: dataset '%s' has no shape",
+                  h->file, h->name);
+    int rank = H5Sget_simple_extent_ndims(h->sid);
+    SML_RETURN_IF(rank != 2, SIMIL_ERR_CORRUPT,
+                  "'%s': dataset '%s' has %d dimensions; simil reads 2-d datasets", h->file,
+                  h->name, rank);
+    hsize_t dims[2];
+    H5Sget_simple_extent_dims(h->sid, dims, NULL);
+    SML_RETURN_IF(dims[0] > INT64_MAX || dims[1] > INT64_MAX, SIMIL_ERR_CORRUPT,
+                  "'%s': dataset '%s' is too large", h->file, h->name);
+    h->rows = (int64_t)dims[0];
+    h->cols = (int64_t)dims[1];
+    size_t bytes;
+    return sml_dataset_bytes(h->spec, h->rows, h->cols, simil_dtype_size(h->dtype), &bytes);
+}
+
+static simil_status sml_hdf5_open_dataset(sml_hdf5 *h)
+{
+    if (h->name == NULL || h->name[0] == '\0') return sml_hdf5_no_dataset(h, "");
+    if (H5Lexists(h->fid, h->name, H5P_DEFAULT) <= 0)
+        return sml_hdf5_no_dataset(h, "has no dataset");
+    h->did = H5Dopen2(h->fid, h->name, H5P_DEFAULT);
+    if (h->did < 0) return sml_hdf5_no_dataset(h, "cannot open as a dataset");
+    SML_TRY(sml_hdf5_type(h));
+    return sml_hdf5_shape(h);
+}
+
+static simil_status sml_hdf5_parse_spec(sml_hdf5 *h, const char *spec)
+{
+    const char *colon = sml_hdf5_split(spec);
+    size_t n = colon != NULL ? (size_t)(colon - spec) : strlen(spec);
+    SML_TRY(sml_alloc((void **)&h->file, n + 1, 1, "a file name"));
+    memcpy(h->file, spec, n);
+    h->file[n] = '\0';
+    h->name = colon != NULL ? colon + 1 : NULL;
+    return SIMIL_OK;
+}
+
+static void sml_hdf5_close(sml_hdf5 *h)
+{
+    if (h->sid > 0) H5Sclose(h->sid);
+    if (h->did > 0) H5Dclose(h->did);
+    if (h->fid > 0) H5Fclose(h->fid);
+    H5Eset_auto2(H5E_DEFAULT, h->saved_func, h->saved_data);
+    sml_free(h->file);
+}
+
+static simil_status sml_hdf5_open(sml_hdf5 *h, const char *spec)
+{
+    memset(h, 0, sizeof *h);
+    h->spec = spec;
+    h->fid = h->did = h->sid = -1;
+    H5Eget_auto2(H5E_DEFAULT, &h->saved_func, &h->saved_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    simil_status s = sml_hdf5_parse_spec(h, spec);
+    if (s == SIMIL_OK) s = sml_hdf5_open_file(h);
+    if (s == SIMIL_OK) s = sml_hdf5_open_dataset(h);
+    if (s != SIMIL_OK) sml_hdf5_close(h);
+    return s;
+}
+
+simil_status sml_hdf5_info(const char *spec, int64_t *rows, int64_t *cols, simil_dtype *dtype)
+{
+    sml_hdf5 h;
+    SML_TRY(sml_hdf5_open(&h, spec));
+    *rows = h.rows;
+    *cols = h.cols;
+    *dtype = h.dtype;
+    sml_hdf5_close(&h);
+    return SIMIL_OK;
+}
+
+static simil_status sml_hdf5_slab(sml_hdf5 *h, int64_t first, int64_t count, void *dst)
+{
+    if (count == 0 || h->cols == 0) return SIMIL_OK;
+    hsize_t start[2] = {(hsize_t)first, 0}, size[2] = {(hsize_t)count, (hsize_t)h->cols};
+    hid_t mem = H5Screate_simple(2, size, NULL);
+    herr_t e = mem < 0 ? -1 : H5Sselect_hyperslab(h->sid, H5S_SELECT_SET, start, NULL, size, NULL);
+    if (e >= 0) e = H5Dread(h->did, h->mem_type, mem, h->sid, H5P_DEFAULT, dst);
+    if (mem >= 0) H5Sclose(mem);
+    SML_RETURN_IF(e < 0, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: HDF5 failed to read rows [%" PRId64 ", %" PRId64
+                  ") of dataset '%s'",
+                  h->file, first, first + count, h->name);
+    return SIMIL_OK;
+}
+
+simil_status sml_hdf5_read(const char *spec, int64_t first, int64_t count, simil_matrix *out)
+{
+    sml_hdf5 h;
+    SML_TRY(sml_hdf5_open(&h, spec));
+    simil_status s = sml_dataset_range(spec, h.rows, first, &count);
+    if (s == SIMIL_OK) s = sml_dataset_alloc(out, count, h.cols, h.dtype);
+    if (s == SIMIL_OK) s = sml_hdf5_slab(&h, first, count, out->data);
+    if (s != SIMIL_OK) simil_matrix_free(out);
+    sml_hdf5_close(&h);
+    return s;
+}
+
+#endif

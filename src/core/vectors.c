@@ -1,0 +1,54 @@
+/* vectors.c: finiteness checks and normalization, in parallel over rows. */
+#include "core/vectors.h"
+
+#include <math.h>
+
+#include "core/error.h"
+
+/* Largest squared norm accepted: distances add and subtract three such terms
+ * in float, whose largest finite value is about 3.4e38. */
+static const double sml_norm2_bound = 1e37;
+
+simil_status sml_vectors_check(const float *x, int64_t n, int64_t dim, int bound_norms,
+                               const char *what)
+{
+    int64_t bad_row = -1;
+#pragma omp parallel for schedule(static) if (n * dim > (1 << 18))
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = x + i * dim;
+        double norm2 = 0;
+        int finite = 1;
+        for (int64_t j = 0; j < dim; j++) {
+            finite &= isfinite(row[j]) != 0;
+            norm2 += (double)row[j] * row[j];
+        }
+        if (!finite || (bound_norms && norm2 > sml_norm2_bound)) {
+#pragma omp critical(sml_vectors_check)
+            if (bad_row < 0 || i < bad_row) bad_row = i;
+        }
+    }
+    if (bad_row < 0) return SIMIL_OK;
+    const float *row = x + bad_row * dim;
+    for (int64_t j = 0; j < dim; j++) {
+        SML_RETURN_IF(!isfinite(row[j]), SIMIL_ERR_INVALID_ARGUMENT,
+                      "%s: vector %" PRId64 " has %s in component %" PRId64
+                      "; remove or repair such vectors first",
+                      what, bad_row, isnan(row[j]) ? "NaN" : "Inf", j);
+    }
+    return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
+                     "%s: vector %" PRId64 " has a squared norm above %.0e, too large for "
+                     "float distances; scale the data down",
+                     what, bad_row, sml_norm2_bound);
+}
+
+void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out)
+{
+#pragma omp parallel for schedule(static) if (n * dim > (1 << 18))
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = x + i * dim;
+        double norm2 = 0;
+        for (int64_t j = 0; j < dim; j++) norm2 += (double)row[j] * row[j];
+        double scale = norm2 > 0 ? 1.0 / sqrt(norm2) : 0.0;
+        for (int64_t j = 0; j < dim; j++) out[i * dim + j] = (float)(row[j] * scale);
+    }
+}

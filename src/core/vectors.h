@@ -1,0 +1,20 @@
+/* vectors.h: checks and transforms of caller vectors that every index needs
+ * before data enters it. */
+#ifndef SML_VECTORS_H
+#define SML_VECTORS_H
+
+#include <stdint.h>
+
+#include "simil/status.h"
+
+/* Fail with SIMIL_ERR_INVALID_ARGUMENT, naming what, the row and the column,
+ * if any component is NaN or Inf, or if bound_norms is set and a row's squared
+ * norm is too large for float arithmetic on distances. */
+simil_status sml_vectors_check(const float *x, int64_t n, int64_t dim, int bound_norms,
+                               const char *what);
+
+/* out = x with each row scaled to unit L2 norm (computed in double).  Zero
+ * rows stay zero.  out may equal x. */
+void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out);
+
+#endif

@@ -1,0 +1,195 @@
+/* cpu_knn.c: exact k-NN on the CPU.
+ *
+ * Large batches follow the GPU paper's exact-search layout on the CPU: for a
+ * block of queries and a tile of the base, one OpenBLAS sgemm gives
+ * -2<q,y> (or -<q,y> for IP), then each query's row gets ||y||^2 added and is
+ * streamed through that query's top-k (cpu_select.h), in parallel over
+ * queries.  ||q||^2 is added after selection since it cannot change the order.
+ * Memory stays bounded for any n and k: one tile plus the top-k buffers.
+ *
+ * Small batches (a few queries, modest k) skip the GEMM: threads split the
+ * base, compute distances directly (exact, no cancellation) with SIMD loops,
+ * keep per-thread top-k lists, and merge them. */
+#include "cpu/cpu_knn.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "cpu/cpu_select.h"
+
+enum {
+    SML_DIRECT_MAX_QUERIES = 16,
+    SML_DIRECT_MAX_K = 4096,
+    SML_QUERY_BLOCK = 1024,
+    SML_BASE_TILE = 4096
+};
+
+/* Bytes the top-k buffers of one query block may take. */
+static const size_t sml_topk_budget = (size_t)256 << 20;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SML_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SML_SIMD_CLONES
+#endif
+
+SML_SIMD_CLONES float sml_cpu_dot(const float *a, const float *b, int64_t dim)
+{
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < dim; j++) s += a[j] * b[j];
+    return s;
+}
+
+SML_SIMD_CLONES float sml_cpu_l2sq(const float *a, const float *b, int64_t dim)
+{
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < dim; j++) {
+        float d = a[j] - b[j];
+        s += d * d;
+    }
+    return s;
+}
+
+static int sml_thread_count(int requested)
+{
+    return requested > 0 ? requested : omp_get_max_threads();
+}
+
+/* Turn selected keys into the caller's distances: add ||q||^2 and clamp
+ * rounding below zero for L2, flip the sign back for IP. */
+static void sml_keys_to_distances(const sml_knn_args *a, const float *query, float *d)
+{
+    if (a->metric == SIMIL_METRIC_L2) {
+        float qn = sml_cpu_dot(query, query, a->dim);
+        for (int64_t j = 0; j < a->k; j++) {
+            float v = d[j] + qn;
+            d[j] = v > 0 ? v : 0;
+        }
+    } else {
+        for (int64_t j = 0; j < a->k; j++) d[j] = -d[j];
+    }
+}
+
+static simil_status sml_knn_direct(const sml_knn_args *a)
+{
+    int threads = sml_thread_count(a->threads);
+    int64_t max_useful = (a->n + 1023) / 1024;
+    if (threads > max_useful) threads = (int)(max_useful > 0 ? max_useful : 1);
+    int64_t cap = sml_topk_capacity(a->k);
+    sml_topk_pair *storage;
+    sml_topk *lists;
+    SML_TRY(sml_alloc((void **)&storage, (size_t)(threads * a->nq * cap), sizeof *storage,
+                      "k-NN candidate lists"));
+    simil_status s = sml_alloc((void **)&lists, (size_t)(threads * a->nq), sizeof *lists,
+                               "k-NN candidate lists");
+    if (s != SIMIL_OK) {
+        sml_free(storage);
+        return s;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+        int t = omp_get_thread_num();
+        int64_t lo = a->n * t / threads, hi = a->n * (t + 1) / threads;
+        sml_topk *mine = lists + t * a->nq;
+        for (int64_t q = 0; q < a->nq; q++)
+            sml_topk_reset(&mine[q], storage + (t * a->nq + q) * cap, a->k);
+        for (int64_t i = lo; i < hi; i++) {
+            const float *y = a->base + i * a->dim;
+            for (int64_t q = 0; q < a->nq; q++) {
+                const float *x = a->queries + q * a->dim;
+                float key = a->metric == SIMIL_METRIC_L2 ? sml_cpu_l2sq(x, y, a->dim)
+                                                         : -sml_cpu_dot(x, y, a->dim);
+                sml_topk_push(&mine[q], key, a->base_ids[i]);
+            }
+        }
+    }
+    for (int64_t q = 0; q < a->nq; q++) {
+        for (int t = 1; t < threads; t++) sml_topk_merge(&lists[q], &lists[t * a->nq + q]);
+        float *d = a->distances + q * a->k;
+        sml_topk_finish(&lists[q], d, a->labels + q * a->k);
+        if (a->metric == SIMIL_METRIC_IP)
+            for (int64_t j = 0; j < a->k; j++) d[j] = -d[j];
+    }
+    sml_free(lists);
+    sml_free(storage);
+    return SIMIL_OK;
+}
+
+static simil_status sml_knn_gemm(const sml_knn_args *a)
+{
+    int threads = sml_thread_count(a->threads);
+    int64_t cap = sml_topk_capacity(a->k);
+    int64_t qb = a->nq < SML_QUERY_BLOCK ? a->nq : SML_QUERY_BLOCK;
+    int64_t qb_budget = (int64_t)(sml_topk_budget / ((size_t)cap * sizeof(sml_topk_pair)));
+    if (qb > qb_budget) qb = qb_budget > 0 ? qb_budget : 1;
+    int64_t tile = a->n < SML_BASE_TILE ? a->n : SML_BASE_TILE;
+
+    float *scores = NULL;
+    sml_topk_pair *storage = NULL;
+    sml_topk *lists = NULL;
+    simil_status s = sml_alloc((void **)&scores, (size_t)(qb * tile), sizeof *scores,
+                               "a distance tile");
+    if (s == SIMIL_OK)
+        s = sml_alloc((void **)&storage, (size_t)(qb * cap), sizeof *storage,
+                      "k-NN candidate lists");
+    if (s == SIMIL_OK)
+        s = sml_alloc((void **)&lists, (size_t)qb, sizeof *lists, "k-NN candidate lists");
+    if (s != SIMIL_OK) goto done;
+
+    float alpha = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
+    for (int64_t q0 = 0; q0 < a->nq; q0 += qb) {
+        int64_t m = a->nq - q0 < qb ? a->nq - q0 : qb;
+        const float *queries = a->queries + q0 * a->dim;
+        for (int64_t i = 0; i < m; i++) sml_topk_reset(&lists[i], storage + i * cap, a->k);
+        for (int64_t b0 = 0; b0 < a->n; b0 += tile) {
+            int64_t w = a->n - b0 < tile ? a->n - b0 : tile;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)w, (int)a->dim,
+                        alpha, queries, (int)a->dim, a->base + b0 * a->dim, (int)a->dim, 0.0f,
+                        scores, (int)w);
+            const float *norms = a->base_norms ? a->base_norms + b0 : NULL;
+#pragma omp parallel for num_threads(threads) schedule(static)
+            for (int64_t i = 0; i < m; i++) {
+                float *row = scores + i * w;
+                if (norms != NULL) {
+#pragma omp simd
+                    for (int64_t j = 0; j < w; j++) row[j] += norms[j];
+                }
+                sml_topk_push_row(&lists[i], row, w, a->base_ids + b0, 0);
+            }
+        }
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t i = 0; i < m; i++) {
+            float *d = a->distances + (q0 + i) * a->k;
+            sml_topk_finish(&lists[i], d, a->labels + (q0 + i) * a->k);
+            sml_keys_to_distances(a, queries + i * a->dim, d);
+        }
+    }
+done:
+    sml_free(lists);
+    sml_free(storage);
+    sml_free(scores);
+    return s;
+}
+
+simil_status sml_cpu_knn(const sml_knn_args *a)
+{
+    SML_RETURN_IF(a->metric != SIMIL_METRIC_L2 && a->metric != SIMIL_METRIC_IP,
+                  SIMIL_ERR_INTERNAL, "cpu knn called with metric %d", (int)a->metric);
+    SML_RETURN_IF(a->dim > INT32_MAX || a->n > (int64_t)1 << 40, SIMIL_ERR_UNSUPPORTED,
+                  "dimension %" PRId64 " is larger than OpenBLAS supports", a->dim);
+    if (a->n == 0 || a->nq == 0) {
+        for (int64_t i = 0; i < a->nq * a->k; i++) {
+            a->distances[i] = a->metric == SIMIL_METRIC_L2 ? INFINITY : -INFINITY;
+            a->labels[i] = -1;
+        }
+        return SIMIL_OK;
+    }
+    if (a->nq <= SML_DIRECT_MAX_QUERIES && a->k <= SML_DIRECT_MAX_K) return sml_knn_direct(a);
+    return sml_knn_gemm(a);
+}

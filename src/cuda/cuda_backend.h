@@ -1,0 +1,24 @@
+/* cuda_backend.h: the CUDA backend's entry points, callable from C.
+ * Implemented by the .cu files of src/cuda, or by cuda_stub.c in builds without CUDA. */
+#ifndef SML_CUDA_BACKEND_H
+#define SML_CUDA_BACKEND_H
+
+#include "core/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* GPUs usable by this process: 0 without CUDA, driver or device. */
+int sml_cuda_device_count(void);
+
+/* 1 when built with CUDA. */
+int sml_cuda_built(void);
+
+/* Open GPU gpu.  SIMIL_ERR_NO_DEVICE if it does not exist or CUDA is absent. */
+simil_status sml_cuda_backend_open(int gpu, sml_backend **backend);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,18 @@
+/* cuda_stub.c: the CUDA backend of builds without CUDA: no devices, and a
+ * clear error for anyone who asks for one. */
+#include "cuda/cuda_backend.h"
+
+#include "core/error.h"
+
+int sml_cuda_device_count(void) { return 0; }
+
+int sml_cuda_built(void) { return 0; }
+
+simil_status sml_cuda_backend_open(int gpu, sml_backend **backend)
+{
+    *backend = NULL;
+    return sml_error(SIMIL_ERR_NO_DEVICE,
+                     "GPU %d requested, but this simil was built without CUDA; rebuild with "
+                     "-DSIMIL_CUDA=ON on a machine with nvcc, or use --device cpu",
+                     gpu);
+}

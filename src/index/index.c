@@ -1,0 +1,301 @@
+/* index.c: the public index API.  Checks every argument, prepares vectors,
+ * keeps the counters, and dispatches to the index type (index_internal.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/vectors.h"
+#include "cuda/cuda_backend.h"
+#include "index/index_internal.h"
+
+/* Results of nq x k beyond this many slots are refused before any work. */
+static const int64_t sml_max_result_slots = (int64_t)1 << 40;
+
+simil_status simil_metric_parse(const char *name, simil_metric *metric)
+{
+    SML_RETURN_IF(name == NULL || metric == NULL, SIMIL_ERR_INVALID_ARGUMENT,
+                  "simil_metric_parse: NULL argument");
+    if (strcmp(name, "l2") == 0 || strcmp(name, "L2") == 0) {
+        *metric = SIMIL_METRIC_L2;
+    } else if (strcmp(name, "ip") == 0 || strcmp(name, "IP") == 0 ||
+               strcmp(name, "inner_product") == 0) {
+        *metric = SIMIL_METRIC_IP;
+    } else if (strcmp(name, "cosine") == 0 || strcmp(name, "cos") == 0) {
+        *metric = SIMIL_METRIC_COSINE;
+    } else {
+        return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
+                         "unknown metric '%s'; use l2, ip or cosine", name);
+    }
+    return SIMIL_OK;
+}
+
+const char *simil_metric_name(simil_metric metric)
+{
+    switch (metric) {
+    case SIMIL_METRIC_L2: return "l2";
+    case SIMIL_METRIC_IP: return "ip";
+    case SIMIL_METRIC_COSINE: return "cosine";
+    }
+    return "unknown";
+}
+
+void simil_search_params_init(simil_search_params *params)
+{
+    if (params == NULL) return;
+    memset(params, 0, sizeof *params);
+}
+
+simil_status sml_index_new(simil_index **out, int64_t dim, const char *description,
+                           simil_metric metric, const char *device)
+{
+    SML_RETURN_IF(out == NULL, SIMIL_ERR_INVALID_ARGUMENT, "index pointer is NULL");
+    *out = NULL;
+    SML_RETURN_IF(dim < 1 || dim > ((int64_t)1 << 24), SIMIL_ERR_INVALID_ARGUMENT,
+                  "dimension %" PRId64 " is out of range [1, %d]", dim, 1 << 24);
+    SML_RETURN_IF(metric != SIMIL_METRIC_L2 && metric != SIMIL_METRIC_IP &&
+                      metric != SIMIL_METRIC_COSINE,
+                  SIMIL_ERR_INVALID_ARGUMENT, "unknown metric %d", (int)metric);
+    sml_index_spec spec;
+    SML_TRY(sml_index_spec_parse(description, dim, &spec));
+    SML_RETURN_IF(spec.ivf_nlist != 0 || spec.encoding != SML_ENCODING_FLAT || spec.opq_m != 0,
+                  SIMIL_ERR_UNSUPPORTED,
+                  "index '%s' is valid, but only Flat is built in this version of simil",
+                  description);
+    simil_index *index;
+    SML_TRY(sml_calloc((void **)&index, 1, sizeof *index, "an index"));
+    index->spec = spec;
+    sml_index_spec_format(&spec, index->description, sizeof index->description);
+    index->dim = dim;
+    index->metric = metric;
+    simil_status s = sml_device_open(device, &index->backend);
+    if (s == SIMIL_OK) s = sml_flat_init(index);
+    if (s != SIMIL_OK) {
+        sml_backend_close(index->backend);
+        sml_free(index);
+        return s;
+    }
+    *out = index;
+    return SIMIL_OK;
+}
+
+simil_status simil_index_create(simil_index **index, int64_t dim, const char *description,
+                                simil_metric metric, const char *device)
+{
+    return sml_index_new(index, dim, description, metric, device);
+}
+
+void simil_index_destroy(simil_index *index)
+{
+    if (index == NULL) return;
+    index->vt->destroy(index);
+    sml_backend_close(index->backend);
+    sml_free(index);
+}
+
+#define SML_CHECK_INDEX(index) \
+    SML_RETURN_IF((index) == NULL, SIMIL_ERR_INVALID_ARGUMENT, "%s: index is NULL", __func__)
+
+/* Check caller vectors and give back the ones the index type should see:
+ * x itself, or a normalized copy for cosine (*copy then owns it). */
+static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, const float *x,
+                                        const char *what, const float **prepared, float **copy)
+{
+    *copy = NULL;
+    *prepared = x;
+    if (n == 0) return SIMIL_OK;
+    SML_RETURN_IF(x == NULL, SIMIL_ERR_INVALID_ARGUMENT, "%s: vectors pointer is NULL", what);
+    int cosine = index->metric == SIMIL_METRIC_COSINE;
+    SML_TRY(sml_vectors_check(x, n, index->dim, !cosine, what));
+    if (!cosine) return SIMIL_OK;
+    SML_TRY(sml_alloc((void **)copy, (size_t)n * (size_t)index->dim, sizeof(float),
+                      "normalized vectors"));
+    sml_vectors_normalize(x, n, index->dim, *copy);
+    *prepared = *copy;
+    return SIMIL_OK;
+}
+
+simil_status simil_index_train(simil_index *index, int64_t n, const float *x)
+{
+    SML_CHECK_INDEX(index);
+    SML_RETURN_IF(n < 0, SIMIL_ERR_INVALID_ARGUMENT, "train: n=%" PRId64 " is negative", n);
+    if (index->vt->train == NULL) return SIMIL_OK;
+    const float *prepared;
+    float *copy;
+    SML_TRY(sml_prepare_vectors(index, n, x, "train", &prepared, &copy));
+    simil_status s = index->vt->train(index, n, prepared);
+    if (s == SIMIL_OK) index->trained = 1;
+    sml_free(copy);
+    return s;
+}
+
+simil_status simil_index_add(simil_index *index, int64_t n, const float *x, const int64_t *ids)
+{
+    SML_CHECK_INDEX(index);
+    SML_RETURN_IF(n < 0, SIMIL_ERR_INVALID_ARGUMENT, "add: n=%" PRId64 " is negative", n);
+    SML_RETURN_IF(!index->trained, SIMIL_ERR_NOT_TRAINED,
+                  "index '%s' must be trained before vectors are added; call train first",
+                  index->description);
+    if (n == 0) return SIMIL_OK;
+    int64_t max_id = index->next_id - 1;
+    if (ids != NULL) {
+        for (int64_t i = 0; i < n; i++) {
+            SML_RETURN_IF(ids[i] < 0, SIMIL_ERR_INVALID_ARGUMENT,
+                          "add: ids[%" PRId64 "]=%" PRId64 " is negative; ids must be >= 0 "
+                          "(-1 marks empty result slots)",
+                          i, ids[i]);
+            if (ids[i] > max_id) max_id = ids[i];
+        }
+    }
+    SML_RETURN_IF(ids == NULL && index->next_id > INT64_MAX - n, SIMIL_ERR_INVALID_ARGUMENT,
+                  "add: sequential ids would overflow int64; pass ids explicitly");
+    const float *prepared;
+    float *copy;
+    SML_TRY(sml_prepare_vectors(index, n, x, "add", &prepared, &copy));
+    int64_t *own_ids = NULL;
+    simil_status s = SIMIL_OK;
+    if (ids == NULL) {
+        s = sml_alloc((void **)&own_ids, (size_t)n, sizeof *own_ids, "ids");
+        if (s == SIMIL_OK) {
+            for (int64_t i = 0; i < n; i++) own_ids[i] = index->next_id + i;
+            max_id = index->next_id + n - 1;
+        }
+    }
+    if (s == SIMIL_OK) s = index->vt->add(index, n, prepared, ids ? ids : own_ids);
+    if (s == SIMIL_OK) {
+        index->ntotal += n;
+        index->next_id = max_id + 1;
+    }
+    sml_free(own_ids);
+    sml_free(copy);
+    return s;
+}
+
+static void sml_fill_empty(const simil_index *index, int64_t nq, int64_t k, float *distances,
+                           int64_t *labels)
+{
+    float empty = index->metric == SIMIL_METRIC_L2 ? INFINITY : -INFINITY;
+    for (int64_t i = 0; i < nq * k; i++) {
+        distances[i] = empty;
+        labels[i] = -1;
+    }
+}
+
+simil_status simil_index_search(const simil_index *index, int64_t nq, const float *queries,
+                                int64_t k, const simil_search_params *params, float *distances,
+                                int64_t *labels)
+{
+    SML_CHECK_INDEX(index);
+    SML_RETURN_IF(nq < 0, SIMIL_ERR_INVALID_ARGUMENT, "search: nq=%" PRId64 " is negative", nq);
+    SML_RETURN_IF(k < 1, SIMIL_ERR_INVALID_ARGUMENT, "search: k=%" PRId64 " must be >= 1", k);
+    SML_RETURN_IF(nq > 0 && k > sml_max_result_slots / nq, SIMIL_ERR_INVALID_ARGUMENT,
+                  "search: nq=%" PRId64 " x k=%" PRId64 " results is beyond 2^40 slots", nq, k);
+    SML_RETURN_IF(nq > 0 && (distances == NULL || labels == NULL), SIMIL_ERR_INVALID_ARGUMENT,
+                  "search: distances and labels must not be NULL");
+    SML_RETURN_IF(!index->trained, SIMIL_ERR_NOT_TRAINED,
+                  "index '%s' is not trained; call train and add before search",
+                  index->description);
+    sml_search_call call = {.nq = nq, .k = k, .distances = distances, .labels = labels};
+    simil_search_params_init(&call.params);
+    if (params != NULL) call.params = *params;
+    SML_RETURN_IF(call.params.nprobe < 0 || call.params.threads < 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "search: nprobe=%" PRId64 " and threads=%d must not be negative",
+                  call.params.nprobe, call.params.threads);
+    if (nq == 0) return SIMIL_OK;
+    if (index->ntotal == 0) {
+        SML_RETURN_IF(queries == NULL, SIMIL_ERR_INVALID_ARGUMENT, "search: queries is NULL");
+        sml_fill_empty(index, nq, k, distances, labels);
+        return SIMIL_OK;
+    }
+    float *copy;
+    SML_TRY(sml_prepare_vectors(index, nq, queries, "search", &call.queries, &copy));
+    simil_status s = index->vt->search(index, &call);
+    sml_free(copy);
+    return s;
+}
+
+static int sml_id_cmp(const void *pa, const void *pb)
+{
+    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return (a > b) - (a < b);
+}
+
+simil_status simil_index_remove(simil_index *index, int64_t n, const int64_t *ids,
+                                int64_t *removed)
+{
+    SML_CHECK_INDEX(index);
+    if (removed != NULL) *removed = 0;
+    SML_RETURN_IF(n < 0, SIMIL_ERR_INVALID_ARGUMENT, "remove: n=%" PRId64 " is negative", n);
+    SML_RETURN_IF(n > 0 && ids == NULL, SIMIL_ERR_INVALID_ARGUMENT, "remove: ids is NULL");
+    if (n == 0 || index->ntotal == 0) return SIMIL_OK;
+    int64_t *sorted;
+    SML_TRY(sml_alloc((void **)&sorted, (size_t)n, sizeof *sorted, "ids to remove"));
+    memcpy(sorted, ids, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, sml_id_cmp);
+    int64_t unique = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (unique == 0 || sorted[unique - 1] != sorted[i]) sorted[unique++] = sorted[i];
+    int64_t count = 0;
+    simil_status s = index->vt->remove(index, unique, sorted, &count);
+    if (s == SIMIL_OK) {
+        index->ntotal -= count;
+        if (removed != NULL) *removed = count;
+    }
+    sml_free(sorted);
+    return s;
+}
+
+simil_status simil_index_reconstruct(const simil_index *index, int64_t id, float *out)
+{
+    SML_CHECK_INDEX(index);
+    SML_RETURN_IF(out == NULL, SIMIL_ERR_INVALID_ARGUMENT, "reconstruct: out is NULL");
+    return index->vt->reconstruct(index, id, out);
+}
+
+simil_status simil_index_reset(simil_index *index)
+{
+    SML_CHECK_INDEX(index);
+    index->vt->reset(index);
+    index->ntotal = 0;
+    return SIMIL_OK;
+}
+
+int64_t simil_index_size(const simil_index *index) { return index ? index->ntotal : 0; }
+int64_t simil_index_dim(const simil_index *index) { return index ? index->dim : 0; }
+
+simil_metric simil_index_metric(const simil_index *index)
+{
+    return index ? index->metric : SIMIL_METRIC_L2;
+}
+
+int simil_index_is_trained(const simil_index *index) { return index ? index->trained : 0; }
+
+const char *simil_index_description(const simil_index *index)
+{
+    return index ? index->description : "";
+}
+
+const char *simil_backend_name(const simil_index *index)
+{
+    return index ? index->backend->name : "";
+}
+
+simil_status simil_index_save(const simil_index *index, const char *path)
+{
+    SML_CHECK_INDEX(index);
+    SML_RETURN_IF(path == NULL, SIMIL_ERR_INVALID_ARGUMENT, "save: path is NULL");
+    return sml_index_file_save(index, path);
+}
+
+simil_status simil_index_load(simil_index **index, const char *path, const char *device)
+{
+    SML_RETURN_IF(index == NULL || path == NULL, SIMIL_ERR_INVALID_ARGUMENT,
+                  "load: index and path must not be NULL");
+    *index = NULL;
+    return sml_index_file_load(index, path, device);
+}
+
+int simil_gpu_count(void) { return sml_cuda_device_count(); }
+
+int simil_built_with_cuda(void) { return sml_cuda_built(); }

@@ -1,0 +1,79 @@
+/* index_internal.h: what every index type shares.
+ *
+ * simil_index is a handle over one index type's vtable.  index.c checks the
+ * caller's arguments, prepares vectors (finite, normalized for cosine) and
+ * keeps the counters; a type's functions receive only valid arguments:
+ *   - vectors in host memory, already normalized for cosine;
+ *   - explicit ids (index.c numbers them when the caller gives none);
+ *   - metric L2 or IP (cosine is IP on normalized vectors);
+ * and must leave the index unchanged when they fail. */
+#ifndef SML_INDEX_INTERNAL_H
+#define SML_INDEX_INTERNAL_H
+
+#include "core/backend.h"
+#include "core/file_io.h"
+#include "index/index_spec.h"
+#include "simil/index.h"
+
+typedef struct sml_search_call {
+    int64_t nq;
+    const float *queries;   /* host, prepared */
+    int64_t k;              /* >= 1; may exceed the index size */
+    simil_search_params params;
+    float *distances;       /* host, nq x k */
+    int64_t *labels;        /* host, nq x k */
+} sml_search_call;
+
+typedef struct sml_index_vtable {
+    /* NULL when the type needs no training. */
+    simil_status (*train)(simil_index *index, int64_t n, const float *x);
+    simil_status (*add)(simil_index *index, int64_t n, const float *x, const int64_t *ids);
+    simil_status (*search)(const simil_index *index, const sml_search_call *call);
+    simil_status (*remove)(simil_index *index, int64_t n_sorted, const int64_t *sorted_ids,
+                           int64_t *removed);
+    simil_status (*reconstruct)(const simil_index *index, int64_t id, float *out);
+    void (*reset)(simil_index *index);
+    /* Type-specific sections after the common header. */
+    simil_status (*save)(const simil_index *index, sml_writer *w);
+    simil_status (*load)(simil_index *index, sml_reader *r);
+    void (*destroy)(simil_index *index);
+} sml_index_vtable;
+
+struct simil_index {
+    const sml_index_vtable *vt;
+    sml_index_spec spec;
+    char description[96];
+    int64_t dim;
+    simil_metric metric;
+    sml_backend *backend;
+    int64_t ntotal;
+    int64_t next_id;   /* one past the largest id ever added */
+    int trained;
+    void *impl;
+};
+
+/* The metric the kernels see: cosine runs as IP on normalized vectors. */
+static inline simil_metric sml_kernel_metric(simil_metric m)
+{
+    return m == SIMIL_METRIC_COSINE ? SIMIL_METRIC_IP : m;
+}
+
+/* Each type's constructor fills index->vt and index->impl. */
+simil_status sml_flat_init(simil_index *index);
+
+/* Open the backend a device string names: "auto" (NULL), "cpu", "gpu", "gpu:N". */
+simil_status sml_device_open(const char *device, sml_backend **backend);
+
+/* Index files: the common header, and streaming backend memory to sections. */
+simil_status sml_index_file_save(const simil_index *index, const char *path);
+simil_status sml_index_file_load(simil_index **index, const char *path, const char *device);
+simil_status sml_section_write_mem(sml_writer *w, uint32_t tag, sml_backend *b,
+                                   const void *mem, uint64_t bytes);
+simil_status sml_section_read_mem(sml_reader *r, uint32_t tag, sml_backend *b, void *mem,
+                                  uint64_t bytes);
+
+/* Shared by create and load: a new index of the parsed description. */
+simil_status sml_index_new(simil_index **index, int64_t dim, const char *description,
+                           simil_metric metric, const char *device);
+
+#endif

@@ -1,0 +1,186 @@
+/* index_spec.c: the factory-string parser (grammar in index_spec.h). */
+#include "index/index_spec.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+enum { SML_SPEC_MAX_COMPONENTS = 8, SML_SPEC_MAX_LEN = 256, SML_PQ_MAX_CODE_BYTES = 128 };
+
+/* Parse the decimal number at *p (advancing it) into *out, >= 1. */
+static int sml_spec_number(const char **p, int64_t *out)
+{
+    if (!isdigit((unsigned char)**p)) return 0;
+    errno = 0;
+    char *end;
+    long long v = strtoll(*p, &end, 10);
+    if (errno != 0 || v < 1 || v > ((int64_t)1 << 40)) return 0;
+    *p = end;
+    *out = v;
+    return 1;
+}
+
+/* "NAME<n>[<sep><m>]" with the second number optional. */
+static int sml_spec_numbers(const char *s, const char *name, char sep, int64_t *a, int64_t *b)
+{
+    size_t len = strlen(name);
+    if (strncmp(s, name, len) != 0) return 0;
+    const char *p = s + len;
+    if (!sml_spec_number(&p, a)) return 0;
+    if (*p == sep && sep != '\0') {
+        p++;
+        if (!sml_spec_number(&p, b)) return 0;
+    }
+    return *p == '\0';
+}
+
+static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index_spec *spec)
+{
+    int64_t a = 0, b = 0;
+    if (strcmp(c, "Flat") == 0) {
+        spec->encoding = SML_ENCODING_FLAT;
+        return SIMIL_OK;
+    }
+    if (strcmp(c, "XFBQ") == 0 || sml_spec_numbers(c, "XFBQ", 'x', &a, &b)) {
+        spec->encoding = SML_ENCODING_XFBQ;
+        if (a != 0) {
+            SML_RETURN_IF(b == 0, SIMIL_ERR_INVALID_ARGUMENT,
+                          "index '%s': write XFBQ<query bits>x<base bits>, e.g. XFBQ4x3", desc);
+            SML_RETURN_IF(a > 8 || b > 8, SIMIL_ERR_INVALID_ARGUMENT,
+                          "index '%s': XFBQ bit counts must be 1 to 8, got %" PRId64
+                          "x%" PRId64, desc, a, b);
+            spec->xfbq_query_bits = (int)a;
+            spec->xfbq_base_bits = (int)b;
+        }
+        return SIMIL_OK;
+    }
+    if (sml_spec_numbers(c, "PQ", 'x', &a, &b)) {
+        spec->encoding = SML_ENCODING_PQ;
+        spec->pq_m = a;
+        if (b != 0) {
+            SML_RETURN_IF(b < 4 || b > 8, SIMIL_ERR_INVALID_ARGUMENT,
+                          "index '%s': PQ codes take 4 to 8 bits, got %" PRId64, desc, b);
+            spec->pq_bits = (int)b;
+        }
+        return SIMIL_OK;
+    }
+    return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
+                     "index '%s': '%s' is not an encoding; expected Flat, PQ<m>[x<bits>] or "
+                     "XFBQ[<q>x<b>]",
+                     desc, c);
+}
+
+/* Split desc at commas (spaces around components are ignored). */
+static simil_status sml_spec_split(const char *desc, char buf[SML_SPEC_MAX_LEN],
+                                   char *parts[SML_SPEC_MAX_COMPONENTS], int *count)
+{
+    SML_RETURN_IF(strlen(desc) >= SML_SPEC_MAX_LEN, SIMIL_ERR_INVALID_ARGUMENT,
+                  "index description is longer than %d characters", SML_SPEC_MAX_LEN - 1);
+    strcpy(buf, desc);
+    *count = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (isspace((unsigned char)*tok)) tok++;
+        char *end = tok + strlen(tok);
+        while (end > tok && isspace((unsigned char)end[-1])) *--end = '\0';
+        SML_RETURN_IF(*count == SML_SPEC_MAX_COMPONENTS, SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s' has too many components", desc);
+        parts[(*count)++] = tok;
+    }
+    SML_RETURN_IF(*count == 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "empty index description; try \"Flat\" or \"IVF1024,Flat\"");
+    return SIMIL_OK;
+}
+
+static simil_status sml_spec_check(const char *desc, int64_t dim, sml_index_spec *spec)
+{
+    int64_t coded_dim = spec->opq_m ? spec->opq_dim : dim;
+    if (spec->opq_m) {
+        SML_RETURN_IF(spec->encoding != SML_ENCODING_PQ, SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s': OPQ needs a PQ encoding after it", desc);
+        SML_RETURN_IF(coded_dim > dim, SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s': OPQ output dimension %" PRId64
+                      " is larger than the input dimension %" PRId64, desc, coded_dim, dim);
+        SML_RETURN_IF(coded_dim % spec->opq_m != 0, SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s': OPQ%" PRId64 " must divide its output dimension %" PRId64,
+                      desc, spec->opq_m, coded_dim);
+    }
+    if (spec->encoding == SML_ENCODING_PQ) {
+        SML_RETURN_IF(coded_dim % spec->pq_m != 0, SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s': PQ%" PRId64 " must divide the dimension %" PRId64
+                      " (each sub-quantizer codes dim/m components)",
+                      desc, spec->pq_m, coded_dim);
+        SML_RETURN_IF((spec->pq_m * spec->pq_bits + 7) / 8 > SML_PQ_MAX_CODE_BYTES,
+                      SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s': codes of %" PRId64 " x %d bits exceed %d bytes", desc,
+                      spec->pq_m, spec->pq_bits, SML_PQ_MAX_CODE_BYTES);
+    }
+    SML_RETURN_IF(spec->refine && spec->encoding == SML_ENCODING_FLAT, SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s': Refine re-ranks a compressed index; Flat is already exact", desc);
+    return SIMIL_OK;
+}
+
+simil_status sml_index_spec_parse(const char *desc, int64_t dim, sml_index_spec *spec)
+{
+    SML_RETURN_IF(desc == NULL, SIMIL_ERR_INVALID_ARGUMENT, "index description is NULL");
+    memset(spec, 0, sizeof *spec);
+    spec->pq_bits = 8;
+    spec->xfbq_query_bits = 4;
+    spec->xfbq_base_bits = 3;
+    char buf[SML_SPEC_MAX_LEN];
+    char *parts[SML_SPEC_MAX_COMPONENTS];
+    int count, i = 0;
+    SML_TRY(sml_spec_split(desc, buf, parts, &count));
+    if (strcmp(parts[i], "IDMap") == 0) i++;
+    int64_t a = 0, b = 0;
+    if (i < count && strncmp(parts[i], "OPQ", 3) == 0) {
+        SML_RETURN_IF(!sml_spec_numbers(parts[i], "OPQ", '_', &a, &b), SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s': write OPQ<m> or OPQ<m>_<dim>, got '%s'", desc, parts[i]);
+        spec->opq_m = a;
+        spec->opq_dim = b ? b : dim;
+        i++;
+    }
+    if (i < count && strncmp(parts[i], "IVF", 3) == 0) {
+        SML_RETURN_IF(!sml_spec_numbers(parts[i], "IVF", '\0', &a, &b), SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s': write IVF<number of lists>, e.g. IVF1024, got '%s'", desc,
+                      parts[i]);
+        spec->ivf_nlist = a;
+        i++;
+    }
+    SML_RETURN_IF(i == count, SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s' has no encoding; end it with Flat, PQ<m> or XFBQ", desc);
+    SML_TRY(sml_spec_encoding(parts[i++], desc, spec));
+    if (i < count && (strcmp(parts[i], "Refine") == 0 || strcmp(parts[i], "RFlat") == 0)) {
+        spec->refine = 1;
+        i++;
+    }
+    SML_RETURN_IF(i < count, SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s': unexpected '%s' (order is [OPQ..,][IVF..,]encoding[,Refine])",
+                  desc, parts[i]);
+    return sml_spec_check(desc, dim, spec);
+}
+
+void sml_index_spec_format(const sml_index_spec *spec, char *out, size_t size)
+{
+    int n = 0;
+    out[0] = '\0';
+#define SML_APPEND(...)                                                          \
+    do {                                                                         \
+        if (n >= 0 && (size_t)n < size) n += snprintf(out + n, size - (size_t)n, __VA_ARGS__); \
+    } while (0)
+    if (spec->opq_m) SML_APPEND("OPQ%" PRId64 "_%" PRId64 ",", spec->opq_m, spec->opq_dim);
+    if (spec->ivf_nlist) SML_APPEND("IVF%" PRId64 ",", spec->ivf_nlist);
+    switch (spec->encoding) {
+    case SML_ENCODING_FLAT: SML_APPEND("Flat"); break;
+    case SML_ENCODING_PQ: SML_APPEND("PQ%" PRId64 "x%d", spec->pq_m, spec->pq_bits); break;
+    case SML_ENCODING_XFBQ:
+        SML_APPEND("XFBQ%dx%d", spec->xfbq_query_bits, spec->xfbq_base_bits);
+        break;
+    }
+    if (spec->refine) SML_APPEND(",Refine");
+#undef SML_APPEND
+}

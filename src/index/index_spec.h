@@ -1,0 +1,42 @@
+/* index_spec.h: Faiss-style index descriptions, parsed.
+ *
+ * Grammar (components separated by commas, in this order):
+ *   [IDMap,] [OPQm[_d],] [IVFn,] (Flat | PQm[xb] | XFBQ[QxB]) [,Refine | ,RFlat]
+ * e.g. "Flat", "IVF4096,Flat", "IVF4096,PQ32x8", "OPQ32_128,IVF4096,PQ32",
+ * "XFBQ4x3", "IVF1024,XFBQ", "IVF4096,PQ32,Refine".  IDMap is accepted for
+ * Faiss compatibility and ignored: every simil index takes ids. */
+#ifndef SML_INDEX_SPEC_H
+#define SML_INDEX_SPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simil/status.h"
+
+typedef enum sml_encoding {
+    SML_ENCODING_FLAT = 0,
+    SML_ENCODING_PQ = 1,
+    SML_ENCODING_XFBQ = 2
+} sml_encoding;
+
+typedef struct sml_index_spec {
+    int64_t opq_m;        /* 0: no OPQ */
+    int64_t opq_dim;      /* OPQ output dimension (the input dimension unless _d) */
+    int64_t ivf_nlist;    /* 0: no inverted file */
+    sml_encoding encoding;
+    int64_t pq_m;         /* sub-quantizers */
+    int pq_bits;          /* bits per sub-quantizer code, 4..8 */
+    int xfbq_query_bits;  /* 1..8 */
+    int xfbq_base_bits;   /* 1..8 */
+    int refine;           /* re-rank with the float vectors */
+} sml_index_spec;
+
+/* Parse description for vectors of dim dimensions, checking every number
+ * (PQ m divides the dimension, code size, bit counts).  Errors say which
+ * component is wrong and what would be accepted. */
+simil_status sml_index_spec_parse(const char *description, int64_t dim, sml_index_spec *spec);
+
+/* The canonical description, e.g. "OPQ16_64,IVF256,PQ16x8,Refine". */
+void sml_index_spec_format(const sml_index_spec *spec, char *out, size_t size);
+
+#endif

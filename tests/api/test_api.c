@@ -1,0 +1,156 @@
+/* test_api.c: the public API as a plain C11 user sees it.  The umbrella
+ * header is included twice to prove the headers are self-contained and
+ * guarded; nothing from src/ is included here. */
+#include <simil/simil.h>
+#include <simil/simil.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/test_util.h"
+
+static void test_status_names_and_version(void **state)
+{
+    (void)state;
+    assert_int_equal(SIMIL_OK, 0);
+    assert_string_equal(simil_status_name(SIMIL_OK), "SIMIL_OK");
+    assert_string_equal(simil_status_name(SIMIL_ERR_CORRUPT), "SIMIL_ERR_CORRUPT");
+    assert_string_equal(simil_status_name((simil_status)-1000), "SIMIL_ERR_UNKNOWN");
+    const simil_status all[] = {SIMIL_ERR_INVALID_ARGUMENT, SIMIL_ERR_OUT_OF_MEMORY,
+                                SIMIL_ERR_UNSUPPORTED,      SIMIL_ERR_NO_DEVICE,
+                                SIMIL_ERR_IO,               SIMIL_ERR_CORRUPT,
+                                SIMIL_ERR_NOT_TRAINED,      SIMIL_ERR_DEVICE,
+                                SIMIL_ERR_INTERNAL};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        assert_true(all[i] < 0);
+        assert_string_not_equal(simil_status_name(all[i]), "SIMIL_ERR_UNKNOWN");
+    }
+    assert_int_equal(simil_version_number(), SIMIL_VERSION_NUMBER);
+    char expect[32];
+    snprintf(expect, sizeof expect, "%d.%d.%d", SIMIL_VERSION_MAJOR, SIMIL_VERSION_MINOR,
+             SIMIL_VERSION_PATCH);
+    assert_string_equal(simil_version_string(), expect);
+}
+
+static void test_metrics(void **state)
+{
+    (void)state;
+    simil_metric m;
+    SML_ASSERT_OK(simil_metric_parse("l2", &m));
+    assert_int_equal(m, SIMIL_METRIC_L2);
+    SML_ASSERT_OK(simil_metric_parse("ip", &m));
+    assert_int_equal(m, SIMIL_METRIC_IP);
+    SML_ASSERT_OK(simil_metric_parse("cosine", &m));
+    assert_int_equal(m, SIMIL_METRIC_COSINE);
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_metric_parse("hamming", &m));
+    assert_non_null(strstr(simil_last_error(), "hamming"));
+    assert_string_equal(simil_metric_name(SIMIL_METRIC_COSINE), "cosine");
+}
+
+static void *fail_in_thread(void *arg)
+{
+    (void)arg;
+    simil_metric m;
+    simil_metric_parse("from-another-thread", &m);
+    return NULL;
+}
+
+static void test_error_is_per_thread(void **state)
+{
+    (void)state;
+    simil_metric m;
+    simil_metric_parse("mine", &m);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, fail_in_thread, NULL), 0);
+    pthread_join(t, NULL);
+    assert_non_null(strstr(simil_last_error(), "mine"));
+}
+
+static void test_handles(void **state)
+{
+    (void)state;
+    simil_index_destroy(NULL);
+    simil_index *index = NULL;
+    SML_ASSERT_OK(simil_index_create(&index, 3, "Flat", SIMIL_METRIC_L2, NULL));
+    assert_int_equal(simil_index_dim(index), 3);
+    assert_int_equal(simil_index_size(index), 0);
+    assert_true(simil_index_is_trained(index));
+    assert_true(strlen(simil_backend_name(index)) > 0);
+    SML_ASSERT_OK(simil_index_train(index, 0, NULL));
+    simil_index_destroy(index);
+    simil_search_params p;
+    memset(&p, 0x7f, sizeof p);
+    simil_search_params_init(&p);
+    assert_int_equal(p.nprobe, 0);
+    assert_int_equal(p.threads, 0);
+}
+
+static void test_gpu_request_without_gpu(void **state)
+{
+    (void)state;
+    if (simil_gpu_count() > 0) skip();
+    simil_index *index = NULL;
+    SML_ASSERT_STATUS(SIMIL_ERR_NO_DEVICE,
+                      simil_index_create(&index, 3, "Flat", SIMIL_METRIC_L2, "gpu"));
+    assert_null(index);
+    SML_ASSERT_STATUS(SIMIL_ERR_NO_DEVICE,
+                      simil_index_create(&index, 3, "Flat", SIMIL_METRIC_L2, "gpu:1"));
+    /* auto never fails for lack of a GPU */
+    SML_ASSERT_OK(simil_index_create(&index, 3, "Flat", SIMIL_METRIC_L2, "auto"));
+    assert_non_null(strstr(simil_backend_name(index), "cpu"));
+    simil_index_destroy(index);
+}
+
+typedef struct {
+    int64_t calls;
+    int64_t last_done;
+    int64_t last_total;
+    char stage[32];
+} progress_record;
+
+static void record_progress(const char *stage, int64_t done, int64_t total, void *user)
+{
+    progress_record *r = user;
+    r->calls++;
+    r->last_done = done;
+    r->last_total = total;
+    snprintf(r->stage, sizeof r->stage, "%s", stage);
+}
+
+static void test_progress_callback(void **state)
+{
+    (void)state;
+    progress_record rec = {0};
+    simil_set_progress(record_progress, &rec);
+    enum { N = 200000, D = 2 };
+    float *x = sml_test_malloc(sizeof(float) * N * D);
+    sml_test_fill_uniform(x, N * D, 1, 0, 1);
+    simil_index *index;
+    SML_ASSERT_OK(simil_index_create(&index, D, "Flat", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_add(index, N, x, NULL));
+    simil_set_progress(NULL, NULL);
+    assert_true(rec.calls >= 1);
+    assert_string_equal(rec.stage, "add");
+    assert_int_equal(rec.last_done, N);
+    assert_int_equal(rec.last_total, N);
+    int64_t before = rec.calls;
+    SML_ASSERT_OK(simil_index_add(index, N, x, NULL));
+    assert_int_equal(rec.calls, before); /* uninstalled: no more calls */
+    simil_index_destroy(index);
+    free(x);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_names_and_version),
+        cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_error_is_per_thread),
+        cmocka_unit_test(test_handles),
+        cmocka_unit_test(test_gpu_request_without_gpu),
+        cmocka_unit_test(test_progress_callback),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

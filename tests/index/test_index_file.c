@@ -1,0 +1,201 @@
+/* test_index_file.c: saving and loading indexes: identical results after a
+ * round trip, atomic replacement, and clean errors for truncated, damaged or
+ * foreign files (every truncation length, every flipped byte of a small file). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "core/alloc.h"
+#include "util/test_util.h"
+
+enum { N = 40, D = 6, NQ = 5, K = 4 };
+
+static simil_index *make_index(simil_metric metric, float *base)
+{
+    simil_index *index;
+    sml_test_fill_uniform(base, N * D, 21, -2, 2);
+    SML_ASSERT_OK(simil_index_create(&index, D, "Flat", metric, "cpu"));
+    int64_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = 5 * i + 3;
+    SML_ASSERT_OK(simil_index_add(index, N, base, ids));
+    int64_t gone[2] = {8, 13};
+    SML_ASSERT_OK(simil_index_remove(index, 2, gone, NULL));
+    return index;
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return (long)st.st_size;
+}
+
+static unsigned char *read_file(const char *path, long *size)
+{
+    *size = file_size(path);
+    unsigned char *buf = sml_test_malloc((size_t)*size);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(buf, 1, (size_t)*size, f), (size_t)*size);
+    fclose(f);
+    return buf;
+}
+
+static void write_file(const char *path, const unsigned char *buf, long size)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP, SIMIL_METRIC_COSINE};
+    for (int m = 0; m < 3; m++) {
+        float base[N * D];
+        simil_index *index = make_index(metrics[m], base);
+        const char *path = sml_test_path("round.simil");
+        SML_ASSERT_OK(simil_index_save(index, path));
+        simil_index *loaded;
+        SML_ASSERT_OK(simil_index_load(&loaded, path, "cpu"));
+        assert_int_equal(simil_index_size(loaded), N - 2);
+        assert_int_equal(simil_index_dim(loaded), D);
+        assert_int_equal(simil_index_metric(loaded), metrics[m]);
+        assert_string_equal(simil_index_description(loaded), "Flat");
+        float d1[NQ * K], d2[NQ * K];
+        int64_t l1[NQ * K], l2[NQ * K];
+        SML_ASSERT_OK(simil_index_search(index, NQ, base, K, NULL, d1, l1));
+        SML_ASSERT_OK(simil_index_search(loaded, NQ, base, K, NULL, d2, l2));
+        assert_memory_equal(l1, l2, sizeof l1);
+        assert_memory_equal(d1, d2, sizeof d1);
+        /* sequential numbering continues where the saved index stopped */
+        int64_t l3[1];
+        float d3[1];
+        SML_ASSERT_OK(simil_index_add(loaded, 1, base, NULL));
+        SML_ASSERT_OK(simil_index_add(index, 1, base, NULL));
+        SML_ASSERT_OK(simil_index_search(loaded, 1, base, 1, NULL, d3, l3));
+        SML_ASSERT_OK(simil_index_search(index, 1, base, 1, NULL, d1, l1));
+        assert_int_equal(l3[0], l1[0]);
+        simil_index_destroy(loaded);
+        simil_index_destroy(index);
+    }
+}
+
+static void test_empty_round_trip(void **state)
+{
+    (void)state;
+    simil_index *index, *loaded;
+    SML_ASSERT_OK(simil_index_create(&index, 3, "Flat", SIMIL_METRIC_L2, "cpu"));
+    const char *path = sml_test_path("empty.simil");
+    SML_ASSERT_OK(simil_index_save(index, path));
+    SML_ASSERT_OK(simil_index_load(&loaded, path, "cpu"));
+    assert_int_equal(simil_index_size(loaded), 0);
+    simil_index_destroy(loaded);
+    simil_index_destroy(index);
+}
+
+static void test_truncated_and_damaged(void **state)
+{
+    (void)state;
+    float base[N * D];
+    simil_index *index = make_index(SIMIL_METRIC_L2, base);
+    const char *good = sml_test_path("good.simil");
+    SML_ASSERT_OK(simil_index_save(index, good));
+    simil_index_destroy(index);
+    long size;
+    unsigned char *bytes = read_file(good, &size);
+    const char *bad = sml_test_path("bad.simil");
+    simil_index *loaded;
+    for (long cut = 0; cut < size; cut++) {
+        write_file(bad, bytes, cut);
+        loaded = (simil_index *)0x1;
+        simil_status s = simil_index_load(&loaded, bad, "cpu");
+        if (s != SIMIL_ERR_CORRUPT) fail_msg("cut at %ld of %ld: %s", cut, size, simil_status_name(s));
+        assert_null(loaded);
+    }
+    for (long at = 0; at < size; at++) {
+        unsigned char *copy = sml_test_malloc((size_t)size);
+        memcpy(copy, bytes, (size_t)size);
+        copy[at] ^= 0x5a;
+        write_file(bad, copy, size);
+        simil_status s = simil_index_load(&loaded, bad, "cpu");
+        if (s != SIMIL_ERR_CORRUPT) fail_msg("flip at %ld of %ld: %s", at, size, simil_status_name(s));
+        free(copy);
+    }
+    /* trailing garbage */
+    unsigned char *longer = sml_test_malloc((size_t)size + 3);
+    memcpy(longer, bytes, (size_t)size);
+    memset(longer + size, 0, 3);
+    write_file(bad, longer, size + 3);
+    SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_index_load(&loaded, bad, "cpu"));
+    free(longer);
+    free(bytes);
+    /* foreign and missing files */
+    write_file(bad, (const unsigned char *)"hello, this is not an index", 27);
+    SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_index_load(&loaded, bad, "cpu"));
+    assert_non_null(strstr(simil_last_error(), "not a simil index"));
+    SML_ASSERT_STATUS(SIMIL_ERR_IO, simil_index_load(&loaded, sml_test_path("missing"), "cpu"));
+    SML_ASSERT_STATUS(SIMIL_ERR_IO, simil_index_load(&loaded, sml_test_tmpdir(), "cpu"));
+}
+
+static void test_failed_save_keeps_old_file(void **state)
+{
+    (void)state;
+    float base[N * D];
+    simil_index *index = make_index(SIMIL_METRIC_L2, base);
+    const char *path = sml_test_path("keep.simil");
+    SML_ASSERT_OK(simil_index_save(index, path));
+    long size;
+    unsigned char *before = read_file(path, &size);
+    /* make the save fail part-way: a file size limit stops the write after
+     * 200 bytes (EFBIG), long before the new file is complete */
+    SML_ASSERT_OK(simil_index_add(index, N, base, NULL));
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old_limit, limit;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+    limit = old_limit;
+    limit.rlim_cur = 200;
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &limit), 0);
+    simil_status s = simil_index_save(index, path);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+    assert_int_equal(s, SIMIL_ERR_IO);
+    long after_size;
+    unsigned char *after = read_file(path, &after_size);
+    assert_int_equal(after_size, size);
+    assert_memory_equal(after, before, (size_t)size);
+    free(after);
+    /* an allocation failure at the start: also an error, old file intact */
+    for (int64_t fail_at = 1; fail_at <= 3; fail_at++) {
+        sml_alloc_fail_at(fail_at, 1);
+        s = simil_index_save(index, path);
+        sml_alloc_fail_at(0, 0);
+        assert_int_equal(s, SIMIL_ERR_OUT_OF_MEMORY);
+        after = read_file(path, &after_size);
+        assert_memory_equal(after, before, (size_t)size);
+        free(after);
+    }
+    /* a folder that does not exist: an I/O error, nothing written */
+    SML_ASSERT_STATUS(SIMIL_ERR_IO, simil_index_save(index, sml_test_path("no/such/dir.simil")));
+    /* no temporary files are left behind */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp-", sml_test_tmpdir());
+    assert_int_not_equal(system(cmd), 0);
+    free(before);
+    simil_index_destroy(index);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_empty_round_trip),
+        cmocka_unit_test(test_truncated_and_damaged),
+        cmocka_unit_test(test_failed_save_keeps_old_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,92 @@
+/* test_index_spec.c: the factory-string parser: what it accepts, how it
+ * normalizes, and the errors for what it refuses. */
+#include <string.h>
+
+#include "index/index_spec.h"
+#include "util/test_util.h"
+
+static void expect_parse(const char *desc, int64_t dim, const char *canonical)
+{
+    sml_index_spec spec;
+    simil_status s = sml_index_spec_parse(desc, dim, &spec);
+    if (s != SIMIL_OK) fail_msg("'%s' (dim %lld): %s", desc, (long long)dim, simil_last_error());
+    char out[128];
+    sml_index_spec_format(&spec, out, sizeof out);
+    if (strcmp(out, canonical) != 0) fail_msg("'%s' -> '%s', want '%s'", desc, out, canonical);
+}
+
+static void expect_error(const char *desc, int64_t dim, const char *fragment)
+{
+    sml_index_spec spec;
+    simil_status s = sml_index_spec_parse(desc, dim, &spec);
+    if (s != SIMIL_ERR_INVALID_ARGUMENT)
+        fail_msg("'%s' (dim %lld) gave %s", desc, (long long)dim, simil_status_name(s));
+    if (strstr(simil_last_error(), fragment) == NULL)
+        fail_msg("'%s': message '%s' lacks '%s'", desc, simil_last_error(), fragment);
+}
+
+static void test_accepts(void **state)
+{
+    (void)state;
+    expect_parse("Flat", 5, "Flat");
+    expect_parse(" IDMap , Flat ", 5, "Flat");
+    expect_parse("IVF4096,Flat", 96, "IVF4096,Flat");
+    expect_parse("IVF4096,PQ32", 96, "IVF4096,PQ32x8");
+    expect_parse("IVF256,PQ56x4", 784, "IVF256,PQ56x4");
+    expect_parse("OPQ32,IVF4096,PQ32", 128, "OPQ32_128,IVF4096,PQ32x8");
+    expect_parse("OPQ16_64,IVF1024,PQ16", 128, "OPQ16_64,IVF1024,PQ16x8");
+    expect_parse("XFBQ", 100, "XFBQ4x3");
+    expect_parse("XFBQ8x1", 100, "XFBQ8x1");
+    expect_parse("IVF1024,XFBQ", 100, "IVF1024,XFBQ4x3");
+    expect_parse("IVF4096,PQ32,Refine", 96, "IVF4096,PQ32x8,Refine");
+    expect_parse("PQ8,RFlat", 64, "PQ8x8,Refine");
+}
+
+static void test_refuses(void **state)
+{
+    (void)state;
+    expect_error("", 8, "empty");
+    expect_error("HNSW32", 8, "HNSW32");
+    expect_error("IVF,Flat", 8, "IVF<number");
+    expect_error("IVF0,Flat", 8, "IVF<number");
+    expect_error("IVF-5,Flat", 8, "IVF<number");
+    expect_error("IVF12x,Flat", 8, "IVF<number");
+    expect_error("IVF99999999999999999999,Flat", 8, "IVF<number");
+    expect_error("IVF16", 8, "no encoding");
+    expect_error("PQ7", 96, "divide");
+    expect_error("PQ8x9", 96, "4 to 8 bits");
+    expect_error("PQ8x3", 96, "4 to 8 bits");
+    expect_error("PQ256", 256, "exceed 128 bytes");
+    expect_error("XFBQ9x3", 64, "1 to 8");
+    expect_error("XFBQ4", 64, "XFBQ<query bits>");
+    expect_error("OPQ16,IVF10,Flat", 64, "OPQ needs a PQ");
+    expect_error("OPQ16_128,PQ16", 64, "larger than the input");
+    expect_error("OPQ5,PQ5", 64, "OPQ5 must divide");
+    expect_error("Flat,Refine", 64, "already exact");
+    expect_error("Flat,IVF10", 64, "unexpected 'IVF10'");
+    expect_error("IVF10,IVF10,Flat", 64, "not an encoding");
+    expect_error("Flat,Flat,Flat,Flat,Flat,Flat,Flat,Flat,Flat", 64, "too many");
+    sml_index_spec spec;
+    assert_int_equal(sml_index_spec_parse(NULL, 8, &spec), SIMIL_ERR_INVALID_ARGUMENT);
+}
+
+static void test_create_reports_unsupported(void **state)
+{
+    (void)state;
+    /* valid descriptions that this version cannot build yet say so */
+    simil_index *index = NULL;
+    simil_status s = simil_index_create(&index, 96, "IVF4096,PQ32", SIMIL_METRIC_L2, "cpu");
+    assert_int_equal(s, SIMIL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(simil_last_error(), "IVF4096,PQ32"));
+    assert_null(index);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accepts),
+        cmocka_unit_test(test_refuses),
+        cmocka_unit_test(test_create_reports_unsupported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

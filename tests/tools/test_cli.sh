@@ -1,0 +1,445 @@
+#!/usr/bin/env bash
+# tests/tools/test_cli.sh: end-to-end tests of the simil tool.
+#
+#   bash test_cli.sh PATH/TO/simil GROUP
+#
+# GROUP is one of usage, gen, flat, ivf, errors (or all).  Results are checked
+# against oracles written here in Python (the generators of BENCHMARKS.md,
+# exact k-NN in float64), not against the tool's own output.  Every failure
+# prints the command, its exit status and its stderr; the script exits 1 if
+# anything failed, and 77 (CTest's "skipped") when a group needs an index
+# type this library does not build.
+set -u
+
+SIMIL=$1
+GROUP=${2:-all}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+FAILS=0
+SKIPPED=0
+
+fail() { echo "FAIL [$GROUP]: $*" >&2; FAILS=$((FAILS + 1)); }
+
+# run CMD...: stdout to $TMP/out, stderr to $TMP/err, exit status in $RC.
+run() { LAST="$*"; "$@" >"$TMP/out" 2>"$TMP/err"; RC=$?; }
+
+# expect STATUS CMD...: run CMD and check its exit status.
+expect() {
+    local want=$1; shift
+    run "$@"
+    [ "$RC" -eq "$want" ] || fail "'$LAST' exited $RC, want $want; stderr: $(head -c 600 "$TMP/err")"
+}
+
+# The last command's stderr (or stdout) must contain the fixed string.
+err_has() { grep -qF -- "$1" "$TMP/err" || fail "stderr of '$LAST' lacks '$1': $(head -c 600 "$TMP/err")"; }
+out_has() { grep -qF -- "$1" "$TMP/out" || fail "stdout of '$LAST' lacks '$1': $(head -c 600 "$TMP/out")"; }
+
+size_is() {
+    local got
+    got=$(stat -c %s "$1" 2>/dev/null || echo missing)
+    [ "$got" = "$2" ] || fail "$1 has size $got, want $2 (after '$LAST')"
+}
+
+# py CODE ARGS...: run Python with the helpers below; a failed check exits 1.
+py() {
+    local code=$1; shift
+    "${PYTHON:-python3}" -c "$PYLIB
+$code" "$@" || fail "python check failed after '$LAST' (args: $*)"
+}
+
+PYLIB='
+import json, math, struct, sys
+M = (1 << 64) - 1
+
+def check(cond, msg):
+    if not cond:
+        print("check failed: " + msg, file=sys.stderr)
+        sys.exit(1)
+
+def read_vecs(path, code):
+    data, rows, off = open(path, "rb").read(), [], 0
+    while off < len(data):
+        d = struct.unpack_from("<i", data, off)[0]
+        rows.append(list(struct.unpack_from("<%d%s" % (d, code), data, off + 4)))
+        off += 4 + 4 * d
+    return rows
+
+def write_vecs(path, rows, code):
+    with open(path, "wb") as f:
+        for r in rows:
+            f.write(struct.pack("<i%d%s" % (len(r), code), len(r), *r))
+
+def read_npy(path):
+    data = open(path, "rb").read()
+    check(data[:6] == b"\x93NUMPY", path + ": no npy magic")
+    major = data[6]
+    hlen = struct.unpack_from("<H" if major == 1 else "<I", data, 8)[0]
+    start = (10 if major == 1 else 12) + hlen
+    header = eval(data[(10 if major == 1 else 12):start].decode("latin1"))
+    check(start % 16 == 0, path + ": data not aligned")
+    code = {"<f4": "f", "<i4": "i", "<i8": "q"}[header["descr"]]
+    shape = header["shape"]
+    rows, cols = shape[0], (shape[1] if len(shape) > 1 else 1)
+    vals = struct.unpack_from("<%d%s" % (rows * cols, code), data, start)
+    check(len(data) == start + rows * cols * struct.calcsize(code), path + ": size")
+    return header["descr"], [list(vals[i * cols:(i + 1) * cols]) for i in range(rows)]
+
+def write_npy(path, rows, descr, code):
+    h = "{\x27descr\x27: \x27%s\x27, \x27fortran_order\x27: False, \x27shape\x27: (%d, %d), }" % (
+        descr, len(rows), len(rows[0]))
+    h += " " * (63 - (10 + len(h)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode("latin1"))
+        for r in rows:
+            f.write(struct.pack("<%d%s" % (len(r), code), *r))
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+def sm64(x):
+    x = (x + 0x9e3779b97f4a7c15) & M
+    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & M
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & M
+    return x ^ (x >> 31)
+
+def u01(h):
+    return f32((h >> 40) + 0.5) / 16777216.0
+
+def uniform(first, n, d, seed):
+    return [[u01(sm64((seed * 0x100000001b3 + i * d + j) & M)) for j in range(d)]
+            for i in range(first, first + n)]
+
+def gauss(s):
+    u1, u2 = u01(sm64(s)), u01(sm64(s ^ 0x5555555555555555))
+    return math.sqrt(-2 * math.log(u1)) * math.cos(f32(f32(6.2831853) * u2))
+
+def mix(first, n, d, seed):
+    out = []
+    for i in range(first, first + n):
+        c = sm64(seed ^ ((i * 0x632be59bd9b4e019) & M)) % 1024
+        out.append([gauss((0xabcdef + c * d + j) & M)
+                    + 0.5 * gauss((seed * 0x100000001b3 + i * d + j + 7) & M)
+                    for j in range(d)])
+    return out
+
+def knn(base, queries, k, metric):
+    """Exact k-NN in float64: per query a list of (distance, id), best first."""
+    res = []
+    for q in queries:
+        if metric == "l2":
+            s = sorted((sum((a - b) ** 2 for a, b in zip(q, x)), i) for i, x in enumerate(base))
+        else:
+            s = sorted((-sum(a * b for a, b in zip(q, x)), i) for i, x in enumerate(base))
+            s = [(-dist, i) for dist, i in s]
+        res.append(s[:k])
+    return res
+'
+
+# Write uniform data through the tool: gen_uniform FILE N DIM SEED.
+gen_uniform() {
+    expect 0 "$SIMIL" gen --kind uniform --n "$2" --dim "$3" --seed "$4" --out "$1"
+}
+
+# ---------------------------------------------------------------- usage
+test_usage() {
+    expect 0 "$SIMIL" --help
+    for c in gen build search info; do out_has "  $c "; done
+    expect 0 "$SIMIL" --version
+    grep -Eq '^simil [0-9]+\.[0-9]+\.[0-9]+' "$TMP/out" || fail "--version printed: $(cat "$TMP/out")"
+    for c in gen build search info; do
+        expect 0 "$SIMIL" "$c" --help
+        out_has "usage: simil $c"
+        expect 0 "$SIMIL" "$c" -h
+        out_has "usage: simil $c"
+    done
+    expect 2 "$SIMIL"
+    err_has "usage: simil"
+}
+
+# ---------------------------------------------------------------- gen
+test_gen() {
+    local rowb=$((4 + 4 * 17))
+    gen_uniform "$TMP/u.fvecs" 300 17 5
+    size_is "$TMP/u.fvecs" $((300 * rowb))
+    py '
+rows = read_vecs(sys.argv[1], "f")
+want = uniform(0, 300, 17, 5)
+check(len(rows) == 300, "rows %d" % len(rows))
+for i, (r, w) in enumerate(zip(rows, want)):
+    check(r == w, "uniform(300, 17, seed 5) row %d: got %s want %s" % (i, r[:3], w[:3]))
+' "$TMP/u.fvecs"
+
+    # Same seed, same bytes; another seed, other bytes; --first continues the set.
+    gen_uniform "$TMP/u2.fvecs" 300 17 5
+    cmp -s "$TMP/u.fvecs" "$TMP/u2.fvecs" || fail "gen is not deterministic"
+    gen_uniform "$TMP/u3.fvecs" 300 17 6
+    cmp -s "$TMP/u.fvecs" "$TMP/u3.fvecs" && fail "seeds 5 and 6 gave the same data"
+    expect 0 "$SIMIL" gen --kind uniform --first 100 --n 200 --dim 17 --seed 5 --out "$TMP/tail.fvecs"
+    size_is "$TMP/tail.fvecs" $((200 * rowb))
+    tail -c +$((100 * rowb + 1)) "$TMP/u.fvecs" | cmp -s - "$TMP/tail.fvecs" ||
+        fail "--first 100 --n 200 differs from rows 100..299"
+
+    # mix: .fvecs and .npy hold the same floats, close to the float64 oracle.
+    expect 0 "$SIMIL" gen --kind mix --n 64 --dim 9 --seed 11 --out "$TMP/m.fvecs"
+    size_is "$TMP/m.fvecs" $((64 * (4 + 36)))
+    expect 0 "$SIMIL" gen --kind=mix --n=64 --dim=9 --seed=11 --out="$TMP/m.npy"
+    py '
+a = read_vecs(sys.argv[1], "f")
+descr, b = read_npy(sys.argv[2])
+check(descr == "<f4", "npy dtype " + descr)
+check(len(b) == 64 and len(b[0]) == 9, "npy shape %dx%d" % (len(b), len(b[0])))
+check(a == b, ".fvecs and .npy differ")
+want = mix(0, 64, 9, 11)
+for i in range(64):
+    for j in range(9):
+        check(abs(a[i][j] - want[i][j]) <= 1e-4 * (1 + abs(want[i][j])),
+              "mix(64, 9, seed 11)[%d][%d] = %r, want %r" % (i, j, a[i][j], want[i][j]))
+' "$TMP/m.fvecs" "$TMP/m.npy"
+}
+
+# ---------------------------------------------------------------- flat
+# oracle_check BASE QUERIES LABELS DISTANCES METRIC K: the results match the
+# float64 oracle, allowing near-ties (1e-4 relative) to come in either order.
+oracle_check() {
+    py '
+base, queries = read_vecs(sys.argv[1], "f"), read_vecs(sys.argv[2], "f")
+labels, dists = read_vecs(sys.argv[3], "i"), read_vecs(sys.argv[4], "f")
+metric, k = sys.argv[5], int(sys.argv[6])
+check(len(labels) == len(queries) and len(dists) == len(queries), "result rows")
+def close(a, b):
+    return abs(a - b) <= 1e-4 * max(1.0, abs(b))
+for q, want in enumerate(knn(base, queries, k, metric)):
+    ctx = "%s query %d: ids %s, want %s" % (metric, q, labels[q], [i for _, i in want])
+    check(len(labels[q]) == k and len(set(labels[q])) == k, ctx)
+    for r, (got_id, got_d, (d, i)) in enumerate(zip(labels[q], dists[q], want)):
+        check(close(got_d, d), ctx + "; rank %d distance %r, want %r" % (r, got_d, d))
+        true_d = knn([base[got_id]], [queries[q]], 1, metric)[0][0][0]
+        check(got_id == i or close(true_d, d), ctx + "; rank %d" % r)
+' "$@"
+}
+
+test_flat() {
+    gen_uniform "$TMP/base.fvecs" 2000 24 1
+    gen_uniform "$TMP/q.fvecs" 50 24 2
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index Flat --device cpu --out "$TMP/flat.idx"
+    err_has "Flat"
+    err_has "2000"
+    grep -q $'\r' "$TMP/err" && fail "progress printed although stderr is not a terminal"
+    if command -v script >/dev/null; then
+        # On a terminal the add stage reports at least its end.
+        run script -qec "'$SIMIL' build --data '$TMP/base.fvecs' --index Flat --out '$TMP/tty.idx'" \
+            /dev/null
+        out_has $'\radd 2000/2000 (100%)'
+    fi
+
+    expect 0 "$SIMIL" info "$TMP/flat.idx"
+    out_has "description: Flat"
+    out_has "metric: l2"
+    out_has "dim: 24"
+    out_has "size: 2000"
+    out_has "trained: yes"
+    out_has "file size: $(stat -c %s "$TMP/flat.idx") bytes"
+    out_has "built with CUDA: "
+    out_has "GPUs: "
+
+    # Exact search, checked against the float64 oracle; the ids become ground truth.
+    expect 0 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q.fvecs" -k 10 \
+        --device cpu --out "$TMP/gt.ivecs" --distances "$TMP/d.fvecs" --json
+    size_is "$TMP/gt.ivecs" $((50 * (4 + 40)))
+    size_is "$TMP/d.fvecs" $((50 * (4 + 40)))
+    py '
+r = json.load(sys.stdin)
+for key in ("backend", "n_queries", "k", "seconds", "qps"):
+    check(key in r, "json lacks " + key)
+check(r["n_queries"] == 50 and r["k"] == 10, "json %r" % r)
+check(r["seconds"] > 0 and r["qps"] > 0, "json %r" % r)
+check("r_at_1" not in r and "recall_at_k" not in r, "recall without --gt: %r" % r)
+' <"$TMP/out"
+    oracle_check "$TMP/base.fvecs" "$TMP/q.fvecs" "$TMP/gt.ivecs" "$TMP/d.fvecs" l2 10
+
+    expect 0 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q.fvecs" -k10 \
+        --gt "$TMP/gt.ivecs" --json --repeat 3 --threads 1
+    py '
+r = json.load(sys.stdin)
+check(r["r_at_1"] == 1.0 and r["recall_at_k"] == 1.0, "Flat against its own ids: %r" % r)
+' <"$TMP/out"
+    expect 0 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q.fvecs" --k=10 --gt "$TMP/gt.ivecs"
+    out_has "backend: "
+    out_has "queries: 50  k: 10"
+    out_has "QPS: "
+    out_has "R@1: 1.0000  recall@10: 1.0000"
+
+    # Known recall: even queries keep true ranks 0-4 and get ranks 15-19,
+    # odd queries get ranks 15-24 only: R@1 = 0.5, recall@10 = 0.25.
+    py '
+base, queries = read_vecs(sys.argv[1], "f"), read_vecs(sys.argv[2], "f")
+ranks = [[i for _, i in r] for r in knn(base, queries, 25, "l2")]
+rows = [r[:5] + r[15:20] if q % 2 == 0 else r[15:25] for q, r in enumerate(ranks)]
+write_npy(sys.argv[3], rows, "<i8", "q")
+' "$TMP/base.fvecs" "$TMP/q.fvecs" "$TMP/fake_gt.npy"
+    expect 0 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q.fvecs" -k 10 \
+        --gt "$TMP/fake_gt.npy" --json
+    py '
+r = json.load(sys.stdin)
+check(abs(r["r_at_1"] - 0.5) < 1e-9 and abs(r["recall_at_k"] - 0.25) < 1e-9,
+      "want R@1 0.5, recall 0.25: %r" % r)
+' <"$TMP/out"
+
+    # Ground truth that does not fit: fewer columns than k, other row count.
+    expect 0 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q.fvecs" -k 5 --out "$TMP/gt5.ivecs"
+    expect 1 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q.fvecs" -k 10 --gt "$TMP/gt5.ivecs"
+    err_has "gt5.ivecs"
+    gen_uniform "$TMP/q7.fvecs" 7 24 3
+    expect 1 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q7.fvecs" -k 5 --gt "$TMP/gt5.ivecs"
+    err_has "gt5.ivecs"
+
+    # Every base vector finds itself first; ids as int64 .npy.
+    expect 0 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/base.fvecs" -k 1 \
+        --out "$TMP/self.npy" --distances "$TMP/self_d.npy"
+    py '
+descr, ids = read_npy(sys.argv[1])
+check(descr == "<i8", "ids dtype " + descr)
+check(ids == [[i] for i in range(2000)], "self search ids wrong")
+descr, d = read_npy(sys.argv[2])
+check(descr == "<f4" and all(abs(r[0]) < 1e-5 for r in d), "self distances not 0")
+' "$TMP/self.npy" "$TMP/self_d.npy"
+
+    # Inner product, and a dimension that matches no SIMD width.
+    gen_uniform "$TMP/base7.fvecs" 500 7 4
+    expect 0 "$SIMIL" build --data "$TMP/base7.fvecs" --index Flat --metric ip --out "$TMP/ip.idx"
+    expect 0 "$SIMIL" info "$TMP/ip.idx"
+    out_has "metric: ip"
+    gen_uniform "$TMP/q7d.fvecs" 9 7 3
+    expect 0 "$SIMIL" search --index "$TMP/ip.idx" --queries "$TMP/q7d.fvecs" -k 4 \
+        --out "$TMP/ip.ivecs" --distances "$TMP/ip_d.fvecs"
+    oracle_check "$TMP/base7.fvecs" "$TMP/q7d.fvecs" "$TMP/ip.ivecs" "$TMP/ip_d.fvecs" ip 4
+}
+
+# ---------------------------------------------------------------- ivf
+test_ivf() {
+    gen_uniform "$TMP/base.fvecs" 3000 16 1
+    gen_uniform "$TMP/train.fvecs" 1000 16 9
+    gen_uniform "$TMP/q.fvecs" 40 16 2
+    py '
+base, queries = read_vecs(sys.argv[1], "f"), read_vecs(sys.argv[2], "f")
+write_vecs(sys.argv[3], [[i for _, i in r] for r in knn(base, queries, 10, "l2")], "i")
+' "$TMP/base.fvecs" "$TMP/q.fvecs" "$TMP/gt.ivecs"
+
+    run "$SIMIL" build --data "$TMP/base.fvecs" --index IVF8,Flat --train "$TMP/train.fvecs" \
+        --max-train 800 --device cpu --out "$TMP/ivf.idx"
+    if [ "$RC" -eq 1 ] && grep -qiE "unsupported|not built|only Flat" "$TMP/err"; then
+        echo "SKIP: this library has no IVF8,Flat: $(cat "$TMP/err")"
+        SKIPPED=1
+        return
+    fi
+    [ "$RC" -eq 0 ] || fail "'$LAST' exited $RC, want 0; stderr: $(head -c 600 "$TMP/err")"
+    err_has "IVF8,Flat"
+    expect 0 "$SIMIL" info "$TMP/ivf.idx"
+    out_has "description: IVF8,Flat"
+    out_has "size: 3000"
+    out_has "trained: yes"
+    # Visiting all 8 lists is exact search (up to float32 near-ties at rank 10).
+    expect 0 "$SIMIL" search --index "$TMP/ivf.idx" --queries "$TMP/q.fvecs" -k 10 --nprobe 8 \
+        --gt "$TMP/gt.ivecs" --json
+    py '
+r = json.load(sys.stdin)
+check(r.get("nprobe") == 8, "json nprobe: %r" % r)
+check(r["r_at_1"] == 1.0 and r["recall_at_k"] >= 0.995, "IVF8,Flat nprobe 8: %r" % r)
+' <"$TMP/out"
+
+    # Trained on the data itself, capped.
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index IVF8,Flat --max-train 500 --out "$TMP/ivf2.idx"
+    expect 0 "$SIMIL" search --index "$TMP/ivf2.idx" --queries "$TMP/q.fvecs" -k 10 --nprobe 8 \
+        --gt "$TMP/gt.ivecs" --json
+    py '
+r = json.load(sys.stdin)
+check(r["recall_at_k"] >= 0.995, "IVF8,Flat trained on data, nprobe 8: %r" % r)
+' <"$TMP/out"
+
+    # Training vectors of another dimension are refused.
+    gen_uniform "$TMP/train5.fvecs" 100 5 9
+    expect 1 "$SIMIL" build --data "$TMP/base.fvecs" --index IVF8,Flat --train "$TMP/train5.fvecs" \
+        --out "$TMP/bad.idx"
+    err_has "train5.fvecs"
+}
+
+# ---------------------------------------------------------------- errors
+test_errors() {
+    gen_uniform "$TMP/base.fvecs" 100 8 1
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index Flat --device cpu --out "$TMP/flat.idx"
+    local S=("$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/base.fvecs")
+    local Q=("$SIMIL" search --index "$TMP/flat.idx" --queries)
+
+    # Usage errors: exit 2, naming what was wrong.
+    expect 2 "$SIMIL" bogus;                err_has "bogus"
+    expect 2 "$SIMIL" --bogus;              err_has "--bogus"
+    expect 2 "${S[@]}" -k 5 --bogus;        err_has "--bogus"
+    expect 2 "${S[@]}" -k 5 --bogus=3;      err_has "--bogus"
+    expect 2 "${S[@]}" -k 10x;              err_has "10x"
+    expect 2 "${S[@]}" -k 0;                err_has "-k"
+    expect 2 "${S[@]}" -k -5;               err_has "-k"
+    expect 2 "${S[@]}" -k "";               err_has "-k"
+    expect 2 "${S[@]}" -k 99999999999999999999; err_has "-k"
+    expect 2 "${S[@]}" -k;                  err_has "-k"
+    expect 2 "${S[@]}";                     err_has "-k"
+    expect 2 "${S[@]}" -k 5 --nprobe 1.5;   err_has "--nprobe"
+    expect 2 "${S[@]}" -k 5 --json=1;       err_has "--json"
+    expect 2 "${S[@]}" -k 5 --out "$TMP/ids.txt";  err_has "ids.txt"
+    expect 2 "${S[@]}" -k 5 --device tpu;   err_has "tpu"
+    expect 2 "${S[@]}" -k 5 stray;          err_has "stray"
+    err_has "simil search: "
+    expect 2 "$SIMIL" gen --kind uniform --n -5 --dim 4 --seed 1 --out "$TMP/x.fvecs"; err_has "--n"
+    expect 2 "$SIMIL" gen --kind normal --n 5 --dim 4 --seed 1 --out "$TMP/x.fvecs";  err_has "normal"
+    expect 2 "$SIMIL" gen --kind uniform --n 5 --dim 4 --seed 1;  err_has "--out"
+    expect 2 "$SIMIL" build --data "$TMP/base.fvecs" --index Flat --metric hamming --out "$TMP/x.idx"
+    err_has "hamming"
+    expect 2 "$SIMIL" info;                 err_has "simil info: "
+    expect 2 "$SIMIL" info "$TMP/flat.idx" extra; err_has "extra"
+
+    # Runtime errors: exit 1, naming the file.
+    expect 1 "$SIMIL" build --data "$TMP/nope.fvecs" --index Flat --out "$TMP/x.idx"
+    err_has "nope.fvecs"
+    err_has "simil build: "
+    expect 1 "$SIMIL" search --index "$TMP/missing.idx" --queries "$TMP/base.fvecs" -k 1
+    err_has "missing.idx"
+    expect 1 "${Q[@]}" "$TMP/absent.fvecs" -k 1
+    err_has "absent.fvecs"
+    expect 1 "$SIMIL" info "$TMP/missing.idx"
+    err_has "missing.idx"
+    expect 1 "${S[@]}" -k 1 --gt "$TMP/nogt.ivecs"
+    err_has "nogt.ivecs"
+    head -c 1000 /dev/urandom >"$TMP/junk.idx"
+    expect 1 "$SIMIL" info "$TMP/junk.idx"
+    head -c 100 "$TMP/flat.idx" >"$TMP/short.idx"
+    expect 1 "$SIMIL" info "$TMP/short.idx"
+    expect 1 "$SIMIL" build --data "$TMP/base.fvecs" --index NotAnIndex --out "$TMP/x.idx"
+    err_has "NotAnIndex"
+    gen_uniform "$TMP/q5.fvecs" 3 5 2
+    expect 1 "${Q[@]}" "$TMP/q5.fvecs" -k 1
+    err_has "q5.fvecs"
+    [ -e "$TMP/x.idx" ] && fail "a failed build left $TMP/x.idx"
+
+    # Asking for a GPU where there is none fails, with a hint.
+    expect 0 "$SIMIL" info "$TMP/flat.idx"
+    local gpus
+    gpus=$(sed -n 's/^GPUs: //p' "$TMP/out")
+    if [ "$gpus" = 0 ]; then
+        expect 1 "${S[@]}" -k 1 --device gpu
+        err_has "--device cpu"
+        expect 1 "$SIMIL" build --data "$TMP/base.fvecs" --index Flat --device gpu:0 --out "$TMP/g.idx"
+        err_has "--device cpu"
+    elif [ -n "$gpus" ]; then
+        echo "note: $gpus GPU(s) present, the failure of --device gpu is not tested"
+    else
+        fail "simil info printed no 'GPUs: N' line"
+    fi
+}
+
+case $GROUP in
+    usage | gen | flat | ivf | errors) "test_$GROUP" ;;
+    all) for g in usage gen flat ivf errors; do GROUP=$g; "test_$g"; done ;;
+    *) echo "unknown group $GROUP" >&2; exit 2 ;;
+esac
+[ "$FAILS" -eq 0 ] || { echo "$FAILS check(s) failed in group $GROUP" >&2; exit 1; }
+[ "$SKIPPED" -eq 0 ] || exit 77
+echo "ok: $GROUP"

@@ -1,0 +1,197 @@
+/* test_util.c: seeded data, the float64 reference search, result checks. */
+#define _GNU_SOURCE
+#include "util/test_util.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint64_t sml_test_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+void sml_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double u = (double)(sml_test_mix(seed * 0x100000001b3ull + (uint64_t)i) >> 11) * 0x1p-53;
+        x[i] = lo + (float)u * (hi - lo);
+    }
+}
+
+void *sml_test_malloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    assert_non_null(p);
+    return p;
+}
+
+double sml_test_distance(const float *a, const float *b, int64_t dim, simil_metric metric)
+{
+    double s = 0;
+    for (int64_t j = 0; j < dim; j++) {
+        if (metric == SIMIL_METRIC_L2) {
+            double d = (double)a[j] - (double)b[j];
+            s += d * d;
+        } else {
+            s += (double)a[j] * (double)b[j];
+        }
+    }
+    return s;
+}
+
+typedef struct {
+    double key;
+    int64_t pos;
+} sml_test_pair;
+
+static int sml_test_pair_cmp(const void *pa, const void *pb)
+{
+    const sml_test_pair *a = pa, *b = pb;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+void sml_test_reference_knn(const float *base, int64_t n, const float *queries, int64_t nq,
+                            int64_t dim, int64_t k, simil_metric metric, double *distances,
+                            int64_t *labels)
+{
+    sml_test_pair *pairs = sml_test_malloc(sizeof *pairs * (size_t)(n ? n : 1));
+    double sign = metric == SIMIL_METRIC_L2 ? 1.0 : -1.0;
+    for (int64_t q = 0; q < nq; q++) {
+        for (int64_t i = 0; i < n; i++) {
+            pairs[i].key = sign * sml_test_distance(queries + q * dim, base + i * dim, dim, metric);
+            pairs[i].pos = i;
+        }
+        qsort(pairs, (size_t)n, sizeof *pairs, sml_test_pair_cmp);
+        for (int64_t j = 0; j < k; j++) {
+            if (j < n) {
+                distances[q * k + j] = sign * pairs[j].key;
+                labels[q * k + j] = pairs[j].pos;
+            } else {
+                distances[q * k + j] = sign * INFINITY;
+                labels[q * k + j] = -1;
+            }
+        }
+    }
+    free(pairs);
+}
+
+static int sml_test_close(double a, double b, double rel_tol, double scale)
+{
+    if (isinf(a) || isinf(b)) return a == b;
+    double m = fmax(fmax(fabs(a), fabs(b)), scale);
+    return fabs(a - b) <= rel_tol * m;
+}
+
+void sml_test_check_knn(const char *context, const float *base, int64_t n,
+                        const float *queries, int64_t nq, int64_t dim, int64_t k,
+                        simil_metric metric, const float *distances, const int64_t *labels,
+                        double rel_tol)
+{
+    /* one rank more than asked, to see whether the last rank is tied */
+    int64_t kr = k + 1;
+    double *ref_d = sml_test_malloc(sizeof *ref_d * (size_t)(nq * kr));
+    int64_t *ref_l = sml_test_malloc(sizeof *ref_l * (size_t)(nq * kr));
+    sml_test_reference_knn(base, n, queries, nq, dim, kr, metric, ref_d, ref_l);
+    char *seen = sml_test_malloc((size_t)(n ? n : 1));
+    double max_norm2 = 0;
+    for (int64_t i = 0; i < n; i++)
+        max_norm2 = fmax(max_norm2, sml_test_distance(base + i * dim, base + i * dim, dim,
+                                                      SIMIL_METRIC_IP));
+    for (int64_t q = 0; q < nq; q++) {
+        /* Distances of near neighbours can be far smaller than the norms
+         * they are computed from (GEMM form), so the tolerance is relative to
+         * the norms' scale as well as to the distance itself. */
+        double qn = sml_test_distance(queries + q * dim, queries + q * dim, dim, SIMIL_METRIC_IP);
+        double scale = 0.1 * (metric == SIMIL_METRIC_L2 ? qn + max_norm2 : sqrt(qn * max_norm2));
+        memset(seen, 0, (size_t)(n ? n : 1));
+        for (int64_t j = 0; j < k; j++) {
+            int64_t got = labels[q * k + j];
+            double gd = distances[q * k + j], rd = ref_d[q * kr + j];
+            if (j >= n) {
+                if (got != -1 || !isinf(gd))
+                    fail_msg("%s: query %lld rank %lld past n=%lld: label %lld dist %g, want -1 inf",
+                             context, (long long)q, (long long)j, (long long)n, (long long)got, gd);
+                continue;
+            }
+            if (!sml_test_close(gd, rd, rel_tol, scale))
+                fail_msg("%s: query %lld rank %lld: distance %.9g, reference %.9g", context,
+                         (long long)q, (long long)j, gd, rd);
+            if (got < 0 || got >= n)
+                fail_msg("%s: query %lld rank %lld: label %lld out of [0,%lld)", context,
+                         (long long)q, (long long)j, (long long)got, (long long)n);
+            if (seen[got])
+                fail_msg("%s: query %lld: label %lld returned twice", context, (long long)q,
+                         (long long)got);
+            seen[got] = 1;
+            double true_d = sml_test_distance(queries + q * dim, base + got * dim, dim, metric);
+            if (!sml_test_close(gd, true_d, rel_tol, scale))
+                fail_msg("%s: query %lld rank %lld: label %lld has distance %.9g, returned %.9g",
+                         context, (long long)q, (long long)j, (long long)got, true_d, gd);
+            int tie = (j > 0 && sml_test_close(rd, ref_d[q * kr + j - 1], rel_tol, scale)) ||
+                      (j + 1 < n && sml_test_close(rd, ref_d[q * kr + j + 1], rel_tol, scale));
+            if (!tie && got != ref_l[q * kr + j])
+                fail_msg("%s: query %lld rank %lld: label %lld, reference %lld (no tie)", context,
+                         (long long)q, (long long)j, (long long)got, (long long)ref_l[q * kr + j]);
+        }
+    }
+    free(seen);
+    free(ref_d);
+    free(ref_l);
+}
+
+void sml_test_normalize(float *x, int64_t n, int64_t dim)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double s = 0;
+        for (int64_t j = 0; j < dim; j++) s += (double)x[i * dim + j] * x[i * dim + j];
+        if (s == 0) continue;
+        float inv = (float)(1.0 / sqrt(s));
+        for (int64_t j = 0; j < dim; j++) x[i * dim + j] *= inv;
+    }
+}
+
+static char sml_test_dir[256];
+
+static int sml_test_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void sml_test_cleanup(void)
+{
+    if (sml_test_dir[0]) nftw(sml_test_dir, sml_test_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *sml_test_tmpdir(void)
+{
+    if (!sml_test_dir[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(sml_test_dir, sizeof sml_test_dir, "%s/simil-test-XXXXXX", base ? base : "/tmp");
+        if (mkdtemp(sml_test_dir) == NULL) {
+            fprintf(stderr, "cannot create a temporary folder\n");
+            exit(1);
+        }
+        atexit(sml_test_cleanup);
+    }
+    return sml_test_dir;
+}
+
+const char *sml_test_path(const char *name)
+{
+    static char slots[8][512];
+    static int next;
+    char *p = slots[next++ % 8];
+    snprintf(p, 512, "%s/%s", sml_test_tmpdir(), name);
+    return p;
+}

@@ -1,0 +1,69 @@
+/* test_util.h: helpers shared by the test programs.
+ *
+ * Random data comes from a seeded splitmix64 so every failure can be replayed;
+ * tests print their seed and shape when they fail (SML_TEST_CONTEXT).  The
+ * reference k-NN is a plain float64 loop: the oracle for every index. */
+#ifndef SML_TEST_UTIL_H
+#define SML_TEST_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "simil/simil.h"
+
+/* Fill n floats with values uniform in [lo, hi). */
+void sml_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi);
+
+/* malloc that fails the test on NULL. */
+void *sml_test_malloc(size_t bytes);
+
+/* Float64 reference search: for each query the k best (distance, position)
+ * pairs, sorted by distance then position, distance +-inf and label -1 past n.
+ * metric is L2 or IP (cosine must be normalized by the caller). */
+void sml_test_reference_knn(const float *base, int64_t n, const float *queries, int64_t nq,
+                            int64_t dim, int64_t k, simil_metric metric, double *distances,
+                            int64_t *labels);
+
+/* Exact float64 distance between two vectors under metric (L2 or IP). */
+double sml_test_distance(const float *a, const float *b, int64_t dim, simil_metric metric);
+
+/* Check search results against the reference, tolerating ties:
+ * every returned distance matches the reference distance at the same rank
+ * within rel_tol (relative to max(|ref|, scale)), every returned label is a
+ * valid position whose true distance matches the returned one, no label
+ * repeats, and labels equal the reference where neighbouring reference
+ * distances are not within tolerance of each other.  Fails the test with
+ * context on the first mismatch. */
+void sml_test_check_knn(const char *context, const float *base, int64_t n,
+                        const float *queries, int64_t nq, int64_t dim, int64_t k,
+                        simil_metric metric, const float *distances, const int64_t *labels,
+                        double rel_tol);
+
+/* Normalize rows in place (zero rows stay zero). */
+void sml_test_normalize(float *x, int64_t n, int64_t dim);
+
+/* A fresh temporary folder for this test program; removed at exit. */
+const char *sml_test_tmpdir(void);
+/* tmpdir + "/" + name, in a static buffer rotated over 8 slots. */
+const char *sml_test_path(const char *name);
+
+/* Assert a simil call returned the expected status; on mismatch print the
+ * call, both status names and the library's message. */
+#define SML_ASSERT_STATUS(expected, call)                                              \
+    do {                                                                               \
+        simil_status sml_got_ = (call);                                                \
+        if (sml_got_ != (expected)) {                                                  \
+            fail_msg("%s returned %s (%s), expected %s", #call, simil_status_name(sml_got_), \
+                     simil_last_error(), simil_status_name(expected));                 \
+        }                                                                              \
+    } while (0)
+
+#define SML_ASSERT_OK(call) SML_ASSERT_STATUS(SIMIL_OK, call)
+
+/* Exit code CTest reads as "skipped" (SKIP_RETURN_CODE). */
+#define SML_TEST_SKIP 77
+
+#endif

@@ -1,0 +1,370 @@
+/* tools/cli.c: helpers shared by the simil subcommands (see cli.h): the
+ * option parser, checked numbers, error messages and exit codes, the
+ * progress line on a terminal, the clock, and the recall measures. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *cli_command = "";
+
+void cli_set_command(const char *name) { cli_command = name; }
+
+/* ---- errors ---- */
+
+static void cli_vreport(const char *fmt, va_list ap)
+{
+    fprintf(stderr, "simil%s%s: ", *cli_command ? " " : "", cli_command);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+int cli_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cli_vreport(fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "Try 'simil%s%s --help'.\n", *cli_command ? " " : "", cli_command);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cli_vreport(fmt, ap);
+    va_end(ap);
+    return CLI_EXIT_FAIL;
+}
+
+int cli_fail(simil_status status, const char *path)
+{
+    const char *msg = simil_last_error();
+    int device = status == SIMIL_ERR_NO_DEVICE || status == SIMIL_ERR_DEVICE;
+    if (!msg || !*msg) msg = simil_status_name(status);
+    if (path && !device && !strstr(msg, path))
+        cli_error("%s: %s", path, msg);
+    else
+        cli_error("%s", msg);
+    if (status == SIMIL_ERR_NO_DEVICE && !strstr(msg, "--device cpu"))
+        cli_error("hint: use --device cpu");
+    return CLI_EXIT_FAIL;
+}
+
+/* ---- numbers and choices ---- */
+
+int cli_parse_int(const char *what, const char *text, int64_t min, int64_t max,
+                  int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = (*text && !isspace((unsigned char)*text)) ? strtoll(text, &end, 10) : 0;
+    if (!end || end == text || *end) {
+        cli_usage_error("%s: '%s' is not an integer", what, text);
+        return 0;
+    }
+    if (errno == ERANGE || v < min || v > max) {
+        cli_usage_error("%s: %s is out of range [%" PRId64 ", %" PRId64 "]", what, text, min,
+                        max);
+        return 0;
+    }
+    *out = (int64_t)v;
+    return 1;
+}
+
+int cli_check_choice(const char *option, const char *text, const char *const *choices)
+{
+    char list[256] = "";
+    for (const char *const *c = choices; *c; c++) {
+        if (strcmp(text, *c) == 0) return 1;
+        if (strlen(list) + strlen(*c) + 3 < sizeof list) {
+            if (*list) strcat(list, ", ");
+            strcat(list, *c);
+        }
+    }
+    cli_usage_error("%s: '%s' is not one of %s", option, text, list);
+    return 0;
+}
+
+int cli_check_device(const char *option, const char *text)
+{
+    if (!strcmp(text, "auto") || !strcmp(text, "cpu") || !strcmp(text, "gpu")) return 1;
+    if (!strncmp(text, "gpu:", 4) && text[4]) {
+        const char *p = text + 4;
+        while (isdigit((unsigned char)*p)) p++;
+        if (!*p && p - text <= 8) return 1;
+    }
+    cli_usage_error("%s: '%s' is not auto, cpu, gpu or gpu:N", option, text);
+    return 0;
+}
+
+static int cli_ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+int cli_check_suffix(const char *option, const char *path, const char *const *suffixes)
+{
+    char list[256] = "";
+    for (const char *const *s = suffixes; *s; s++) {
+        if (cli_ends_with(path, *s)) return 1;
+        if (strlen(list) + strlen(*s) + 3 < sizeof list) {
+            if (*list) strcat(list, ", ");
+            strcat(list, *s);
+        }
+    }
+    cli_usage_error("%s: '%s' must end in %s", option, path, list);
+    return 0;
+}
+
+/* ---- options ---- */
+
+/* Store value into the option's destination.  spelled is the option as the
+ * user wrote it, for messages. */
+static int cli_store(const cli_opt *o, const char *spelled, const char *value)
+{
+    switch (o->kind) {
+    case CLI_FLAG: *(int *)o->dest = 1; return 1;
+    case CLI_STRING: *(const char **)o->dest = value; return 1;
+    case CLI_INT: return cli_parse_int(spelled, value, o->min, o->max, (int64_t *)o->dest);
+    }
+    return 0;
+}
+
+/* Find the option named by arg ("--name[=v]" or "-s[v]"); *inline_value is
+ * the text after '=' or after the short letter, or NULL. */
+static const cli_opt *cli_find(const cli_opt *opts, const char *arg, const char **inline_value)
+{
+    *inline_value = NULL;
+    if (arg[1] == '-') {
+        const char *name = arg + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        for (const cli_opt *o = opts; o->name; o++)
+            if (strlen(o->name) == len && !strncmp(o->name, name, len)) {
+                if (eq) *inline_value = eq + 1;
+                return o;
+            }
+        return NULL;
+    }
+    for (const cli_opt *o = opts; o->name; o++)
+        if (o->short_name && o->short_name == arg[1]) {
+            if (arg[2]) *inline_value = arg + 2;
+            return o;
+        }
+    return NULL;
+}
+
+/* Handle the option at argv[*i], advancing *i past a separate value. */
+static int cli_parse_option(int argc, char **argv, int *i, const cli_opt *opts,
+                            const cli_opt **found)
+{
+    const char *arg = argv[*i], *value;
+    const cli_opt *o = cli_find(opts, arg, &value);
+    char spelled[64];
+    if (!o) {
+        cli_usage_error("unknown option '%s'", arg);
+        return 0;
+    }
+    if (arg[1] == '-')
+        snprintf(spelled, sizeof spelled, "--%s", o->name);
+    else
+        snprintf(spelled, sizeof spelled, "-%c", o->short_name);
+    if (o->kind == CLI_FLAG && value) {
+        cli_usage_error("option '%s' takes no value", spelled);
+        return 0;
+    }
+    if (o->kind != CLI_FLAG && !value) {
+        if (*i + 1 >= argc) {
+            cli_usage_error("option '%s' needs a value", spelled);
+            return 0;
+        }
+        value = argv[++*i];
+    }
+    *found = o;
+    return cli_store(o, spelled, value);
+}
+
+int cli_parse(int argc, char **argv, const cli_opt *opts, const char *usage,
+              const char **positional, int npositional, int *exit_code)
+{
+    unsigned char seen[64] = {0};
+    int npos = 0, only_operands = 0;
+    *exit_code = CLI_EXIT_USAGE;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!only_operands && (!strcmp(arg, "--help") || !strcmp(arg, "-h"))) {
+            fputs(usage, stdout);
+            *exit_code = CLI_EXIT_OK;
+            return 0;
+        }
+        if (!only_operands && !strcmp(arg, "--")) {
+            only_operands = 1;
+        } else if (!only_operands && arg[0] == '-' && arg[1]) {
+            const cli_opt *o = NULL;
+            if (!cli_parse_option(argc, argv, &i, opts, &o)) return 0;
+            if (o - opts < (long)sizeof seen) seen[o - opts] = 1;
+        } else if (npos < npositional) {
+            positional[npos++] = arg;
+        } else {
+            cli_usage_error("unexpected argument '%s'", arg);
+            return 0;
+        }
+    }
+    for (const cli_opt *o = opts; o->name; o++)
+        if (o->required && o - opts < (long)sizeof seen && !seen[o - opts]) {
+            cli_usage_error("missing option --%s", o->name);
+            return 0;
+        }
+    if (npos < npositional) {
+        cli_usage_error("expected %d operand%s, got %d", npositional,
+                        npositional == 1 ? "" : "s", npos);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- time and progress ---- */
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cli_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double cli_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cli_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The stage being reported, and where it started, for the rate. */
+static struct {
+    char stage[64];
+    double t0;
+    int64_t done0, last;
+} cli_prog;
+
+static void cli_format_count(char *buf, size_t size, double v)
+{
+    if (v >= 1e6)
+        snprintf(buf, size, "%.1fM", v / 1e6);
+    else if (v >= 1e4)
+        snprintf(buf, size, "%.1fk", v / 1e3);
+    else
+        snprintf(buf, size, "%.0f", v);
+}
+
+static void cli_format_seconds(char *buf, size_t size, double s)
+{
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, size, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(buf, size, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, size, "%lds", t);
+}
+
+static void cli_progress(const char *stage, int64_t done, int64_t total, void *user)
+{
+    double now = cli_now();
+    char rate_s[32] = "-", eta_s[32] = "-";
+    (void)user;
+    if (strncmp(stage, cli_prog.stage, sizeof cli_prog.stage - 1) || done < cli_prog.last) {
+        snprintf(cli_prog.stage, sizeof cli_prog.stage, "%s", stage);
+        cli_prog.t0 = now;
+        cli_prog.done0 = done;
+    }
+    cli_prog.last = done;
+    if (now > cli_prog.t0 && done > cli_prog.done0) {
+        double rate = (double)(done - cli_prog.done0) / (now - cli_prog.t0);
+        cli_format_count(rate_s, sizeof rate_s, rate);
+        cli_format_seconds(eta_s, sizeof eta_s, (double)(total - done) / rate);
+    }
+    fprintf(stderr, "\r%s %" PRId64 "/%" PRId64 " (%.0f%%) %s/s ETA %s   ", stage, done, total,
+            total > 0 ? 100.0 * (double)done / (double)total : 100.0, rate_s, eta_s);
+    if (done >= total) {
+        fputc('\n', stderr);
+        cli_prog.stage[0] = '\0';
+    }
+    fflush(stderr);
+}
+
+void cli_progress_install(void)
+{
+    if (isatty(STDERR_FILENO)) simil_set_progress(cli_progress, NULL);
+}
+
+/* ---- files ---- */
+
+int cli_read_float(const char *path, int64_t first, int64_t count, simil_matrix *out)
+{
+    simil_status st = simil_matrix_read_float(path, first, count, out);
+    return st == SIMIL_OK ? CLI_EXIT_OK : cli_fail(st, path);
+}
+
+/* ---- recall ---- */
+
+static int cli_cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sort the ids >= 0 of v[0..n) into out without repeats; returns how many. */
+static int64_t cli_id_set(const int64_t *v, int64_t n, int64_t *out)
+{
+    int64_t m = 0, u = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] >= 0) out[m++] = v[i];
+    qsort(out, (size_t)m, sizeof *out, cli_cmp_i64);
+    for (int64_t i = 0; i < m; i++)
+        if (u == 0 || out[i] != out[u - 1]) out[u++] = out[i];
+    return u;
+}
+
+int cli_recall(int64_t nq, int64_t k, const int64_t *found, const int64_t *truth,
+               int64_t truth_cols, double *r_at_1, double *recall_at_k)
+{
+    int64_t *a = malloc(2 * (size_t)(k > 0 ? k : 1) * sizeof *a), *b = a + (k > 0 ? k : 1);
+    int64_t hits1 = 0;
+    double sum = 0;
+    if (!a) return -1;
+    for (int64_t q = 0; q < nq; q++) {
+        const int64_t *f = found + q * k, *t = truth + q * truth_cols;
+        for (int64_t j = 0; j < k; j++)
+            if (t[0] >= 0 && f[j] == t[0]) {
+                hits1++;
+                break;
+            }
+        int64_t na = cli_id_set(f, k, a), nb = cli_id_set(t, k, b), i = 0, j = 0, both = 0;
+        while (i < na && j < nb) {
+            if (a[i] == b[j]) both++, i++, j++;
+            else if (a[i] < b[j]) i++;
+            else j++;
+        }
+        sum += k > 0 ? (double)both / (double)k : 0.0;
+    }
+    free(a);
+    *r_at_1 = nq > 0 ? (double)hits1 / (double)nq : 0.0;
+    *recall_at_k = nq > 0 ? sum / (double)nq : 0.0;
+    return 0;
+}

@@ -1,0 +1,118 @@
+/* tools/cli.h: what the simil subcommands share: the option parser, checked
+ * number and choice parsing, error reporting with exit codes, the progress
+ * line, a monotonic clock, and the recall measures of BENCHMARKS.md.
+ *
+ * Every message goes to stderr as "simil <command>: <message>"; the command
+ * name comes from cli_set_command(), which main() calls once. */
+#ifndef SIMIL_TOOLS_CLI_H
+#define SIMIL_TOOLS_CLI_H
+
+#include <stdint.h>
+
+#include "simil/simil.h"
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CLI_PRINTF(f, a)
+#endif
+
+/* Exit statuses of the tool. */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+
+/* ---- commands ---- */
+
+typedef int (*cli_command_fn)(int argc, char **argv);
+
+int cmd_gen(int argc, char **argv);
+int cmd_build(int argc, char **argv);
+int cmd_search(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+/* Name used in messages: "search" gives "simil search: ...". */
+void cli_set_command(const char *name);
+
+/* ---- options ---- */
+
+typedef enum cli_kind {
+    CLI_FLAG,   /* no value; dest is an int, set to 1 */
+    CLI_STRING, /* dest is a const char *, pointing into argv */
+    CLI_INT     /* dest is an int64_t, checked against [min, max] */
+} cli_kind;
+
+/* One option of a command.  A table ends with an entry whose name is NULL.
+ * Values come as "--name V", "--name=V", "-s V" or "-sV". */
+typedef struct cli_opt {
+    const char *name;  /* long name without the dashes */
+    char short_name;   /* 0 for none */
+    cli_kind kind;
+    void *dest;        /* left untouched when the option is absent */
+    int required;
+    int64_t min, max;  /* CLI_INT only */
+} cli_opt;
+
+/* Parse argv[1..argc) (argv[0] is the command name).  "-h" and "--help" print
+ * usage to stdout.  positional receives exactly npositional operands.
+ * Returns 1 when the command should go on; otherwise 0, with *exit_code set
+ * to 0 after --help or to CLI_EXIT_USAGE after reporting the mistake. */
+int cli_parse(int argc, char **argv, const cli_opt *opts, const char *usage,
+              const char **positional, int npositional, int *exit_code);
+
+/* Parse a whole decimal integer in [min, max]; "10x", "" and " 1" fail.
+ * what names the value in the message.  Returns 1 on success, else reports
+ * a usage error and returns 0. */
+int cli_parse_int(const char *what, const char *text, int64_t min, int64_t max,
+                  int64_t *out);
+
+/* 1 if text is one of the NULL-terminated choices, else reports a usage
+ * error naming option and the choices, and returns 0. */
+int cli_check_choice(const char *option, const char *text, const char *const *choices);
+
+/* 1 if text is "auto", "cpu", "gpu" or "gpu:N", else a usage error and 0. */
+int cli_check_device(const char *option, const char *text);
+
+/* 1 if path ends in one of the NULL-terminated suffixes, else a usage error
+ * and 0. */
+int cli_check_suffix(const char *option, const char *path, const char *const *suffixes);
+
+/* ---- errors ---- */
+
+/* Report a usage mistake and return CLI_EXIT_USAGE. */
+int cli_usage_error(const char *fmt, ...) CLI_PRINTF(1, 2);
+
+/* Report a runtime failure and return CLI_EXIT_FAIL. */
+int cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
+
+/* Report a failed library call from simil_last_error(), with a hint where
+ * one helps, and return CLI_EXIT_FAIL.  path, if not NULL, is the file the
+ * call worked on, prefixed when the library's message does not name it. */
+int cli_fail(simil_status status, const char *path);
+
+/* ---- progress, time ---- */
+
+/* Install the progress line on stderr, if stderr is a terminal. */
+void cli_progress_install(void);
+
+/* Seconds on a monotonic clock. */
+double cli_now(void);
+
+/* Median of n >= 1 values; reorders v. */
+double cli_median(double *v, int n);
+
+/* ---- files ---- */
+
+/* Read a whole matrix file as float32; reports failure as cli_fail() does. */
+int cli_read_float(const char *path, int64_t first, int64_t count, simil_matrix *out);
+
+/* ---- recall ---- */
+
+/* The recall measures of BENCHMARKS.md for nq queries.
+ * found: nq x k ids returned by search (-1 for an empty slot).
+ * truth: nq x truth_cols true ids, nearest first; truth_cols >= k.
+ * *r_at_1: fraction of queries whose truth[q][0] is among its k found ids.
+ * *recall_at_k: |found top-k ∩ true top-k| / k, averaged over queries.
+ * Returns 0, or -1 if out of memory. */
+int cli_recall(int64_t nq, int64_t k, const int64_t *found, const int64_t *truth,
+               int64_t truth_cols, double *r_at_1, double *recall_at_k);
+
+#endif

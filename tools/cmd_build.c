@@ -1,0 +1,108 @@
+/* tools/cmd_build.c: "simil build" creates an index from a description,
+ * trains it (on --train or on the data), adds the data and saves the index,
+ * then prints a one-line summary with the timings on stderr. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "cli.h"
+
+static const char build_usage[] =
+    "usage: simil build --data FILE --index DESC --out INDEX [OPTIONS]\n"
+    "\n"
+    "Build an index over the vectors of FILE and save it to INDEX.\n"
+    "\n"
+    "  --data FILE      vectors to add: .fvecs .bvecs .ivecs .npy, idx[.gz],\n"
+    "                   or FILE.hdf5:train\n"
+    "  --index DESC     index description: Flat, IVF4096,Flat, IVF4096,PQ32,\n"
+    "                   OPQ32,IVF4096,PQ32, XFBQ, IVF1024,XFBQ, ...\n"
+    "  --out INDEX      index file to write\n"
+    "  --metric M       l2 (default), ip or cosine\n"
+    "  --train FILE     training vectors (default: the data itself)\n"
+    "  --max-train N    train on at most the first N training vectors\n"
+    "  --device D       auto (default), cpu, gpu or gpu:N\n";
+
+typedef struct build_args {
+    const char *data, *desc, *out, *metric, *train, *device;
+    int64_t max_train;
+} build_args;
+
+/* Train the index unless it needs none; *seconds gets the time taken. */
+static int build_train(simil_index *index, const build_args *a, const simil_matrix *data,
+                       double *seconds)
+{
+    simil_matrix own = {0, 0, SIMIL_DTYPE_FLOAT32, NULL};
+    const simil_matrix *t = data;
+    int64_t n = data->rows;
+    *seconds = 0;
+    if (simil_index_is_trained(index)) return CLI_EXIT_OK;
+    if (a->train) {
+        int rc = cli_read_float(a->train, 0, a->max_train > 0 ? a->max_train : -1, &own);
+        if (rc) return rc;
+        if (own.cols != data->cols) {
+            int64_t cols = own.cols;
+            simil_matrix_free(&own);
+            return cli_error("%s has dimension %" PRId64 ", %s has %" PRId64, a->train, cols,
+                             a->data, data->cols);
+        }
+        t = &own;
+        n = own.rows;
+    } else if (a->max_train > 0 && a->max_train < n) {
+        n = a->max_train;
+    }
+    double t0 = cli_now();
+    simil_status st = simil_index_train(index, n, t->data);
+    *seconds = cli_now() - t0;
+    simil_matrix_free(&own);
+    return st == SIMIL_OK ? CLI_EXIT_OK : cli_fail(st, NULL);
+}
+
+static int build_run(const build_args *a, simil_metric metric)
+{
+    simil_matrix data = {0, 0, SIMIL_DTYPE_FLOAT32, NULL};
+    simil_index *index = NULL;
+    double train_s = 0, add_s = 0;
+    simil_status st;
+    int rc = cli_read_float(a->data, 0, -1, &data);
+    if (rc) return rc;
+    st = simil_index_create(&index, data.cols, a->desc, metric, a->device);
+    if (st != SIMIL_OK) rc = cli_fail(st, NULL);
+    if (!rc) rc = build_train(index, a, &data, &train_s);
+    if (!rc) {
+        double t0 = cli_now();
+        st = simil_index_add(index, data.rows, data.data, NULL);
+        add_s = cli_now() - t0;
+        if (st != SIMIL_OK) rc = cli_fail(st, NULL);
+    }
+    if (!rc && (st = simil_index_save(index, a->out)) != SIMIL_OK) rc = cli_fail(st, a->out);
+    if (!rc)
+        fprintf(stderr,
+                "%s: n=%" PRId64 " dim=%" PRId64 " train %.3f s, add %.3f s, backend %s\n",
+                simil_index_description(index), simil_index_size(index), data.cols, train_s,
+                add_s, simil_backend_name(index));
+    simil_index_destroy(index);
+    simil_matrix_free(&data);
+    return rc;
+}
+
+int cmd_build(int argc, char **argv)
+{
+    build_args a = {NULL, NULL, NULL, "l2", NULL, "auto", 0};
+    const cli_opt opts[] = {
+        {"data", 0, CLI_STRING, &a.data, 1, 0, 0},
+        {"index", 0, CLI_STRING, &a.desc, 1, 0, 0},
+        {"out", 'o', CLI_STRING, &a.out, 1, 0, 0},
+        {"metric", 0, CLI_STRING, &a.metric, 0, 0, 0},
+        {"train", 0, CLI_STRING, &a.train, 0, 0, 0},
+        {"max-train", 0, CLI_INT, &a.max_train, 0, 1, INT64_MAX},
+        {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
+        {NULL, 0, CLI_FLAG, NULL, 0, 0, 0},
+    };
+    simil_metric metric;
+    int rc;
+    if (!cli_parse(argc, argv, opts, build_usage, NULL, 0, &rc)) return rc;
+    if (simil_metric_parse(a.metric, &metric) != SIMIL_OK)
+        return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a.metric);
+    if (!cli_check_device("--device", a.device)) return CLI_EXIT_USAGE;
+    cli_progress_install();
+    return build_run(&a, metric);
+}

@@ -1,0 +1,211 @@
+/* tools/cmd_search.c: "simil search" loads an index, times the search of a
+ * query file (the median of --repeat runs), writes the ids and distances if
+ * asked, and measures recall against ground truth.  Output is a few lines
+ * for people, or one JSON object with --json. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char search_usage[] =
+    "usage: simil search --index INDEX --queries FILE -k K [OPTIONS]\n"
+    "\n"
+    "Search the K nearest neighbours of each query; report time, QPS and recall.\n"
+    "\n"
+    "  --index INDEX      index file written by 'simil build'\n"
+    "  --queries FILE     query vectors (.fvecs .bvecs .npy idx[.gz] FILE.hdf5:test)\n"
+    "  -k, --k K          neighbours per query\n"
+    "  --nprobe N         inverted lists to visit (default: the index's)\n"
+    "  --gt FILE          true neighbour ids (.ivecs, .npy, FILE.hdf5:neighbors):\n"
+    "                     report R@1 and recall@K\n"
+    "  --out FILE         write the ids found: .ivecs (int32) or .npy (int64)\n"
+    "  --distances FILE   write the distances: .fvecs or .npy (float32)\n"
+    "  --threads T        CPU threads (default: all)\n"
+    "  --device D         auto (default), cpu, gpu or gpu:N\n"
+    "  --repeat R         run the search R times and report the median time\n"
+    "  --json             print one JSON object on stdout\n";
+
+typedef struct search_args {
+    const char *index, *queries, *gt, *out, *dist, *device;
+    int64_t k, nprobe, threads, repeat;
+    int json;
+} search_args;
+
+typedef struct search_result {
+    int64_t nq;
+    double seconds, r_at_1, recall_at_k;
+    int have_recall;
+} search_result;
+
+/* Read the ground truth as nq x *cols int64 ids into *truth (caller frees). */
+static int search_read_truth(const search_args *a, int64_t nq, int64_t **truth, int64_t *cols)
+{
+    simil_matrix m = {0, 0, SIMIL_DTYPE_INT32, NULL};
+    simil_status st = simil_matrix_read(a->gt, 0, -1, &m);
+    int rc = CLI_EXIT_OK;
+    if (st != SIMIL_OK) return cli_fail(st, a->gt);
+    if (m.dtype != SIMIL_DTYPE_INT32 && m.dtype != SIMIL_DTYPE_INT64)
+        rc = cli_error("%s: ground truth must hold int32 or int64 ids", a->gt);
+    else if (m.rows != nq)
+        rc = cli_error("%s has %" PRId64 " rows but there are %" PRId64 " queries", a->gt,
+                       m.rows, nq);
+    else if (m.cols < a->k)
+        rc = cli_error("%s has %" PRId64 " neighbours per query, fewer than k=%" PRId64,
+                       a->gt, m.cols, a->k);
+    else if (!(*truth = malloc(((size_t)(m.rows * m.cols) + 1) * sizeof **truth)))
+        rc = cli_error("out of memory for the ground truth");
+    if (!rc) {
+        for (int64_t i = 0; i < m.rows * m.cols; i++)
+            (*truth)[i] = m.dtype == SIMIL_DTYPE_INT64 ? ((const int64_t *)m.data)[i]
+                                                       : ((const int32_t *)m.data)[i];
+        *cols = m.cols;
+    }
+    simil_matrix_free(&m);
+    return rc;
+}
+
+/* Run the search a->repeat times; r->seconds gets the median. */
+static int search_time(const search_args *a, const simil_index *index, const simil_matrix *q,
+                       float *dist, int64_t *labels, search_result *r)
+{
+    simil_search_params params;
+    double *times = malloc((size_t)a->repeat * sizeof *times);
+    if (!times) return cli_error("out of memory");
+    simil_search_params_init(&params);
+    if (a->nprobe > 0) params.nprobe = a->nprobe;
+    if (a->threads > 0) params.threads = (int)a->threads;
+    for (int64_t i = 0; i < a->repeat; i++) {
+        double t0 = cli_now();
+        simil_status st =
+            simil_index_search(index, q->rows, q->data, a->k, &params, dist, labels);
+        times[i] = cli_now() - t0;
+        if (st != SIMIL_OK) {
+            free(times);
+            return cli_fail(st, NULL);
+        }
+    }
+    r->seconds = cli_median(times, (int)a->repeat);
+    free(times);
+    return CLI_EXIT_OK;
+}
+
+static int search_write(const search_args *a, int64_t nq, float *dist, int64_t *labels)
+{
+    simil_matrix ids = {nq, a->k, SIMIL_DTYPE_INT64, labels};
+    simil_matrix d = {nq, a->k, SIMIL_DTYPE_FLOAT32, dist};
+    simil_status st;
+    if (a->out && (st = simil_matrix_write(a->out, &ids)) != SIMIL_OK)
+        return cli_fail(st, a->out);
+    if (a->dist && (st = simil_matrix_write(a->dist, &d)) != SIMIL_OK)
+        return cli_fail(st, a->dist);
+    return CLI_EXIT_OK;
+}
+
+static void json_string(const char *key, const char *s)
+{
+    printf("\"%s\": \"", key);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    printf("\", ");
+}
+
+static void search_report(const search_args *a, const simil_index *index, const search_result *r)
+{
+    double qps = r->seconds > 0 ? (double)r->nq / r->seconds : 0.0;
+    if (a->json) {
+        putchar('{');
+        json_string("index", simil_index_description(index));
+        json_string("backend", simil_backend_name(index));
+        printf("\"n_queries\": %" PRId64 ", \"k\": %" PRId64 ", ", r->nq, a->k);
+        if (a->nprobe > 0) printf("\"nprobe\": %" PRId64 ", ", a->nprobe);
+        if (r->have_recall)
+            printf("\"r_at_1\": %.6f, \"recall_at_k\": %.6f, ", r->r_at_1, r->recall_at_k);
+        printf("\"seconds\": %.9f, \"qps\": %.1f}\n", r->seconds, qps);
+        return;
+    }
+    printf("index: %s\n", simil_index_description(index));
+    printf("backend: %s\n", simil_backend_name(index));
+    printf("queries: %" PRId64 "  k: %" PRId64, r->nq, a->k);
+    if (a->nprobe > 0) printf("  nprobe: %" PRId64, a->nprobe);
+    printf("\ntime: %.3f s", r->seconds);
+    if (a->repeat > 1) printf(" (median of %" PRId64 ")", a->repeat);
+    printf("  QPS: %.0f\n", qps);
+    if (r->have_recall)
+        printf("R@1: %.4f  recall@%" PRId64 ": %.4f\n", r->r_at_1, a->k, r->recall_at_k);
+}
+
+static int search_run(const search_args *a, simil_index *index, const simil_matrix *q)
+{
+    search_result r = {q->rows, 0, 0, 0, 0};
+    int64_t *truth = NULL, truth_cols = 0, *labels = NULL;
+    float *dist = NULL;
+    int rc = CLI_EXIT_OK;
+    if (q->cols != simil_index_dim(index))
+        return cli_error("%s has dimension %" PRId64 ", the index %" PRId64, a->queries,
+                         q->cols, simil_index_dim(index));
+    if (a->gt && (rc = search_read_truth(a, q->rows, &truth, &truth_cols))) return rc;
+    if ((uint64_t)q->rows > SIZE_MAX / sizeof(int64_t) / (uint64_t)a->k) {
+        free(truth);
+        return cli_error("%" PRId64 " x %" PRId64 " results do not fit in memory", q->rows, a->k);
+    }
+    size_t cells = (size_t)q->rows * (size_t)a->k + 1;
+    labels = malloc(cells * sizeof *labels);
+    dist = malloc(cells * sizeof *dist);
+    if (!labels || !dist) rc = cli_error("out of memory for %zu results", cells - 1);
+    if (!rc) rc = search_time(a, index, q, dist, labels, &r);
+    if (!rc) rc = search_write(a, q->rows, dist, labels);
+    if (!rc && truth) {
+        r.have_recall = 1;
+        if (cli_recall(q->rows, a->k, labels, truth, truth_cols, &r.r_at_1, &r.recall_at_k))
+            rc = cli_error("out of memory computing recall");
+    }
+    if (!rc) search_report(a, index, &r);
+    free(truth);
+    free(labels);
+    free(dist);
+    return rc;
+}
+
+int cmd_search(int argc, char **argv)
+{
+    static const char *const id_formats[] = {".ivecs", ".npy", NULL};
+    static const char *const dist_formats[] = {".fvecs", ".npy", NULL};
+    search_args a = {NULL, NULL, NULL, NULL, NULL, "auto", 0, 0, 0, 1, 0};
+    const cli_opt opts[] = {
+        {"index", 0, CLI_STRING, &a.index, 1, 0, 0},
+        {"queries", 0, CLI_STRING, &a.queries, 1, 0, 0},
+        {"k", 'k', CLI_INT, &a.k, 1, 1, INT64_C(1) << 20},
+        {"nprobe", 0, CLI_INT, &a.nprobe, 0, 1, INT64_C(1) << 30},
+        {"gt", 0, CLI_STRING, &a.gt, 0, 0, 0},
+        {"out", 'o', CLI_STRING, &a.out, 0, 0, 0},
+        {"distances", 0, CLI_STRING, &a.dist, 0, 0, 0},
+        {"threads", 't', CLI_INT, &a.threads, 0, 1, 4096},
+        {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
+        {"repeat", 0, CLI_INT, &a.repeat, 0, 1, 100000},
+        {"json", 0, CLI_FLAG, &a.json, 0, 0, 0},
+        {NULL, 0, CLI_FLAG, NULL, 0, 0, 0},
+    };
+    simil_matrix q = {0, 0, SIMIL_DTYPE_FLOAT32, NULL};
+    simil_index *index = NULL;
+    simil_status st;
+    int rc;
+    if (!cli_parse(argc, argv, opts, search_usage, NULL, 0, &rc)) return rc;
+    if (!cli_check_device("--device", a.device) ||
+        (a.out && !cli_check_suffix("--out", a.out, id_formats)) ||
+        (a.dist && !cli_check_suffix("--distances", a.dist, dist_formats)))
+        return CLI_EXIT_USAGE;
+    cli_progress_install();
+    if ((st = simil_index_load(&index, a.index, a.device)) != SIMIL_OK)
+        return cli_fail(st, a.index);
+    rc = cli_read_float(a.queries, 0, -1, &q);
+    if (!rc) rc = search_run(&a, index, &q);
+    simil_matrix_free(&q);
+    simil_index_destroy(index);
+    return rc;
+}
