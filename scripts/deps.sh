@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
-  libopenblas-dev zlib1g-dev libhdf5-dev libcmocka-dev
+  libopenblas-openmp-dev zlib1g-dev libhdf5-dev libcmocka-dev
   python3 dataset-fashion-mnist
 )
 missing=()

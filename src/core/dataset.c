@@ -137,7 +137,7 @@ simil_status sml_dataset_bytes(const char *path, int64_t rows, int64_t cols, siz
 simil_status sml_dataset_alloc(simil_matrix *out, int64_t rows, int64_t cols, simil_dtype dtype)
 {
     memset(out, 0, sizeof *out);
-    size_t bytes;
+    size_t bytes = 0;
     SML_TRY(sml_dataset_bytes("the output matrix", rows, cols, simil_dtype_size(dtype), &bytes));
     SML_TRY(sml_alloc(&out->data, bytes, 1, "a matrix read from a file"));
     out->rows = rows;
@@ -239,7 +239,7 @@ static simil_status sml_check_matrix(const char *path, const simil_matrix *m)
     SML_RETURN_IF(m->rows < 0 || m->cols < 0, SIMIL_ERR_INVALID_ARGUMENT,
                   "matrix for '%s' has a negative shape %" PRId64 " x %" PRId64, path, m->rows,
                   m->cols);
-    size_t bytes;
+    size_t bytes = 0;
     if (sml_dataset_bytes(path, m->rows, m->cols, simil_dtype_size(m->dtype), &bytes) != SIMIL_OK)
         return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
                          "matrix for '%s' of %" PRId64 " x %" PRId64 " is too large", path, m->rows,

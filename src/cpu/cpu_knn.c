@@ -24,8 +24,8 @@
 enum {
     SML_DIRECT_MAX_QUERIES = 16,
     SML_DIRECT_MAX_K = 4096,
-    SML_QUERY_BLOCK = 1024,
-    SML_BASE_TILE = 4096
+    SML_QUERY_BLOCK = 512,
+    SML_BASE_TILE = 2048
 };
 
 /* Bytes the top-k buffers of one query block may take. */
@@ -121,56 +121,79 @@ static simil_status sml_knn_direct(const sml_knn_args *a)
     return SIMIL_OK;
 }
 
+/* One thread's share of the GEMM path: queries [q0, q0 + m) against the
+ * whole base, tile by tile, with that thread's scratch. */
+static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int64_t tile,
+                               float *scores, sml_topk_pair *storage, sml_topk *lists)
+{
+    int64_t cap = sml_topk_capacity(a->k);
+    float alpha = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
+    const float *queries = a->queries + q0 * a->dim;
+    for (int64_t i = 0; i < m; i++) sml_topk_reset(&lists[i], storage + i * cap, a->k);
+    for (int64_t b0 = 0; b0 < a->n; b0 += tile) {
+        int64_t w = a->n - b0 < tile ? a->n - b0 : tile;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)w, (int)a->dim, alpha,
+                    queries, (int)a->dim, a->base + b0 * a->dim, (int)a->dim, 0.0f, scores,
+                    (int)w);
+        const float *norms = a->base_norms ? a->base_norms + b0 : NULL;
+        for (int64_t i = 0; i < m; i++) {
+            float *row = scores + i * w;
+            if (norms != NULL) {
+#pragma omp simd
+                for (int64_t j = 0; j < w; j++) row[j] += norms[j];
+            }
+            sml_topk_push_row(&lists[i], row, w, a->base_ids + b0, 0);
+        }
+    }
+    for (int64_t i = 0; i < m; i++) {
+        float *d = a->distances + (q0 + i) * a->k;
+        sml_topk_finish(&lists[i], d, a->labels + (q0 + i) * a->k);
+        sml_keys_to_distances(a, queries + i * a->dim, d);
+    }
+}
+
+/* Threads take query blocks of up to SML_QUERY_BLOCK rows; inside the
+ * parallel region OpenBLAS (its OpenMP build) runs single-threaded, so each
+ * thread's GEMM tile stays in its own cache and no thread waits on another. */
 static simil_status sml_knn_gemm(const sml_knn_args *a)
 {
     int threads = sml_thread_count(a->threads);
     int64_t cap = sml_topk_capacity(a->k);
-    int64_t qb = a->nq < SML_QUERY_BLOCK ? a->nq : SML_QUERY_BLOCK;
+    /* The block size depends on nq and k only, never on the thread count:
+     * GEMM rounding depends on where a row falls in its block, and results
+     * must not change with the number of threads. */
+    int64_t qb = ((a->nq + 7) / 8 + 31) / 32 * 32;
+    if (qb > SML_QUERY_BLOCK) qb = SML_QUERY_BLOCK;
     int64_t qb_budget = (int64_t)(sml_topk_budget / ((size_t)cap * sizeof(sml_topk_pair)));
     if (qb > qb_budget) qb = qb_budget > 0 ? qb_budget : 1;
     int64_t tile = a->n < SML_BASE_TILE ? a->n : SML_BASE_TILE;
+    int64_t blocks = (a->nq + qb - 1) / qb;
+    if (threads > blocks) threads = (int)blocks;
 
     float *scores = NULL;
     sml_topk_pair *storage = NULL;
     sml_topk *lists = NULL;
-    simil_status s = sml_alloc((void **)&scores, (size_t)(qb * tile), sizeof *scores,
-                               "a distance tile");
+    simil_status s = sml_alloc((void **)&scores, (size_t)(threads * qb * tile), sizeof *scores,
+                               "distance tiles");
     if (s == SIMIL_OK)
-        s = sml_alloc((void **)&storage, (size_t)(qb * cap), sizeof *storage,
+        s = sml_alloc((void **)&storage, (size_t)(threads * qb * cap), sizeof *storage,
                       "k-NN candidate lists");
     if (s == SIMIL_OK)
-        s = sml_alloc((void **)&lists, (size_t)qb, sizeof *lists, "k-NN candidate lists");
-    if (s != SIMIL_OK) goto done;
-
-    float alpha = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
-    for (int64_t q0 = 0; q0 < a->nq; q0 += qb) {
-        int64_t m = a->nq - q0 < qb ? a->nq - q0 : qb;
-        const float *queries = a->queries + q0 * a->dim;
-        for (int64_t i = 0; i < m; i++) sml_topk_reset(&lists[i], storage + i * cap, a->k);
-        for (int64_t b0 = 0; b0 < a->n; b0 += tile) {
-            int64_t w = a->n - b0 < tile ? a->n - b0 : tile;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)w, (int)a->dim,
-                        alpha, queries, (int)a->dim, a->base + b0 * a->dim, (int)a->dim, 0.0f,
-                        scores, (int)w);
-            const float *norms = a->base_norms ? a->base_norms + b0 : NULL;
-#pragma omp parallel for num_threads(threads) schedule(static)
-            for (int64_t i = 0; i < m; i++) {
-                float *row = scores + i * w;
-                if (norms != NULL) {
-#pragma omp simd
-                    for (int64_t j = 0; j < w; j++) row[j] += norms[j];
-                }
-                sml_topk_push_row(&lists[i], row, w, a->base_ids + b0, 0);
-            }
-        }
-#pragma omp parallel for num_threads(threads) schedule(static)
-        for (int64_t i = 0; i < m; i++) {
-            float *d = a->distances + (q0 + i) * a->k;
-            sml_topk_finish(&lists[i], d, a->labels + (q0 + i) * a->k);
-            sml_keys_to_distances(a, queries + i * a->dim, d);
+        s = sml_alloc((void **)&lists, (size_t)(threads * qb), sizeof *lists,
+                      "k-NN candidate lists");
+    if (s == SIMIL_OK) {
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+        for (int64_t b = 0; b < blocks; b++) {
+            /* A team of one is not "in parallel" to OpenBLAS, which would then
+             * start threads of its own; this task's ICV keeps it at one. */
+            omp_set_num_threads(1);
+            int t = omp_get_thread_num();
+            int64_t q0 = b * qb;
+            int64_t m = a->nq - q0 < qb ? a->nq - q0 : qb;
+            sml_knn_gemm_block(a, q0, m, tile, scores + t * qb * tile, storage + t * qb * cap,
+                               lists + t * qb);
         }
     }
-done:
     sml_free(lists);
     sml_free(storage);
     sml_free(scores);

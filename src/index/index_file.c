@@ -176,7 +176,7 @@ static simil_status sml_index_read_head(sml_reader *r, sml_head *h, char *desc, 
 
 static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const char *device)
 {
-    sml_head h;
+    sml_head h = {0};
     char desc[128];
     SML_TRY(sml_index_read_head(r, &h, desc, sizeof desc));
     simil_index *index;

@@ -133,7 +133,7 @@ simil_status sml_index_spec_parse(const char *desc, int64_t dim, sml_index_spec 
     spec->xfbq_base_bits = 3;
     char buf[SML_SPEC_MAX_LEN];
     char *parts[SML_SPEC_MAX_COMPONENTS];
-    int count, i = 0;
+    int count = 0, i = 0;
     SML_TRY(sml_spec_split(desc, buf, parts, &count));
     if (strcmp(parts[i], "IDMap") == 0) i++;
     int64_t a = 0, b = 0;

@@ -91,7 +91,7 @@ static void check_texmex_cuts(const char *name, simil_dtype dtype, size_t row_by
     const char *path = sml_test_path(name);
     for (size_t cut = 0; cut < len; cut++) {
         write_bytes(path, full, cut);
-        char context[64];
+        char context[128];
         snprintf(context, sizeof context, "%s cut at %zu of %zu", name, cut, len);
         if (cut % row_bytes != 0) {
             expect_corrupt(path, context, 1);
@@ -169,7 +169,7 @@ static void test_npy_truncated(void **state)
     const char *path = sml_test_path("t.npy");
     for (size_t cut = 0; cut < len; cut++) {
         write_bytes(path, full, cut);
-        char context[64];
+        char context[128];
         snprintf(context, sizeof context, "t.npy cut at %zu of %zu", cut, len);
         expect_corrupt(path, context, 1);
     }
@@ -279,7 +279,7 @@ static void test_idx_truncated(void **state)
     for (size_t cut = 0; cut < len; cut++) {
         write_bytes(plain, img, cut);
         write_gz(gz, img, cut);
-        char context[64];
+        char context[128];
         snprintf(context, sizeof context, "idx cut at %zu of %zu", cut, len);
         expect_corrupt(plain, context, 1);
         expect_corrupt(gz, context, cut < 16);
@@ -288,7 +288,7 @@ static void test_idx_truncated(void **state)
     unsigned char *packed = read_bytes(gz, &gz_len);
     for (size_t cut = 0; cut < gz_len; cut++) {
         write_bytes(gz, packed, cut);
-        char context[64];
+        char context[128];
         snprintf(context, sizeof context, "idx.gz cut at %zu of %zu compressed", cut, gz_len);
         expect_corrupt(gz, context, 0);
     }

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# CPU benchmark against Debian's Faiss 1.7.3, in one run, on Fashion-MNIST.
+#   bash bench/cpu_vs_faiss.sh [INDEX] [K] [NPROBE] [THREADS]
+# Defaults: Flat, k=100, 2 threads.  Needs build-rel/simil (Release) and
+# python3-faiss.  Prints both JSON lines and the QPS ratio simil / Faiss.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+index=${1:-Flat}; k=${2:-100}; nprobe=${3:-0}; threads=${4:-2}
+data=/usr/share/datasets/fashion-mnist
+base=$data/train-images-idx3-ubyte.gz
+queries=$data/t10k-images-idx3-ubyte.gz
+simil=${SIMIL:-build-rel/simil}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$simil" build --data "$base" --index "$index" --device cpu --out "$work/index.simil" 2>/dev/null
+probe=(); [ "$nprobe" -gt 0 ] && probe=(--nprobe "$nprobe")
+ours=$("$simil" search --index "$work/index.simil" --queries "$queries" -k "$k" --device cpu \
+       --threads "$threads" --repeat 3 --json "${probe[@]}")
+theirs=$(/usr/bin/python3 bench/faiss_anchor.py --base "$base" --queries "$queries" \
+         --index "$index" -k "$k" --nprobe "$nprobe" --threads "$threads")
+echo "simil: $ours"
+echo "faiss: $theirs"
+python3 -c "import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]); \
+print(f\"QPS ratio simil/faiss: {a['qps']/b['qps']:.2f}  ({a['qps']:.0f} vs {b['qps']:.0f})\")" \
+  "$ours" "$theirs"
