@@ -6,5 +6,6 @@
 #include "simil/index.h"
 #include "simil/dataset.h"
 #include "simil/progress.h"
+#include "simil/select.h"
 
 #endif

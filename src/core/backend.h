@@ -39,6 +39,7 @@ typedef struct sml_knn_args {
     float *distances;         /* any (same kind as queries): nq x k */
     int64_t *labels;          /* any (same kind as queries): nq x k */
     int threads;              /* CPU threads, 0 = all */
+    const void *base_shadow;  /* the backend's shadow of base (see shadow_sync), or NULL */
 } sml_knn_args;
 
 typedef struct sml_backend_ops {
@@ -59,6 +60,22 @@ typedef struct sml_backend_ops {
                               float *norms);
 
     simil_status (*knn)(sml_backend *b, const sml_knn_args *args);
+
+    /* The k smallest (largest when largest != 0) values of each row of a
+     * rows x cols matrix, sorted, with their column indices; past cols the
+     * slots get +-inf and -1.  Pointers: any (all of one kind). */
+    simil_status (*select_k)(sml_backend *b, int64_t rows, int64_t cols, const float *values,
+                             int64_t k, int largest, float *out_values, int64_t *out_indices);
+
+    /* Optional, NULL where a backend has none: a private copy of a stored
+     * matrix that makes knn faster (the CUDA backend keeps scaled fp16 rows).
+     * shadow_sync brings *shadow (NULL at first) up to date with rows [0, n)
+     * of base (mem), of which rows [0, have) are unchanged since the last
+     * sync.  On failure *shadow is left as it was.  knn receives the shadow
+     * through sml_knn_args.base_shadow. */
+    simil_status (*shadow_sync)(sml_backend *b, void **shadow, const float *base, int64_t have,
+                                int64_t n, int64_t dim, simil_metric metric);
+    void (*shadow_free)(sml_backend *b, void *shadow);
 } sml_backend_ops;
 
 struct sml_backend {

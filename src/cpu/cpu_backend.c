@@ -3,6 +3,7 @@
  * in the other cpu_*.c files. */
 #include "cpu/cpu_backend.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "cpu/cpu_knn.h"
+#include "cpu/cpu_select.h"
 
 static void sml_cpu_close(sml_backend *b) { sml_free(b); }
 
@@ -50,6 +52,43 @@ static simil_status sml_cpu_knn_op(sml_backend *b, const sml_knn_args *args)
     return sml_cpu_knn(args);
 }
 
+/* One row at a time per thread through the buffered top-k (cpu_select.h);
+ * NaN counts as +inf, as on the GPU. */
+static simil_status sml_cpu_select_k(sml_backend *b, int64_t rows, int64_t cols,
+                                     const float *values, int64_t k, int largest,
+                                     float *out_values, int64_t *out_indices)
+{
+    int64_t kept = k < cols ? k : cols;
+    int64_t cap = sml_topk_capacity(kept > 0 ? kept : 1);
+    int threads = omp_get_max_threads();
+    sml_topk_pair *storage;
+    SML_TRY(sml_alloc((void **)&storage, (size_t)(threads * cap), sizeof *storage,
+                      "selection buffers"));
+    float sign = largest ? -1.0f : 1.0f;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
+    for (int64_t r = 0; r < rows; r++) {
+        sml_topk t;
+        sml_topk_reset(&t, storage + omp_get_thread_num() * cap, kept > 0 ? kept : 1);
+        const float *row = values + r * cols;
+        for (int64_t j = 0; j < cols; j++) {
+            float key = sign * row[j];
+            sml_topk_push(&t, isnan(key) ? INFINITY : key, j);
+        }
+        float *out = out_values + r * k;
+        int64_t *idx = out_indices + r * k;
+        sml_topk_finish(&t, out, idx);
+        for (int64_t j = 0; j < k; j++) {
+            if (j >= kept) {
+                out[j] = INFINITY;
+                idx[j] = -1;
+            }
+            out[j] *= sign;
+        }
+    }
+    sml_free(storage);
+    return SIMIL_OK;
+}
+
 static const sml_backend_ops sml_cpu_ops = {
     .close = sml_cpu_close,
     .mem_alloc = sml_cpu_mem_alloc,
@@ -60,6 +99,9 @@ static const sml_backend_ops sml_cpu_ops = {
     .mem_gather_rows = sml_cpu_gather_rows,
     .row_norms = sml_cpu_row_norms,
     .knn = sml_cpu_knn_op,
+    .select_k = sml_cpu_select_k,
+    .shadow_sync = NULL,
+    .shadow_free = NULL,
 };
 
 simil_status sml_cpu_backend_open(sml_backend **out)

@@ -15,6 +15,18 @@ int sml_cuda_device_count(void);
 /* 1 when built with CUDA. */
 int sml_cuda_built(void);
 
+/* 1 if p points to GPU memory (device or managed); 0 for host memory and in
+ * builds without CUDA. */
+int sml_cuda_pointer_is_device(const void *p);
+
+/* The GPU that device pointer p belongs to (0 when unknown). */
+int sml_cuda_pointer_device(const void *p);
+
+/* Queries the exact GPU search re-ran on its fp32 path since the process
+ * started, because their fast-path candidates could not be proven complete
+ * (a statistic for tests and benchmarks). */
+long long sml_cuda_fallback_queries(void);
+
 /* Open GPU gpu.  SIMIL_ERR_NO_DEVICE if it does not exist or CUDA is absent. */
 simil_status sml_cuda_backend_open(int gpu, sml_backend **backend);
 

@@ -8,6 +8,10 @@ int sml_cuda_device_count(void) { return 0; }
 
 int sml_cuda_built(void) { return 0; }
 
+int sml_cuda_pointer_is_device(const void *p) { return 0; }
+
+int sml_cuda_pointer_device(const void *p) { return 0; }
+
 simil_status sml_cuda_backend_open(int gpu, sml_backend **backend)
 {
     *backend = NULL;
@@ -16,3 +20,5 @@ simil_status sml_cuda_backend_open(int gpu, sml_backend **backend)
                      "-DSIMIL_CUDA=ON on a machine with nvcc, or use --device cpu",
                      gpu);
 }
+
+long long sml_cuda_fallback_queries(void) { return 0; }

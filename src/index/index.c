@@ -98,7 +98,9 @@ void simil_index_destroy(simil_index *index)
     SML_RETURN_IF((index) == NULL, SIMIL_ERR_INVALID_ARGUMENT, "%s: index is NULL", __func__)
 
 /* Check caller vectors and give back the ones the index type should see:
- * x itself, or a normalized copy for cosine (*copy then owns it). */
+ * x itself, or a normalized copy for cosine (*copy then owns it).  Vectors in
+ * GPU memory (search queries only) are checked through a host copy; they are
+ * passed on as they are, unless cosine needs the normalized copy. */
 static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, const float *x,
                                         const char *what, const float **prepared, float **copy)
 {
@@ -107,13 +109,36 @@ static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, con
     if (n == 0) return SIMIL_OK;
     SML_RETURN_IF(x == NULL, SIMIL_ERR_INVALID_ARGUMENT, "%s: vectors pointer is NULL", what);
     int cosine = index->metric == SIMIL_METRIC_COSINE;
-    SML_TRY(sml_vectors_check(x, n, index->dim, !cosine, what));
-    if (!cosine) return SIMIL_OK;
-    SML_TRY(sml_alloc((void **)copy, (size_t)n * (size_t)index->dim, sizeof(float),
-                      "normalized vectors"));
-    sml_vectors_normalize(x, n, index->dim, *copy);
-    *prepared = *copy;
-    return SIMIL_OK;
+    size_t count = (size_t)n * (size_t)index->dim;
+    const float *host = x;
+    if (sml_cuda_pointer_is_device(x)) {
+        sml_backend *b = index->backend;
+        SML_RETURN_IF(b->gpu < 0 || strcmp(what, "search") != 0, SIMIL_ERR_INVALID_ARGUMENT,
+                      "%s: the vectors are in GPU memory, but %s; pass host memory", what,
+                      b->gpu < 0 ? "the index is on the CPU" : "only search takes GPU memory");
+        SML_TRY(sml_alloc((void **)copy, count, sizeof(float), "a host copy of the queries"));
+        simil_status s = b->ops->mem_download(b, *copy, x, count * sizeof(float));
+        if (s != SIMIL_OK) {
+            sml_free(*copy);
+            *copy = NULL;
+            return s;
+        }
+        host = *copy;
+    }
+    simil_status s = sml_vectors_check(host, n, index->dim, !cosine, what);
+    if (s == SIMIL_OK && cosine) {
+        if (*copy == NULL)
+            s = sml_alloc((void **)copy, count, sizeof(float), "normalized vectors");
+        if (s == SIMIL_OK) {
+            sml_vectors_normalize(host, n, index->dim, *copy);
+            *prepared = *copy;
+        }
+    }
+    if (s != SIMIL_OK || (!cosine && *copy != NULL)) {
+        sml_free(*copy);
+        *copy = NULL;
+    }
+    return s;
 }
 
 simil_status simil_index_train(simil_index *index, int64_t n, const float *x)
@@ -172,14 +197,37 @@ simil_status simil_index_add(simil_index *index, int64_t n, const float *x, cons
     return s;
 }
 
-static void sml_fill_empty(const simil_index *index, int64_t nq, int64_t k, float *distances,
-                           int64_t *labels)
+/* Results of a search of an empty index: every slot empty.  The outputs may
+ * be in GPU memory. */
+static simil_status sml_fill_empty(const simil_index *index, int64_t nq, int64_t k,
+                                   float *distances, int64_t *labels)
 {
     float empty = index->metric == SIMIL_METRIC_L2 ? INFINITY : -INFINITY;
-    for (int64_t i = 0; i < nq * k; i++) {
-        distances[i] = empty;
-        labels[i] = -1;
+    size_t count = (size_t)nq * (size_t)k;
+    float *d = distances;
+    int64_t *l = labels;
+    int on_device = sml_cuda_pointer_is_device(distances);
+    if (on_device) {
+        SML_TRY(sml_alloc((void **)&d, count, sizeof *d, "empty results"));
+        simil_status s = sml_alloc((void **)&l, count, sizeof *l, "empty results");
+        if (s != SIMIL_OK) {
+            sml_free(d);
+            return s;
+        }
     }
+    for (size_t i = 0; i < count; i++) {
+        d[i] = empty;
+        l[i] = -1;
+    }
+    simil_status s = SIMIL_OK;
+    if (on_device) {
+        sml_backend *b = index->backend;
+        s = b->ops->mem_upload(b, distances, d, count * sizeof *d);
+        if (s == SIMIL_OK) s = b->ops->mem_upload(b, labels, l, count * sizeof *l);
+        sml_free(d);
+        sml_free(l);
+    }
+    return s;
 }
 
 simil_status simil_index_search(const simil_index *index, int64_t nq, const float *queries,
@@ -196,6 +244,10 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
     SML_RETURN_IF(!index->trained, SIMIL_ERR_NOT_TRAINED,
                   "index '%s' is not trained; call train and add before search",
                   index->description);
+    SML_RETURN_IF(index->backend->gpu < 0 && nq > 0 &&
+                      (sml_cuda_pointer_is_device(distances) || sml_cuda_pointer_is_device(labels)),
+                  SIMIL_ERR_INVALID_ARGUMENT,
+                  "search: the outputs are in GPU memory, but the index is on the CPU");
     sml_search_call call = {.nq = nq, .k = k, .distances = distances, .labels = labels};
     simil_search_params_init(&call.params);
     if (params != NULL) call.params = *params;
@@ -205,8 +257,7 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
     if (nq == 0) return SIMIL_OK;
     if (index->ntotal == 0) {
         SML_RETURN_IF(queries == NULL, SIMIL_ERR_INVALID_ARGUMENT, "search: queries is NULL");
-        sml_fill_empty(index, nq, k, distances, labels);
-        return SIMIL_OK;
+        return sml_fill_empty(index, nq, k, distances, labels);
     }
     float *copy;
     SML_TRY(sml_prepare_vectors(index, nq, queries, "search", &call.queries, &copy));

@@ -16,6 +16,7 @@ typedef struct sml_flat {
     int64_t *ids;       /* mem: capacity */
     int64_t *host_ids;  /* host: capacity */
     int64_t capacity;
+    void *shadow;       /* the backend's fast copy of vectors (backend.h), or NULL */
 } sml_flat;
 
 static int sml_flat_has_norms(const simil_index *index)
@@ -23,8 +24,19 @@ static int sml_flat_has_norms(const simil_index *index)
     return index->metric == SIMIL_METRIC_L2;
 }
 
+/* Bring the backend's shadow up to rows [0, n), of which [0, have) it has. */
+static simil_status sml_flat_sync_shadow(const simil_index *index, sml_flat *f, int64_t have,
+                                         int64_t n)
+{
+    sml_backend *b = index->backend;
+    if (b->ops->shadow_sync == NULL) return SIMIL_OK;
+    return b->ops->shadow_sync(b, &f->shadow, f->vectors, have, n, index->dim, index->metric);
+}
+
 static void sml_flat_free_arrays(sml_backend *b, sml_flat *f)
 {
+    if (f->shadow != NULL) b->ops->shadow_free(b, f->shadow);
+    f->shadow = NULL;
     b->ops->mem_free(b, f->vectors);
     b->ops->mem_free(b, f->norms);
     b->ops->mem_free(b, f->ids);
@@ -79,6 +91,7 @@ static simil_status sml_flat_add(simil_index *index, int64_t n, const float *x, 
         sml_progress("add", i + m, n);
     }
     SML_TRY(b->ops->mem_upload(b, f->ids + at, ids, (size_t)n * sizeof(int64_t)));
+    SML_TRY(sml_flat_sync_shadow(index, f, at, at + n));
     memcpy(f->host_ids + at, ids, (size_t)n * sizeof(int64_t));
     return SIMIL_OK;
 }
@@ -99,6 +112,7 @@ static simil_status sml_flat_search(const simil_index *index, const sml_search_c
         .distances = call->distances,
         .labels = call->labels,
         .threads = call->params.threads,
+        .base_shadow = f->shadow,
     };
     return index->backend->ops->knn(index->backend, &args);
 }
@@ -145,6 +159,7 @@ static simil_status sml_flat_remove(simil_index *index, int64_t n_sorted, const 
         if (s == SIMIL_OK)
             s = sml_alloc((void **)&next.host_ids, (size_t)(kept > 0 ? kept : 1), sizeof(int64_t),
                           "ids");
+        if (s == SIMIL_OK) s = sml_flat_sync_shadow(index, &next, 0, kept);
         if (s == SIMIL_OK) {
             for (int64_t i = 0; i < kept; i++) next.host_ids[i] = f->host_ids[keep[i]];
             sml_flat_free_arrays(b, f);
@@ -216,6 +231,7 @@ static simil_status sml_flat_load(simil_index *index, sml_reader *r)
     SML_TRY(sml_section_read_mem(r, sml_tag_vectors, b, f->vectors,
                                  (uint64_t)n * (uint64_t)index->dim * sizeof(float)));
     if (sml_flat_has_norms(index)) SML_TRY(b->ops->row_norms(b, n, index->dim, f->vectors, f->norms));
+    SML_TRY(sml_flat_sync_shadow(index, f, 0, n));
     index->ntotal = n;
     return SIMIL_OK;
 }

@@ -83,6 +83,8 @@ void sml_test_reference_knn(const float *base, int64_t n, const float *queries, 
     free(pairs);
 }
 
+static double sml_test_max_norm2(const float *base, int64_t n, int64_t dim);
+
 static int sml_test_close(double a, double b, double rel_tol, double scale)
 {
     if (isinf(a) || isinf(b)) return a == b;
@@ -101,10 +103,7 @@ void sml_test_check_knn(const char *context, const float *base, int64_t n,
     int64_t *ref_l = sml_test_malloc(sizeof *ref_l * (size_t)(nq * kr));
     sml_test_reference_knn(base, n, queries, nq, dim, kr, metric, ref_d, ref_l);
     char *seen = sml_test_malloc((size_t)(n ? n : 1));
-    double max_norm2 = 0;
-    for (int64_t i = 0; i < n; i++)
-        max_norm2 = fmax(max_norm2, sml_test_distance(base + i * dim, base + i * dim, dim,
-                                                      SIMIL_METRIC_IP));
+    double max_norm2 = sml_test_max_norm2(base, n, dim);
     for (int64_t q = 0; q < nq; q++) {
         /* Distances of near neighbours can be far smaller than the norms
          * they are computed from (GEMM form), so the tolerance is relative to
@@ -145,6 +144,58 @@ void sml_test_check_knn(const char *context, const float *base, int64_t n,
     free(seen);
     free(ref_d);
     free(ref_l);
+}
+
+static double sml_test_max_norm2(const float *base, int64_t n, int64_t dim)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++)
+        m = fmax(m, sml_test_distance(base + i * dim, base + i * dim, dim, SIMIL_METRIC_IP));
+    return m;
+}
+
+void sml_test_check_same(const char *context, const float *base, int64_t n, const float *queries,
+                         int64_t nq, int64_t dim, int64_t k, simil_metric metric,
+                         const float *distances, const int64_t *labels,
+                         const float *ref_distances, const int64_t *ref_labels, double rel_tol)
+{
+    double max_norm2 = sml_test_max_norm2(base, n, dim);
+    for (int64_t q = 0; q < nq; q++) {
+        double qn = sml_test_distance(queries + q * dim, queries + q * dim, dim, SIMIL_METRIC_IP);
+        double scale = 0.1 * (metric == SIMIL_METRIC_L2 ? qn + max_norm2 : sqrt(qn * max_norm2));
+        const float *d = distances + q * k, *rd = ref_distances + q * k;
+        const int64_t *l = labels + q * k, *rl = ref_labels + q * k;
+        for (int64_t j = 0; j < k; j++) {
+            if (rl[j] < 0 || l[j] < 0) {
+                if (rl[j] != l[j])
+                    fail_msg("%s: query %lld rank %lld: label %lld, reference %lld", context,
+                             (long long)q, (long long)j, (long long)l[j], (long long)rl[j]);
+                continue;
+            }
+            if (!sml_test_close(d[j], rd[j], rel_tol, scale))
+                fail_msg("%s: query %lld rank %lld: distance %.9g, reference %.9g", context,
+                         (long long)q, (long long)j, d[j], rd[j]);
+            if (l[j] >= n) fail_msg("%s: label %lld out of range", context, (long long)l[j]);
+            double true_d = sml_test_distance(queries + q * dim, base + l[j] * dim, dim,
+                                              metric == SIMIL_METRIC_L2 ? metric : SIMIL_METRIC_IP);
+            if (!sml_test_close(d[j], true_d, rel_tol, scale))
+                fail_msg("%s: query %lld rank %lld: label %lld has distance %.9g, returned %.9g",
+                         context, (long long)q, (long long)j, (long long)l[j], true_d, d[j]);
+            int tie = (j > 0 && sml_test_close(rd[j], rd[j - 1], rel_tol, scale)) ||
+                      (j + 1 < k && sml_test_close(rd[j], rd[j + 1], rel_tol, scale)) ||
+                      j + 1 == k;
+            if (!tie && l[j] != rl[j])
+                fail_msg("%s: query %lld rank %lld: label %lld, reference %lld (no tie)", context,
+                         (long long)q, (long long)j, (long long)l[j], (long long)rl[j]);
+        }
+    }
+}
+
+void sml_test_require_gpu(void)
+{
+    if (simil_gpu_count() > 0) return;
+    printf("no usable GPU: skipping the GPU tests\n");
+    exit(SML_TEST_SKIP);
 }
 
 void sml_test_normalize(float *x, int64_t n, int64_t dim)

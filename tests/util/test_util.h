@@ -42,6 +42,19 @@ void sml_test_check_knn(const char *context, const float *base, int64_t n,
                         simil_metric metric, const float *distances, const int64_t *labels,
                         double rel_tol);
 
+/* Check results against other results of the same search (e.g. GPU against
+ * CPU) with the tolerance rules of sml_test_check_knn: distances equal within
+ * rel_tol at every rank, labels equal except where the reference has a near
+ * tie at that rank, and every label's true distance matching.  Labels are
+ * positions in base. */
+void sml_test_check_same(const char *context, const float *base, int64_t n, const float *queries,
+                         int64_t nq, int64_t dim, int64_t k, simil_metric metric,
+                         const float *distances, const int64_t *labels,
+                         const float *ref_distances, const int64_t *ref_labels, double rel_tol);
+
+/* Exit with SML_TEST_SKIP, saying so, when no GPU is usable. */
+void sml_test_require_gpu(void);
+
 /* Normalize rows in place (zero rows stay zero). */
 void sml_test_normalize(float *x, int64_t n, int64_t dim);
 

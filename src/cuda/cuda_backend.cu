@@ -1,0 +1,254 @@
+// cuda_backend.cu: the CUDA backend: device discovery, per-GPU resources
+// (cuda_device.cuh), backend memory in device memory, and the ops table.
+//
+// The runtime is linked statically, so on a machine without a driver
+// cudaGetDeviceCount fails, simil_gpu_count() is 0 and "auto" picks the CPU.
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_device.cuh"
+#include "cuda/cuda_kernels.cuh"
+#include "cuda/cuda_util.cuh"
+
+namespace sml {
+namespace {
+
+constexpr int kMaxDevices = 64;
+Device *devices[kMaxDevices];
+pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void device_release(Device *dev)
+{
+    cudaSetDevice(dev->gpu);
+    for (int i = 0; i < 2; ++i) {
+        blas_destroy(dev->blas[i]);
+        if (dev->done[i]) cudaEventDestroy(dev->done[i]);
+        if (dev->stream[i]) cudaStreamDestroy(dev->stream[i]);
+    }
+    cudaFree(dev->workspace);
+    cudaFreeHost(dev->pinned);
+    pthread_mutex_destroy(&dev->lock);
+    sml_free(dev);
+}
+
+simil_status device_create(int gpu, Device **out)
+{
+    Device *dev;
+    SML_TRY(sml_calloc(reinterpret_cast<void **>(&dev), 1, sizeof *dev, "a GPU context"));
+    dev->gpu = gpu;
+    pthread_mutex_init(&dev->lock, nullptr);
+    simil_status s = cuda_status(cudaSetDevice(gpu), "cudaSetDevice", __FILE__, __LINE__);
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaDeviceGetAttribute(&dev->sm_count, cudaDevAttrMultiProcessorCount, gpu),
+                        "cudaDeviceGetAttribute", __FILE__, __LINE__);
+    for (int i = 0; i < 2 && s == SIMIL_OK; ++i) {
+        s = cuda_status(cudaStreamCreateWithFlags(&dev->stream[i], cudaStreamNonBlocking),
+                        "cudaStreamCreate", __FILE__, __LINE__);
+        if (s == SIMIL_OK)
+            s = cuda_status(cudaEventCreateWithFlags(&dev->done[i], cudaEventDisableTiming),
+                            "cudaEventCreate", __FILE__, __LINE__);
+        if (s == SIMIL_OK) s = blas_create(dev->stream[i], &dev->blas[i]);
+    }
+    if (s != SIMIL_OK) {
+        device_release(dev);
+        return s;
+    }
+    *out = dev;
+    return SIMIL_OK;
+}
+
+void backend_close(sml_backend *b)
+{
+    Device *dev = device_of(b);
+    pthread_mutex_lock(&devices_lock);
+    if (--dev->refs == 0) {
+        devices[dev->gpu] = nullptr;
+        device_release(dev);
+    }
+    pthread_mutex_unlock(&devices_lock);
+    sml_free(b);
+}
+
+simil_status mem_alloc(sml_backend *b, size_t bytes, void **mem)
+{
+    *mem = nullptr;
+    SML_CUDA_TRY(cudaSetDevice(b->gpu));
+    SML_CUDA_TRY(cudaMalloc(mem, bytes ? bytes : 1));
+    return SIMIL_OK;
+}
+
+void mem_free(sml_backend *b, void *mem)
+{
+    if (mem == nullptr) return;
+    cudaSetDevice(b->gpu);
+    cudaFree(mem);
+}
+
+simil_status mem_copy_kind(sml_backend *b, void *dst, const void *src, size_t bytes,
+                           cudaMemcpyKind kind)
+{
+    if (bytes == 0) return SIMIL_OK;
+    Device *dev = device_of(b);
+    SML_CUDA_TRY(cudaSetDevice(b->gpu));
+    SML_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, dev->stream[0]));
+    SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[0]));
+    return SIMIL_OK;
+}
+
+simil_status mem_upload(sml_backend *b, void *mem, const void *host, size_t bytes)
+{
+    return mem_copy_kind(b, mem, host, bytes, cudaMemcpyHostToDevice);
+}
+
+simil_status mem_download(sml_backend *b, void *host, const void *mem, size_t bytes)
+{
+    return mem_copy_kind(b, host, mem, bytes, cudaMemcpyDeviceToHost);
+}
+
+simil_status mem_copy(sml_backend *b, void *dst, const void *src, size_t bytes)
+{
+    return mem_copy_kind(b, dst, src, bytes, cudaMemcpyDeviceToDevice);
+}
+
+simil_status mem_gather_rows(sml_backend *b, void *dst, const void *src, size_t row_bytes,
+                             int64_t n, const int64_t *rows)
+{
+    if (n == 0) return SIMIL_OK;
+    Device *dev = device_of(b);
+    int64_t *d_rows;
+    SML_TRY(mem_alloc(b, sizeof(int64_t) * (size_t)n, reinterpret_cast<void **>(&d_rows)));
+    simil_status s = mem_upload(b, d_rows, rows, sizeof(int64_t) * (size_t)n);
+    if (s == SIMIL_OK) s = launch_gather_rows(dst, src, row_bytes, n, d_rows, dev->stream[0]);
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaStreamSynchronize(dev->stream[0]), "gather", __FILE__, __LINE__);
+    mem_free(b, d_rows);
+    return s;
+}
+
+simil_status row_norms(sml_backend *b, int64_t n, int64_t dim, const float *x, float *norms)
+{
+    Device *dev = device_of(b);
+    SML_CUDA_TRY(cudaSetDevice(b->gpu));
+    SML_TRY(launch_row_norms(n, (int)dim, x, norms, dev->stream[0]));
+    SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[0]));
+    return SIMIL_OK;
+}
+
+const sml_backend_ops cuda_ops = {
+    backend_close, mem_alloc,  mem_free, mem_upload, mem_download, mem_copy,
+    mem_gather_rows, row_norms, cuda_knn, cuda_select_k, shadow_sync, shadow_free,
+};
+
+}  // namespace
+
+simil_status device_workspace(Device *dev, size_t bytes, void **out)
+{
+    if (bytes > dev->workspace_bytes) {
+        cudaFree(dev->workspace);
+        dev->workspace = nullptr;
+        dev->workspace_bytes = 0;
+        SML_CUDA_TRY(cudaMalloc(&dev->workspace, bytes));
+        dev->workspace_bytes = bytes;
+    }
+    *out = dev->workspace;
+    return SIMIL_OK;
+}
+
+simil_status device_pinned(Device *dev, size_t bytes, void **out)
+{
+    if (bytes > dev->pinned_bytes) {
+        cudaFreeHost(dev->pinned);
+        dev->pinned = nullptr;
+        dev->pinned_bytes = 0;
+        SML_CUDA_TRY(cudaMallocHost(&dev->pinned, bytes));
+        dev->pinned_bytes = bytes;
+    }
+    *out = dev->pinned;
+    return SIMIL_OK;
+}
+
+size_t device_free_bytes(Device *dev)
+{
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    // what the workspace holds now can be reused; keep 512 MiB for cuBLAS and others
+    free_bytes += dev->workspace_bytes;
+    const size_t margin = (size_t)512 << 20;
+    return free_bytes > margin ? free_bytes - margin : 0;
+}
+
+bool is_device_pointer(const void *p)
+{
+    cudaPointerAttributes attr;
+    if (p == nullptr || cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+}  // namespace sml
+
+extern "C" int sml_cuda_device_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();  // clear the "no driver" error
+        return 0;
+    }
+    return count;
+}
+
+extern "C" int sml_cuda_built(void) { return 1; }
+
+extern "C" int sml_cuda_pointer_is_device(const void *p) { return sml::is_device_pointer(p); }
+
+extern "C" int sml_cuda_pointer_device(const void *p)
+{
+    cudaPointerAttributes attr;
+    if (p == nullptr || cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return attr.device;
+}
+
+extern "C" simil_status sml_cuda_backend_open(int gpu, sml_backend **out)
+{
+    using namespace sml;
+    *out = nullptr;
+    const int count = sml_cuda_device_count();
+    SML_RETURN_IF(gpu < 0 || gpu >= count || gpu >= kMaxDevices, SIMIL_ERR_NO_DEVICE,
+                  "GPU %d requested, but %d GPU%s usable (no driver or device?); use --device "
+                  "cpu",
+                  gpu, count, count == 1 ? " is" : "s are");
+    sml_backend *b;
+    SML_TRY(sml_calloc(reinterpret_cast<void **>(&b), 1, sizeof *b, "the GPU backend"));
+    pthread_mutex_lock(&devices_lock);
+    simil_status s = SIMIL_OK;
+    if (devices[gpu] == nullptr) s = device_create(gpu, &devices[gpu]);
+    if (s == SIMIL_OK) devices[gpu]->refs++;
+    Device *dev = devices[gpu];
+    pthread_mutex_unlock(&devices_lock);
+    if (s != SIMIL_OK) {
+        sml_free(b);
+        return s;
+    }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, gpu) != cudaSuccess) {
+        cudaGetLastError();
+        strcpy(prop.name, "unknown GPU");
+    }
+    b->ops = &cuda_ops;
+    b->gpu = gpu;
+    b->impl = dev;
+    snprintf(b->name, sizeof b->name, "cuda:%d (%s)", gpu, prop.name);
+    *out = b;
+    return SIMIL_OK;
+}

@@ -1,0 +1,65 @@
+// cuda_device.cuh: one GPU's resources, shared by every index on it.
+//
+// Two streams (tiles alternate between them so that one tile's GEMM overlaps
+// the other's selection), a cuBLAS handle per stream, a device workspace and a
+// pinned host buffer.  Both buffers grow on demand, under the device lock, and
+// are reused across calls: the search paths size what they need first and
+// ask once.  A call that uses them holds the lock for its duration.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <pthread.h>
+
+#include "core/backend.h"
+#include "cuda/cuda_blas.cuh"
+
+namespace sml {
+
+struct Device {
+    int gpu;
+    int refs;
+    int sm_count;
+    cudaStream_t stream[2];
+    cudaEvent_t done[2];
+    Blas *blas[2];
+    void *workspace;
+    size_t workspace_bytes;
+    void *pinned;
+    size_t pinned_bytes;
+    pthread_mutex_t lock;
+};
+
+// The backend of a GPU index: its ops table points here.
+inline Device *device_of(sml_backend *b) { return static_cast<Device *>(b->impl); }
+
+// Grow the workspace (or pinned buffer) to at least bytes; contents are lost.
+// Caller holds dev->lock.
+simil_status device_workspace(Device *dev, size_t bytes, void **out);
+simil_status device_pinned(Device *dev, size_t bytes, void **out);
+
+// Bytes a new device allocation could take now, keeping a margin for cuBLAS.
+size_t device_free_bytes(Device *dev);
+
+// 1 if p is device (or managed) memory.
+bool is_device_pointer(const void *p);
+
+// The shadow of a stored matrix: rows scaled by powers of two (norm in
+// [64, 128)) and rounded to fp16, for tensor-core GEMMs (cuda_knn.cu).
+struct Shadow {
+    __half *rows;        // capacity x dim
+    float *inv_scale;    // per row: 1 / its scale (a power of two)
+    float max_norm;      // largest row norm, for the error bound
+    long long n;
+    long long capacity;
+    long long dim;
+};
+
+simil_status shadow_sync(sml_backend *b, void **shadow, const float *base, int64_t have,
+                         int64_t n, int64_t dim, simil_metric metric);
+void shadow_free(sml_backend *b, void *shadow);
+
+simil_status cuda_knn(sml_backend *b, const sml_knn_args *args);
+simil_status cuda_select_k(sml_backend *b, int64_t rows, int64_t cols, const float *values,
+                           int64_t k, int largest, float *out_values, int64_t *out_indices);
+
+}  // namespace sml

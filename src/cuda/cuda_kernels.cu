@@ -1,0 +1,182 @@
+// cuda_kernels.cu: small kernels around search (see cuda_kernels.cuh).
+#include <math.h>
+
+#include "cuda/cuda_kernels.cuh"
+#include "cuda/cuda_util.cuh"
+
+namespace sml {
+namespace {
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+    return v;
+}
+
+// One warp per row.
+__global__ void row_norms_kernel(long long n, int dim, const float *x, float *norms)
+{
+    const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (row >= n) return;
+    const float *r = x + row * dim;
+    float s = 0;
+    for (int j = threadIdx.x & 31; j < dim; j += 32) s = fmaf(r[j], r[j], s);
+    s = warp_sum(s);
+    if ((threadIdx.x & 31) == 0) norms[row] = s;
+}
+
+__global__ void gather_rows_kernel(unsigned *dst, const unsigned *src, long long words,
+                                   long long n, const int64_t *rows)
+{
+    const long long total = n * words;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / words, w = i % words;
+        dst[i] = src[rows[r] * words + w];
+    }
+}
+
+// One warp per row.
+__global__ void scale_to_half_kernel(long long n, int dim, const float *x, __half *out,
+                                     float *inv_scale, float *norms, float *max_norm)
+{
+    const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (row >= n) return;
+    const int lane = threadIdx.x & 31;
+    const float *r = x + row * dim;
+    float s = 0;
+    for (int j = lane; j < dim; j += 32) s = fmaf(r[j], r[j], s);
+    const float norm = sqrtf(warp_sum(s));
+    int exponent = 0;
+    frexpf(norm, &exponent);  // norm = m * 2^exponent, m in [0.5, 1)
+    const float scale = norm > 0 ? ldexpf(1.0f, 7 - exponent) : 1.0f;
+    for (int j = lane; j < dim; j += 32) out[row * dim + j] = __float2half_rn(r[j] * scale);
+    if (lane == 0) {
+        inv_scale[row] = 1.0f / scale;
+        if (norms) norms[row] = norm;
+        // norms are non-negative, so their bit patterns order like the values
+        if (max_norm) atomicMax(reinterpret_cast<int *>(max_norm), __float_as_int(norm));
+    }
+}
+
+// One block of 128 threads per query; each warp takes candidates in turn.
+__global__ void rerank_kernel(int dim, const float *queries, const float *base, const int *idx,
+                              int ncand, bool l2, float *keys)
+{
+    const int q = blockIdx.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float *x = queries + (long long)q * dim;
+    for (int c = warp; c < ncand; c += blockDim.x >> 5) {
+        const int i = idx[(long long)q * ncand + c];
+        float s = 0;
+        if (i >= 0) {
+            const float *y = base + (long long)i * dim;
+            if (l2) {
+                for (int j = lane; j < dim; j += 32) {
+                    const float d = x[j] - y[j];
+                    s = fmaf(d, d, s);
+                }
+            } else {
+                for (int j = lane; j < dim; j += 32) s = fmaf(x[j], y[j], s);
+            }
+            s = warp_sum(s);
+        }
+        if (lane == 0) keys[(long long)q * ncand + c] = i < 0 ? INFINITY : (l2 ? s : -s);
+    }
+}
+
+// One thread per query row: distances, labels, then ties ordered by label
+// (insertion sort, cheap on rows that are already sorted by distance).
+__global__ void finish_kernel(int nq, int k, const float *keys, const int *pos, bool l2,
+                              const float *query_norms, const int64_t *ids, float *distances,
+                              int64_t *labels)
+{
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= nq) return;
+    const long long o = (long long)q * k;
+    for (int j = 0; j < k; ++j) {
+        const int p = pos[o + j];
+        float d = keys[o + j];
+        if (p < 0) {
+            d = INFINITY;
+        } else if (l2 && query_norms) {
+            d = fmaxf(d + query_norms[q], 0.0f);
+        }
+        distances[o + j] = l2 ? d : -d;
+        labels[o + j] = p < 0 ? -1 : ids[p];
+    }
+    for (int j = 1; j < k; ++j) {
+        const float d = distances[o + j];
+        const int64_t l = labels[o + j];
+        if (l < 0) break;
+        int i = j;
+        while (i > 0 && distances[o + i - 1] == d && labels[o + i - 1] > l) {
+            labels[o + i] = labels[o + i - 1];
+            --i;
+        }
+        labels[o + i] = l;
+    }
+}
+
+unsigned blocks_for(long long threads, int per_block)
+{
+    long long b = (threads + per_block - 1) / per_block;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+}  // namespace
+
+simil_status launch_row_norms(long long n, int dim, const float *x, float *norms, cudaStream_t s)
+{
+    if (n == 0) return SIMIL_OK;
+    row_norms_kernel<<<blocks_for(n * 32, 256), 256, 0, s>>>(n, dim, x, norms);
+    SML_LAUNCH_TRY("row_norms_kernel");
+    return SIMIL_OK;
+}
+
+simil_status launch_gather_rows(void *dst, const void *src, size_t row_bytes, long long n,
+                                const int64_t *rows, cudaStream_t s)
+{
+    if (n == 0) return SIMIL_OK;
+    const long long words = (long long)(row_bytes / 4);
+    unsigned blocks = blocks_for(n * words, 256);
+    if (blocks > 65536) blocks = 65536;
+    gather_rows_kernel<<<blocks, 256, 0, s>>>(static_cast<unsigned *>(dst),
+                                              static_cast<const unsigned *>(src), words, n, rows);
+    SML_LAUNCH_TRY("gather_rows_kernel");
+    return SIMIL_OK;
+}
+
+simil_status launch_scale_to_half(long long n, int dim, const float *x, __half *out,
+                                  float *inv_scale, float *norms, float *max_norm,
+                                  cudaStream_t s)
+{
+    if (n == 0) return SIMIL_OK;
+    scale_to_half_kernel<<<blocks_for(n * 32, 256), 256, 0, s>>>(n, dim, x, out, inv_scale,
+                                                                  norms, max_norm);
+    SML_LAUNCH_TRY("scale_to_half_kernel");
+    return SIMIL_OK;
+}
+
+simil_status launch_rerank(int nq, int dim, const float *queries, const float *base,
+                           const int *idx, int ncand, bool l2, float *keys, cudaStream_t s)
+{
+    if (nq == 0) return SIMIL_OK;
+    rerank_kernel<<<nq, 128, 0, s>>>(dim, queries, base, idx, ncand, l2, keys);
+    SML_LAUNCH_TRY("rerank_kernel");
+    return SIMIL_OK;
+}
+
+simil_status launch_finish(int nq, int k, const float *keys, const int *pos, bool l2,
+                           const float *query_norms, const int64_t *ids, float *distances,
+                           int64_t *labels, cudaStream_t s)
+{
+    if (nq == 0) return SIMIL_OK;
+    finish_kernel<<<blocks_for(nq, 128), 128, 0, s>>>(nq, k, keys, pos, l2, query_norms, ids,
+                                                      distances, labels);
+    SML_LAUNCH_TRY("finish_kernel");
+    return SIMIL_OK;
+}
+
+}  // namespace sml

@@ -1,0 +1,43 @@
+// cuda_kernels.cuh: the small kernels around search: norms, fp16 scaling,
+// row gathers, exact re-ranking and writing results.  Each launcher checks
+// its launch and returns a simil_status.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "simil/status.h"
+
+namespace sml {
+
+// norms[i] = ||x_i||^2, one warp per row.
+simil_status launch_row_norms(long long n, int dim, const float *x, float *norms,
+                              cudaStream_t s);
+
+// dst row i = src row rows[i] (rows: device), row_bytes a multiple of 4.
+simil_status launch_gather_rows(void *dst, const void *src, size_t row_bytes, long long n,
+                                const int64_t *rows, cudaStream_t s);
+
+// out row i = fp16(x_i * s_i) with s_i a power of two putting ||x_i|| * s_i in
+// [64, 128) (s_i = 1 for a zero row); inv_scale[i] = 1 / s_i.  When norms is
+// not null it receives ||x_i|| (not squared).  *max_norm (device, may be null)
+// is raised to the largest ||x_i||.
+simil_status launch_scale_to_half(long long n, int dim, const float *x, __half *out,
+                                  float *inv_scale, float *norms, float *max_norm,
+                                  cudaStream_t s);
+
+// keys[q][c] = exact key of candidate idx[q][c] for query q: ||x - y||^2
+// (l2) or -<x, y>; idx < 0 gives +inf.  One block per query.
+simil_status launch_rerank(int nq, int dim, const float *queries, const float *base,
+                           const int *idx, int ncand, bool l2, float *keys, cudaStream_t s);
+
+// Final results of nq rows of k sorted (key, position) pairs:
+// distance = key + (add_query_norms ? ||x||^2 clamped at 0 : 0) for l2, -key
+// for ip; label = ids[position] (or -1), and runs of equal distances ordered by
+// label.  Writes rows of stride ld_out into distances / labels.
+simil_status launch_finish(int nq, int k, const float *keys, const int *pos, bool l2,
+                           const float *query_norms, const int64_t *ids, float *distances,
+                           int64_t *labels, cudaStream_t s);
+
+}  // namespace sml

@@ -1,0 +1,533 @@
+// cuda_knn.cu: exact k-NN on the GPU (the GPU paper, section 5.1, "exact
+// search"), with a tensor-core fast path that stays exact.
+//
+// Plain fp32 path.  For a tile of queries and a tile of the base, cuBLAS gives
+// -2<x, y> (or -<x, y> for IP); the fused select kernel adds ||y||^2 and keeps
+// the k best of the tile in registers (warp_select.cuh).  Two passes over the
+// distance matrix: the GEMM writes it, the selection reads it.  Base tiles
+// alternate between two streams, so one tile's GEMM overlaps the other's
+// selection; the per-tile lists of a query are merged by one more selection
+// every `group` tiles.  ||x||^2 is added at the end.  k > 2048 takes whole rows
+// through radix selection (radix_select.cu).
+//
+// Fast path (default when k <= 1024).  The same layout on fp16 tensor cores:
+// rows scaled by powers of two to norms in [64, 128), rounded to fp16 (the
+// index's shadow, cuda_shadow.cu), fp16 GEMM output.  Every approximate key is
+// within E(x) of the true one, with the bound
+//     E = 2 c ||x|| Ymax + 2^-22 (Ymax^2 + 2 ||x|| Ymax) + dim 2^-23 Ymax^2   (L2)
+//     E =   c ||x|| Ymax + 2^-22 ||x|| Ymax                                   (IP)
+//     c = 2^-10 (input rounding) + 2^-11 (output rounding) + 2^-17
+//         (subnormals) + dim 2^-20 (fp32 accumulation, generously)
+// where Ymax is the largest base norm (docs/gpu-exact-search.md derives it).
+// Each query keeps its k2 = 2k (at least 32) best approximate keys.  If the
+// k2-th exceeds the k-th by more than 2E, every true top-k vector is among the
+// k2 (a true top-k key is at most the true k-th <= approx k-th + E, so its
+// approximate key is at most approx k-th + 2E), and re-ranking the k2 exactly
+// in fp32 gives the exact answer.  Queries that fail the test are searched
+// again on the fp32 path, so the result is exact either way.
+#include <math.h>
+
+#include <atomic>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "cuda/cuda_device.cuh"
+#include "cuda/cuda_kernels.cuh"
+#include "cuda/cuda_util.cuh"
+#include "cuda/select.cuh"
+
+namespace sml {
+namespace {
+
+constexpr int kMaxQueryTile = 16384;
+constexpr int kMaxGroup = 32;
+constexpr size_t kScoresBudget = (size_t)3 << 30;   // both streams' GEMM tiles
+constexpr size_t kWorkspaceCap = (size_t)12 << 30;
+
+std::atomic<long long> fallback_queries{0};
+
+size_t round_up(size_t x) { return (x + 255) / 256 * 256; }
+
+// Bump allocator over the workspace.
+struct Carver {
+    char *base;
+    size_t used;
+    template <typename T>
+    T *take(size_t count)
+    {
+        T *p = reinterpret_cast<T *>(base ? base + used : nullptr);
+        used += round_up(sizeof(T) * count);
+        return p;
+    }
+};
+
+struct Search {
+    Device *dev;
+    const sml_knn_args *a;
+    const Shadow *shadow;
+    bool l2;
+    bool queries_on_device;
+    bool outputs_on_device;
+    bool redo;  // buffers for re-running fast-path queries in fp32
+};
+
+// What one query tile needs.
+struct Plan {
+    int qt;      // queries per tile
+    int dt;      // base rows per tile
+    int kk;      // pairs kept per query and base tile
+    int group;   // base tiles between merges
+    bool fast;
+    bool radix;
+};
+
+struct Buffers {
+    float *queries;      // qt x dim fp32 (a copy of host queries)
+    float *query_norms;  // qt: ||x||^2 (fp32 path), ||x|| (fast path)
+    __half *queries_h;   // qt x dim
+    float *query_inv;    // qt
+    float *row_scale;    // qt
+    float *bound;        // qt
+    int *ok;             // qt
+    void *scores[2];     // qt x dt each
+    float *part_keys;    // qt x (group + 1) x kk
+    int *part_idx;
+    int *candidates;     // qt x kk (fast path: positions to re-rank)
+    float *exact_keys;   // qt x kk (fast path: their exact keys)
+    int64_t *redo_rows;  // qt (fp32 redo: which queries of the fast tile)
+    float *final_keys;   // qt x k
+    int *final_idx;
+    float *out_dist;     // qt x k, when the caller's outputs are on the host
+    int64_t *out_labels;
+    void *radix;         // radix-select scratch
+    size_t radix_bytes;
+};
+
+size_t carve(const Search &s, const Plan &p, char *base, Buffers *b)
+{
+    const sml_knn_args *a = s.a;
+    Carver c{base, 0};
+    const size_t qt = (size_t)p.qt, k = (size_t)a->k;
+    const bool own_queries = !s.queries_on_device || s.redo;
+    b->queries = own_queries ? c.take<float>(qt * a->dim) : nullptr;
+    b->redo_rows = s.redo ? c.take<int64_t>(qt) : nullptr;
+    b->query_norms = c.take<float>(qt);
+    if (p.fast) {
+        b->queries_h = c.take<__half>(qt * a->dim);
+        b->query_inv = c.take<float>(qt);
+        b->row_scale = c.take<float>(qt);
+        b->bound = c.take<float>(qt);
+        b->ok = c.take<int>(qt);
+        b->candidates = c.take<int>(qt * p.kk);
+        b->exact_keys = c.take<float>(qt * p.kk);
+    }
+    const size_t score_bytes = p.fast ? 2 : 4;
+    // radix selection takes whole rows from one GEMM; tiles alternate streams
+    for (int i = 0; i < (p.radix ? 1 : 2); ++i)
+        b->scores[i] = c.take<char>(qt * (size_t)p.dt * score_bytes);
+    if (p.radix) {
+        b->radix_bytes = select_rows_radix_workspace(p.qt, p.dt, a->k);
+        b->radix = c.take<char>(b->radix_bytes);
+    } else {
+        const size_t part = qt * (size_t)(p.group + 1) * p.kk;
+        b->part_keys = c.take<float>(part);
+        b->part_idx = c.take<int>(part);
+    }
+    b->final_keys = c.take<float>(qt * k);
+    b->final_idx = c.take<int>(qt * k);
+    if (!s.outputs_on_device || s.redo) {
+        b->out_dist = c.take<float>(qt * k);
+        b->out_labels = c.take<int64_t>(qt * k);
+    }
+    return c.used;
+}
+
+// Largest tiles that fit in budget bytes.
+simil_status plan_search(const Search &s, bool fast, size_t budget, Plan *out)
+{
+    const sml_knn_args *a = s.a;
+    Plan p{};
+    p.fast = fast;
+    p.radix = a->k > kMaxWarpSelectK;
+    p.kk = fast ? warp_select_queue(a->k * 2 > 32 ? (int)a->k * 2 : 32) : (int)a->k;
+    const size_t score_bytes = fast ? 2 : 4;
+    for (p.qt = (int)(a->nq < kMaxQueryTile ? a->nq : kMaxQueryTile); p.qt >= 1; p.qt /= 2) {
+        if (p.radix) {
+            p.dt = (int)a->n;  // whole rows: the k best of a row need all of it
+            p.group = 1;
+        } else {
+            size_t dt = kScoresBudget / (2 * (size_t)p.qt * score_bytes);
+            dt = dt / 256 * 256;
+            if (dt < 1024) dt = 1024;
+            if (dt > (size_t)a->n) dt = (size_t)a->n;
+            p.dt = (int)dt;
+            const int tiles = (int)((a->n + p.dt - 1) / p.dt);
+            p.group = tiles < kMaxGroup ? tiles : kMaxGroup;
+        }
+        Buffers b;
+        size_t need = carve(s, p, nullptr, &b);
+        // Fewer tiles per merge before fewer queries per tile.
+        while (need > budget && p.group > 1) {
+            p.group /= 2;
+            need = carve(s, p, nullptr, &b);
+        }
+        if (need <= budget) {
+            *out = p;
+            return SIMIL_OK;
+        }
+    }
+    return sml_error(SIMIL_ERR_OUT_OF_MEMORY,
+                     "out of GPU memory: exact search of k=%lld over %lld vectors needs more "
+                     "scratch than the %.2f GiB free; use a smaller k or fewer vectors per GPU",
+                     (long long)a->k, (long long)a->n, budget / 1073741824.0);
+}
+
+// ---- the fp32 path --------------------------------------------------------
+
+// Merge the tile lists of one query tile into slot 0.
+simil_status merge_tiles(const Search &s, const Plan &p, const Buffers &b, int rows, int slots,
+                         bool have_running)
+{
+    SelectJob job{};
+    const long long ld = (long long)(p.group + 1) * p.kk;
+    const int first = have_running ? 0 : 1;
+    job.scores = b.part_keys + (size_t)first * p.kk;
+    job.ld = ld;
+    job.row_scale_const = 1.0f;
+    job.in_idx = b.part_idx + (size_t)first * p.kk;
+    job.rows = rows;
+    job.cols = (slots + (have_running ? 1 : 0)) * p.kk;
+    job.k = p.kk;
+    job.out_keys = b.part_keys;
+    job.out_idx = b.part_idx;
+    job.out_ld = ld;
+    return select_rows(job, ScoreType::f32, s.dev->stream[0]);
+}
+
+// Make `waiter` wait for everything queued on `other` so far.
+simil_status stream_join(Device *dev, int waiter, int other)
+{
+    SML_CUDA_TRY(cudaEventRecord(dev->done[other], dev->stream[other]));
+    SML_CUDA_TRY(cudaStreamWaitEvent(dev->stream[waiter], dev->done[other], 0));
+    return SIMIL_OK;
+}
+
+// Top kk of rows queries (device) against the whole base, into slot 0 of the
+// partial lists (fp32 or fast keys, per plan).
+simil_status scan_tiles(const Search &s, const Plan &p, const Buffers &b, const float *queries,
+                        int rows)
+{
+    const sml_knn_args *a = s.a;
+    Device *dev = s.dev;
+    const int tiles = (int)((a->n + p.dt - 1) / p.dt);
+    const long long ld = (long long)(p.group + 1) * p.kk;
+    bool have_running = false;
+    int in_group = 0;
+    SML_TRY(stream_join(dev, 1, 0));
+    for (int t = 0; t < tiles; ++t) {
+        const int st = t & 1;
+        const long long off = (long long)t * p.dt;
+        const int w = (int)(a->n - off < p.dt ? a->n - off : p.dt);
+        SelectJob job{};
+        job.ld = p.dt;
+        job.idx_base = (int)off;
+        job.rows = rows;
+        job.cols = w;
+        job.k = p.kk < w ? p.kk : w;
+        job.out_keys = b.part_keys + (size_t)(1 + in_group) * p.kk;
+        job.out_idx = b.part_idx + (size_t)(1 + in_group) * p.kk;
+        job.out_ld = ld;
+        job.scores = b.scores[st];
+        if (p.fast) {
+            SML_TRY(blas_gemm_f16(dev->blas[st], rows, w, (int)a->dim, 1.0f, b.queries_h,
+                                  (int)a->dim, s.shadow->rows + off * a->dim, (int)a->dim, 0.0f,
+                                  static_cast<__half *>(b.scores[st]), p.dt));
+            job.add = s.l2 ? a->base_norms + off : nullptr;
+            job.scale = s.shadow->inv_scale + off;
+            job.row_scale = b.row_scale;
+            SML_TRY(select_rows(job, ScoreType::f16, dev->stream[st]));
+        } else {
+            SML_TRY(blas_gemm_f32(dev->blas[st], rows, w, (int)a->dim, s.l2 ? -2.0f : -1.0f,
+                                  queries, (int)a->dim, a->base + off * a->dim, (int)a->dim, 0.0f,
+                                  static_cast<float *>(b.scores[st]), p.dt));
+            job.add = s.l2 ? a->base_norms + off : nullptr;
+            job.row_scale_const = 1.0f;
+            SML_TRY(select_rows(job, ScoreType::f32, dev->stream[st]));
+        }
+        if (job.k < p.kk) {
+            // a short last tile: pad its list so the merge reads no garbage
+            SML_CUDA_TRY(cudaMemset2DAsync(job.out_idx + job.k, ld * sizeof(int), 0xff,
+                                           (p.kk - job.k) * sizeof(int), rows, dev->stream[st]));
+        }
+        ++in_group;
+        if (in_group == p.group || t == tiles - 1) {
+            SML_TRY(stream_join(dev, 0, 1));
+            SML_TRY(merge_tiles(s, p, b, rows, in_group, have_running));
+            SML_TRY(stream_join(dev, 1, 0));
+            have_running = true;
+            in_group = 0;
+        }
+    }
+    return SIMIL_OK;
+}
+
+// k > 2048: whole rows through radix selection, into final.
+simil_status scan_radix(const Search &s, const Plan &p, const Buffers &b, const float *queries,
+                        int rows)
+{
+    const sml_knn_args *a = s.a;
+    Device *dev = s.dev;
+    SML_TRY(blas_gemm_f32(dev->blas[0], rows, (int)a->n, (int)a->dim, s.l2 ? -2.0f : -1.0f,
+                          queries, (int)a->dim, a->base, (int)a->dim, 0.0f,
+                          static_cast<float *>(b.scores[0]), p.dt));
+    // k > n: select all n; the ranks past n stay empty (-1)
+    SML_CUDA_TRY(cudaMemsetAsync(b.final_idx, 0xff, sizeof(int) * (size_t)rows * a->k,
+                                 dev->stream[0]));
+    SelectJob job{};
+    job.scores = b.scores[0];
+    job.ld = p.dt;
+    job.add = s.l2 ? a->base_norms : nullptr;
+    job.row_scale_const = 1.0f;
+    job.rows = rows;
+    job.cols = (int)a->n;
+    job.k = (int)(a->k < a->n ? a->k : a->n);
+    job.out_keys = b.final_keys;
+    job.out_idx = b.final_idx;
+    job.out_ld = a->k;
+    return select_rows_radix(job, ScoreType::f32, b.radix, b.radix_bytes, dev->stream[0]);
+}
+
+// Copy rows of k pairs from slot 0 of the partial lists to final.
+simil_status take_final(const Search &s, const Plan &p, const Buffers &b, int rows)
+{
+    const size_t ld = (size_t)(p.group + 1) * p.kk;
+    const size_t k = (size_t)s.a->k;
+    cudaStream_t st = s.dev->stream[0];
+    SML_CUDA_TRY(cudaMemcpy2DAsync(b.final_keys, k * 4, b.part_keys, ld * 4, k * 4, rows,
+                                   cudaMemcpyDeviceToDevice, st));
+    SML_CUDA_TRY(cudaMemcpy2DAsync(b.final_idx, k * 4, b.part_idx, ld * 4, k * 4, rows,
+                                   cudaMemcpyDeviceToDevice, st));
+    return SIMIL_OK;
+}
+
+// fp32 exact search of rows device queries; results (keys without ||x||^2,
+// positions) land in b.final_*, query norms in b.query_norms.
+simil_status search_fp32(const Search &s, const Plan &p, const Buffers &b, const float *queries,
+                         int rows)
+{
+    if (s.l2)
+        SML_TRY(launch_row_norms(rows, (int)s.a->dim, queries, b.query_norms, s.dev->stream[0]));
+    if (p.radix) return scan_radix(s, p, b, queries, rows);
+    SML_TRY(scan_tiles(s, p, b, queries, rows));
+    return take_final(s, p, b, rows);
+}
+
+// ---- the fast path --------------------------------------------------------
+
+__global__ void fast_prepare_kernel(int rows, const float *inv, const float *norm, bool l2,
+                                    float max_norm, int dim, float *row_scale, float *bound)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows) return;
+    const float c = 0x1p-10f + 0x1p-11f + 0x1p-17f + dim * 0x1p-20f;
+    const float xy = norm[i] * max_norm;
+    if (l2) {
+        row_scale[i] = -2.0f * inv[i];
+        bound[i] = 2.0f * c * xy + 0x1p-22f * (max_norm * max_norm + 2.0f * xy) +
+                   dim * 0x1p-23f * max_norm * max_norm;
+    } else {
+        row_scale[i] = -inv[i];
+        bound[i] = c * xy + 0x1p-22f * xy;
+    }
+}
+
+// ok[i]: the k2 approximate candidates of query i provably hold its exact top k.
+__global__ void fast_check_kernel(int rows, int k, int kk, const float *keys, const int *idx,
+                                  long long ld, const float *bound, int *ok)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows) return;
+    const float *r = keys + (long long)i * ld;
+    const bool all_taken = idx[(long long)i * ld + kk - 1] < 0;
+    ok[i] = all_taken || r[kk - 1] > r[k - 1] + 2.0f * bound[i];
+}
+
+simil_status search_fast(const Search &s, const Plan &p, const Buffers &b, const float *queries,
+                         int rows)
+{
+    const sml_knn_args *a = s.a;
+    cudaStream_t st = s.dev->stream[0];
+    SML_TRY(launch_scale_to_half(rows, (int)a->dim, queries, b.queries_h, b.query_inv,
+                                 b.query_norms, nullptr, st));
+    fast_prepare_kernel<<<(rows + 127) / 128, 128, 0, st>>>(
+        rows, b.query_inv, b.query_norms, s.l2, s.shadow->max_norm, (int)a->dim, b.row_scale,
+        b.bound);
+    SML_LAUNCH_TRY("fast_prepare_kernel");
+    SML_TRY(scan_tiles(s, p, b, queries, rows));
+    const long long ld = (long long)(p.group + 1) * p.kk;
+    fast_check_kernel<<<(rows + 127) / 128, 128, 0, st>>>(rows, (int)a->k, p.kk, b.part_keys,
+                                                          b.part_idx, ld, b.bound, b.ok);
+    SML_LAUNCH_TRY("fast_check_kernel");
+    // Re-rank the candidates exactly.
+    SML_CUDA_TRY(cudaMemcpy2DAsync(b.candidates, p.kk * 4, b.part_idx, ld * 4, p.kk * 4, rows,
+                                   cudaMemcpyDeviceToDevice, st));
+    SML_TRY(launch_rerank(rows, (int)a->dim, queries, a->base, b.candidates, p.kk, s.l2,
+                          b.exact_keys, st));
+    SelectJob job{};
+    job.scores = b.exact_keys;
+    job.ld = p.kk;
+    job.row_scale_const = 1.0f;
+    job.in_idx = b.candidates;
+    job.rows = rows;
+    job.cols = p.kk;
+    job.k = (int)a->k;
+    job.out_keys = b.final_keys;
+    job.out_idx = b.final_idx;
+    job.out_ld = a->k;
+    return select_rows(job, ScoreType::f32, st);
+}
+
+// ---- driving one query tile -----------------------------------------------
+
+// Write final results of rows queries starting at q0 to the caller.
+simil_status deliver(const Search &s, const Buffers &b, long long q0, int rows, bool l2_add_norms)
+{
+    const sml_knn_args *a = s.a;
+    cudaStream_t st = s.dev->stream[0];
+    const size_t k = (size_t)a->k;
+    float *dist = s.outputs_on_device ? a->distances + q0 * k : b.out_dist;
+    int64_t *lab = s.outputs_on_device ? a->labels + q0 * k : b.out_labels;
+    SML_TRY(launch_finish(rows, (int)k, b.final_keys, b.final_idx, s.l2,
+                          l2_add_norms ? b.query_norms : nullptr, a->base_ids, dist, lab, st));
+    if (!s.outputs_on_device) {
+        SML_CUDA_TRY(cudaMemcpyAsync(a->distances + q0 * k, dist, rows * k * 4,
+                                     cudaMemcpyDeviceToHost, st));
+        SML_CUDA_TRY(cudaMemcpyAsync(a->labels + q0 * k, lab, rows * k * 8,
+                                     cudaMemcpyDeviceToHost, st));
+    }
+    return SIMIL_OK;
+}
+
+// Search again in fp32 the queries of a fast tile whose candidates failed the
+// bound (b.ok), and overwrite their results.  Rare by design.
+simil_status redo_fp32(const Search &s32, const Plan &p32, const Buffers &b32, const Buffers &b,
+                       const float *queries, long long q0, int rows)
+{
+    Device *dev = s32.dev;
+    const sml_knn_args *a = s32.a;
+    cudaStream_t st = dev->stream[0];
+    int *ok;
+    SML_TRY(device_pinned(dev, (sizeof(int) + sizeof(int64_t)) * rows,
+                          reinterpret_cast<void **>(&ok)));
+    int64_t *bad = reinterpret_cast<int64_t *>(ok + rows);
+    SML_CUDA_TRY(cudaMemcpyAsync(ok, b.ok, sizeof(int) * rows, cudaMemcpyDeviceToHost, st));
+    SML_CUDA_TRY(cudaStreamSynchronize(st));
+    int nbad = 0;
+    for (int i = 0; i < rows; ++i)
+        if (!ok[i]) bad[nbad++] = i;
+    fallback_queries.fetch_add(nbad);
+    const size_t k = (size_t)a->k;
+    for (int c0 = 0; c0 < nbad; c0 += p32.qt) {
+        const int m = nbad - c0 < p32.qt ? nbad - c0 : p32.qt;
+        SML_CUDA_TRY(cudaMemcpyAsync(b32.redo_rows, bad + c0, sizeof(int64_t) * m,
+                                     cudaMemcpyHostToDevice, st));
+        SML_TRY(launch_gather_rows(b32.queries, queries, sizeof(float) * a->dim, m, b32.redo_rows,
+                                   st));
+        SML_TRY(search_fp32(s32, p32, b32, b32.queries, m));
+        SML_TRY(launch_finish(m, (int)k, b32.final_keys, b32.final_idx, s32.l2, b32.query_norms,
+                              a->base_ids, b32.out_dist, b32.out_labels, st));
+        for (int i = 0; i < m; ++i) {
+            const long long q = q0 + bad[c0 + i];
+            const cudaMemcpyKind kind =
+                s32.outputs_on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
+            SML_CUDA_TRY(cudaMemcpyAsync(a->distances + q * k, b32.out_dist + i * k, k * 4, kind,
+                                         st));
+            SML_CUDA_TRY(cudaMemcpyAsync(a->labels + q * k, b32.out_labels + i * k, k * 8, kind,
+                                         st));
+        }
+    }
+    return SIMIL_OK;
+}
+
+simil_status run(const Search &s)
+{
+    const sml_knn_args *a = s.a;
+    Device *dev = s.dev;
+    size_t budget = device_free_bytes(dev);
+    if (budget > kWorkspaceCap) budget = kWorkspaceCap;
+    const bool fast = s.shadow != nullptr && a->k * 2 <= kMaxWarpSelectK;
+    // The fast path keeps fp32 buffers beside its own, to redo failed queries.
+    sml_knn_args a32 = *a;
+    Search s32 = s;
+    s32.a = &a32;
+    s32.redo = true;
+    Plan p{}, p32{};
+    Buffers b{}, b32{};
+    size_t need32 = 0;
+    if (fast) {
+        a32.nq = a->nq < 1024 ? a->nq : 1024;
+        SML_TRY(plan_search(s32, false, budget / 4, &p32));
+        need32 = carve(s32, p32, nullptr, &b32);
+    }
+    SML_TRY(plan_search(s, fast, budget - need32, &p));
+    const size_t need = carve(s, p, nullptr, &b);
+    char *ws;
+    SML_TRY(device_workspace(dev, need + need32, reinterpret_cast<void **>(&ws)));
+    carve(s, p, ws, &b);
+    if (fast) carve(s32, p32, ws + need, &b32);
+    for (long long q0 = 0; q0 < a->nq; q0 += p.qt) {
+        const int rows = (int)(a->nq - q0 < p.qt ? a->nq - q0 : p.qt);
+        const float *queries = a->queries + q0 * a->dim;
+        if (!s.queries_on_device) {
+            SML_CUDA_TRY(cudaMemcpyAsync(b.queries, queries, sizeof(float) * rows * a->dim,
+                                         cudaMemcpyHostToDevice, dev->stream[0]));
+            queries = b.queries;
+        }
+        if (fast) {
+            SML_TRY(search_fast(s, p, b, queries, rows));
+            SML_TRY(deliver(s, b, q0, rows, false));
+            SML_TRY(redo_fp32(s32, p32, b32, b, queries, q0, rows));
+        } else {
+            SML_TRY(search_fp32(s, p, b, queries, rows));
+            SML_TRY(deliver(s, b, q0, rows, true));
+        }
+    }
+    SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[0]));
+    SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[1]));
+    return SIMIL_OK;
+}
+
+}  // namespace
+
+simil_status cuda_knn(sml_backend *backend, const sml_knn_args *a)
+{
+    Device *dev = device_of(backend);
+    SML_RETURN_IF(a->n >= INT32_MAX || a->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
+                  "a GPU index holds fewer than 2^31 vectors; shard larger sets");
+    Search s{};
+    s.dev = dev;
+    s.a = a;
+    s.shadow = static_cast<const Shadow *>(a->base_shadow);
+    s.l2 = a->metric == SIMIL_METRIC_L2;
+    s.queries_on_device = is_device_pointer(a->queries);
+    s.outputs_on_device = is_device_pointer(a->distances);
+    SML_RETURN_IF(s.outputs_on_device != is_device_pointer(a->labels), SIMIL_ERR_INVALID_ARGUMENT,
+                  "search: distances and labels must both be in host or both in GPU memory");
+    if (a->nq == 0) return SIMIL_OK;
+    pthread_mutex_lock(&dev->lock);
+    simil_status st = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
+    if (st == SIMIL_OK) st = run(s);
+    if (st != SIMIL_OK) {
+        // leave the streams idle for the next call
+        cudaStreamSynchronize(dev->stream[0]);
+        cudaStreamSynchronize(dev->stream[1]);
+        cudaGetLastError();
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return st;
+}
+
+}  // namespace sml
+
+extern "C" long long sml_cuda_fallback_queries(void) { return sml::fallback_queries.load(); }
