@@ -27,6 +27,10 @@ int sml_cuda_pointer_device(const void *p);
  * (a statistic for tests and benchmarks). */
 long long sml_cuda_fallback_queries(void);
 
+/* Tests only: force the GPU k-selection kernel (0 automatic, 1 WarpSelect,
+ * 2 BlockSelect).  Not for concurrent use. */
+void sml_cuda_select_force(int which);
+
 /* Open GPU gpu.  SIMIL_ERR_NO_DEVICE if it does not exist or CUDA is absent. */
 simil_status sml_cuda_backend_open(int gpu, sml_backend **backend);
 

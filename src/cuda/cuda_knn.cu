@@ -7,7 +7,8 @@
 // distance matrix: the GEMM writes it, the selection reads it.  Base tiles
 // alternate between two streams, so one tile's GEMM overlaps the other's
 // selection; the per-tile lists of a query are merged by one more selection
-// every `group` tiles.  ||x||^2 is added at the end.  k > 2048 takes whole rows
+// every `group` tiles, and the running k-th bounds the tiles after.
+// ||x||^2 is added at the end.  k > 2048 takes whole rows
 // through radix selection (radix_select.cu).
 //
 // Fast path (default when k <= 1024).  The same layout on fp16 tensor cores:
@@ -41,7 +42,10 @@ namespace sml {
 namespace {
 
 constexpr int kMaxQueryTile = 16384;
-constexpr int kMaxGroup = 32;
+// Tiles between merges.  Small, because each merge hands the next tiles a
+// bound (the running k-th), and a tile that starts with a good bound keeps
+// almost nothing.
+constexpr int kMaxGroup = 2;
 constexpr size_t kScoresBudget = (size_t)3 << 30;   // both streams' GEMM tiles
 constexpr size_t kWorkspaceCap = (size_t)12 << 30;
 
@@ -235,6 +239,11 @@ simil_status scan_tiles(const Search &s, const Plan &p, const Buffers &b, const 
         job.rows = rows;
         job.cols = w;
         job.k = p.kk < w ? p.kk : w;
+        if (have_running) {
+            job.bound_key = b.part_keys + p.kk - 1;
+            job.bound_idx = b.part_idx + p.kk - 1;
+            job.bound_ld = ld;
+        }
         job.out_keys = b.part_keys + (size_t)(1 + in_group) * p.kk;
         job.out_idx = b.part_idx + (size_t)(1 + in_group) * p.kk;
         job.out_ld = ld;

@@ -3,10 +3,12 @@
 //
 // Keys become order-preserving uint32s.  Three histogram passes over each row
 // (11 + 11 + 10 bits, most significant first) narrow down the exact value of
-// the k-th smallest key, T, and how many keys lie strictly below it.  One more
-// pass collects the keys below T and as many keys equal to T as are needed, as
-// 64-bit (key << 32 | index) words, and a segmented radix sort (CUB) orders
-// each row's k survivors by key, then index.
+// the k-th smallest key, T, and how many keys lie strictly below it.  When more
+// keys equal T than the k places left for them, three more passes over the
+// indices of those ties find the index I of the last one to keep, so ties go
+// to the smaller indices, as everywhere else.  One more pass collects the keys
+// below T and the ties up to I, as 64-bit (key << 32 | index) words, and a
+// segmented radix sort (CUB) orders each row's k survivors by key, then index.
 //
 // Launch shapes: histogram and collect kernels run a grid of (chunks, rows)
 // blocks of 256 threads, each block over a 8192-column chunk of one row, with a
@@ -25,8 +27,12 @@ constexpr int kRadixBins = 2048;
 struct RadixRow {
     unsigned prefix;     // bits of T found so far
     unsigned mask;       // which bits those are
-    unsigned remaining;  // rank of T among the keys that match prefix (1-based)
+    unsigned remaining;  // rank wanted among the keys that match the prefixes (1-based)
     unsigned less;       // keys known to be below T
+    unsigned equal;      // keys equal to T (after the key passes)
+    unsigned ties;       // places left for them
+    unsigned iprefix;    // bits of I found so far (the tie passes)
+    unsigned imask;
     unsigned written_less;
     unsigned written_equal;
 };
@@ -43,31 +49,39 @@ __device__ __forceinline__ float from_ordered(unsigned u)
 }
 
 template <typename S>
-__device__ __forceinline__ void radix_pair(const SelectJob &job, int row, int j, unsigned &key,
+__device__ __forceinline__ void radix_pair(const RowReader<S, false> &rd, int j, unsigned &key,
                                            int &idx)
 {
-    const float row_scale = job.row_scale ? job.row_scale[row] : job.row_scale_const;
     float k;
-    job_pair<S>(job, row, row_scale, j, k, idx);
+    rd.load1(j, k, idx);
     key = to_ordered(k);
 }
 
+// Key passes count key digits of the keys that match the prefix; tie passes
+// (on_idx) count index digits of the keys equal to T, in rows that have more
+// ties than places.
 template <typename S>
-__global__ void radix_histogram_kernel(SelectJob job, RadixRow *rows, unsigned *hist, int shift,
-                                       int bits)
+__global__ void radix_histogram_kernel(const __grid_constant__ SelectJob job, RadixRow *rows, unsigned *hist, int shift,
+                                       int bits, bool on_idx)
 {
     __shared__ unsigned local[kRadixBins];
     const int row = blockIdx.y;
+    const RadixRow r = rows[row];
+    if (on_idx && r.equal <= r.ties) return;
     const int nbins = 1 << bits;
     for (int b = threadIdx.x; b < nbins; b += blockDim.x) local[b] = 0;
     __syncthreads();
-    const RadixRow r = rows[row];
+    const RowReader<S, false> rd(job, row);
     const int end = min(job.cols, (blockIdx.x + 1) * kRadixChunk);
     for (int j = blockIdx.x * kRadixChunk + threadIdx.x; j < end; j += blockDim.x) {
         unsigned key;
         int idx;
-        radix_pair<S>(job, row, j, key, idx);
-        if ((key & r.mask) == r.prefix) atomicAdd(&local[(key >> shift) & (nbins - 1)], 1u);
+        radix_pair<S>(rd, j, key, idx);
+        if (!on_idx) {
+            if ((key & r.mask) == r.prefix) atomicAdd(&local[(key >> shift) & (nbins - 1)], 1u);
+        } else if (key == r.prefix && ((unsigned)idx & r.imask) == r.iprefix) {
+            atomicAdd(&local[((unsigned)idx >> shift) & (nbins - 1)], 1u);
+        }
     }
     __syncthreads();
     unsigned *out = hist + (size_t)row * kRadixBins;
@@ -75,9 +89,10 @@ __global__ void radix_histogram_kernel(SelectJob job, RadixRow *rows, unsigned *
         if (local[b]) atomicAdd(&out[b], local[b]);
 }
 
-// One block per row: find the bin holding the remaining-th key, then clear
-// the histogram for the next pass.
-__global__ void radix_pick_kernel(RadixRow *rows, unsigned *hist, int shift, int bits)
+// One block per row: find the bin holding the remaining-th key (or tie
+// index), then clear the histogram for the next pass.
+__global__ void radix_pick_kernel(RadixRow *rows, unsigned *hist, int shift, int bits,
+                                  bool on_idx, bool last_key_pass)
 {
     __shared__ unsigned counts[kRadixBins];
     const int row = blockIdx.x;
@@ -88,38 +103,52 @@ __global__ void radix_pick_kernel(RadixRow *rows, unsigned *hist, int shift, int
         h[b] = 0;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        RadixRow r = rows[row];
-        unsigned before = 0;
-        int b = 0;
-        while (b < nbins - 1 && before + counts[b] < r.remaining) before += counts[b++];
+    if (threadIdx.x != 0) return;
+    RadixRow r = rows[row];
+    if (on_idx && r.equal <= r.ties) return;
+    unsigned before = 0;
+    int b = 0;
+    while (b < nbins - 1 && before + counts[b] < r.remaining) before += counts[b++];
+    if (on_idx) {
+        r.iprefix |= (unsigned)b << shift;
+        r.imask |= (unsigned)(nbins - 1) << shift;
+        r.remaining -= before;
+    } else {
         r.prefix |= (unsigned)b << shift;
         r.mask |= (unsigned)(nbins - 1) << shift;
         r.remaining -= before;
         r.less += before;
-        rows[row] = r;
+        if (last_key_pass) {
+            r.equal = counts[b];
+            r.ties = r.remaining;
+        }
     }
+    rows[row] = r;
 }
 
 template <typename S>
-__global__ void radix_collect_kernel(SelectJob job, RadixRow *rows, unsigned long long *out,
+__global__ void radix_collect_kernel(const __grid_constant__ SelectJob job, RadixRow *rows, unsigned long long *out,
                                      int k)
 {
     const int row = blockIdx.y;
     RadixRow *r = rows + row;
-    const unsigned t = r->prefix, less = r->less, need = r->remaining;
+    const unsigned t = r->prefix, less = r->less;
+    const unsigned places = r->equal > r->ties ? r->ties : r->equal;
+    // with more ties than places, the tie passes found the last index to keep
+    const unsigned last = r->equal > r->ties ? r->iprefix : 0xffffffffu;
     unsigned long long *dst = out + (size_t)row * k;
+    const RowReader<S, false> rd(job, row);
     const int end = min(job.cols, (blockIdx.x + 1) * kRadixChunk);
     for (int j = blockIdx.x * kRadixChunk + threadIdx.x; j < end; j += blockDim.x) {
         unsigned key;
         int idx;
-        radix_pair<S>(job, row, j, key, idx);
+        radix_pair<S>(rd, j, key, idx);
         unsigned long long word = (unsigned long long)key << 32 | (unsigned)idx;
         if (key < t) {
             dst[atomicAdd(&r->written_less, 1u)] = word;
-        } else if (key == t) {
+        } else if (key == t && (unsigned)idx <= last) {
             unsigned slot = atomicAdd(&r->written_equal, 1u);
-            if (slot < need) dst[less + slot] = word;
+            if (slot < places) dst[less + slot] = word;
         }
     }
 }
@@ -127,7 +156,7 @@ __global__ void radix_collect_kernel(SelectJob job, RadixRow *rows, unsigned lon
 __global__ void radix_init_kernel(RadixRow *rows, int nrows, int k, int *offsets)
 {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row < nrows) rows[row] = RadixRow{0u, 0u, (unsigned)k, 0u, 0u, 0u};
+    if (row < nrows) rows[row] = RadixRow{0u, 0u, (unsigned)k, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
     if (row <= nrows) offsets[row] = row * k;
 }
 
@@ -189,13 +218,15 @@ simil_status radix_run(const SelectJob &job, RadixScratch s, cudaStream_t stream
                                  stream));
     SML_CUDA_TRY(cudaMemsetAsync(s.words, 0xff, 8 * (size_t)job.rows * k, stream));
     const dim3 grid((job.cols + kRadixChunk - 1) / kRadixChunk, job.rows);
-    const int shifts[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
-    for (int pass = 0; pass < 3; ++pass) {
-        radix_histogram_kernel<S>
-            <<<grid, kRadixThreads, 0, stream>>>(job, s.rows, s.hist, shifts[pass], bits[pass]);
+    // three passes over the key bits, then three over the index bits of ties
+    const int shifts[6] = {21, 10, 0, 20, 9, 0}, bits[6] = {11, 11, 10, 11, 11, 9};
+    for (int pass = 0; pass < 6; ++pass) {
+        const bool on_idx = pass >= 3;
+        radix_histogram_kernel<S><<<grid, kRadixThreads, 0, stream>>>(
+            job, s.rows, s.hist, shifts[pass], bits[pass], on_idx);
         SML_LAUNCH_TRY("radix_histogram_kernel");
-        radix_pick_kernel<<<job.rows, kRadixThreads, 0, stream>>>(s.rows, s.hist, shifts[pass],
-                                                                   bits[pass]);
+        radix_pick_kernel<<<job.rows, kRadixThreads, 0, stream>>>(
+            s.rows, s.hist, shifts[pass], bits[pass], on_idx, pass == 2);
         SML_LAUNCH_TRY("radix_pick_kernel");
     }
     radix_collect_kernel<S><<<grid, kRadixThreads, 0, stream>>>(job, s.rows, s.words, k);

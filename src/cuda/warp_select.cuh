@@ -1,16 +1,22 @@
-// warp_select.cuh: WarpSelect and BlockSelect, k-selection in registers (the
-// GPU paper, section 4).
+// warp_select.cuh: WarpSelect, k-selection in registers (the GPU paper,
+// section 4), and the row reader that every selection kernel shares.
 //
 // One warp streams a row once and keeps the k smallest (key, index) pairs:
 //   - a thread queue per lane: T pairs sorted largest first, filled with
 //     pairs below both its head and the warp's current k-th smallest;
 //   - a warp queue: K pairs (K = k rounded up to a power of two >= 32), sorted,
 //     lane-strided (warp_sort.cuh).
-// After every element a warp vote asks whether some lane's thread queue is full
-// of pairs below the k-th; if so, the thread queues are sorted together and
-// merged into the warp queue (keep the K smallest, warp_sort.cuh), and the
-// thread queues restart empty.  T follows the paper: 2 for K <= 32, 3 for
+// When a warp vote finds some lane's thread queue full of pairs below the k-th,
+// the thread queues are sorted together and merged into the warp queue (keep
+// the K smallest), and restart empty.  T follows the paper: 2 for K <= 32, 3 for
 // K <= 128, 4 for K <= 256, 8 above.
+//
+// Two things on top of the paper.  Each lane reads 8 keys at a time (two
+// 16-byte loads where the rows are aligned) and one warp vote asks whether any
+// of them beats the k-th at all; only then are they offered one by one.  Once
+// the queue is warm almost every batch stops at that vote, so the kernel
+// streams at memory speed.  And a job may carry a bound per row (the k-th of
+// what an earlier pass already kept): pairs above it are dropped at once.
 //
 // Keys come from a SelectJob: key(i, j) = add[j] + row_scale[i] * scale[j] *
 // score[i][j], each factor optional, so the same kernel reads a GEMM tile and
@@ -21,6 +27,7 @@
 #include <cuda_fp16.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "cuda/warp_sort.cuh"
 
@@ -39,12 +46,99 @@ struct SelectJob {
     int rows;
     int cols;
     int k;                    // 1 <= k <= K
+    const float *bound_key;   // per row (stride bound_ld): drop pairs above
+    const int *bound_idx;     //   (bound_key, bound_idx); null for no bound
+    long long bound_ld;
     float *out_keys;          // rows x k, stride out_ld; empty slots (+inf, -1)
     int *out_idx;
     long long out_ld;
 };
 
 constexpr int kEmptyIdx = INT_MAX;
+
+// Reads the keys of one row of a job.  Vec: the row and the per-column arrays
+// are 16-byte aligned (8 for fp16 scores) and ld is a multiple of 4, so four
+// columns come in one load.
+template <typename S, bool Vec>
+struct RowReader {
+    const SelectJob &job;
+    const S *scores;
+    const int *in_idx;
+    float row_scale;
+
+    __device__ __forceinline__ RowReader(const SelectJob &j, int row)
+        : job(j),
+          scores(static_cast<const S *>(j.scores) + (long long)row * j.ld),
+          in_idx(j.in_idx ? j.in_idx + (long long)row * j.ld : nullptr),
+          row_scale(j.row_scale ? j.row_scale[row] : j.row_scale_const)
+    {
+    }
+
+    __device__ __forceinline__ void finish(float s, int j, float &key, int &idx) const
+    {
+        s *= row_scale;
+        if (job.scale) s *= job.scale[j];
+        key = job.add ? job.add[j] + s : s;
+        if (key != key) key = INFINITY;
+        idx = in_idx ? in_idx[j] : job.idx_base + j;
+        if (idx < 0) {  // an empty slot of an earlier pass
+            key = INFINITY;
+            idx = kEmptyIdx;
+        }
+    }
+
+    __device__ __forceinline__ void load1(int j, float &key, int &idx) const
+    {
+        if (j >= job.cols) {
+            key = INFINITY;
+            idx = kEmptyIdx;
+            return;
+        }
+        float s;
+        if constexpr (sizeof(S) == 4)
+            s = scores[j];
+        else
+            s = __half2float(scores[j]);
+        finish(s, j, key, idx);
+    }
+
+    // Columns j..j+3 (j a multiple of 4).
+    __device__ __forceinline__ void load4(int j, float (&key)[4], int (&idx)[4]) const
+    {
+        if (!Vec || j + 4 > job.cols) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) load1(j + u, key[u], idx[u]);
+            return;
+        }
+        float s[4];
+        if constexpr (sizeof(S) == 4) {
+            const float4 v = *reinterpret_cast<const float4 *>(scores + j);
+            s[0] = v.x, s[1] = v.y, s[2] = v.z, s[3] = v.w;
+        } else {
+            const uint2 raw = *reinterpret_cast<const uint2 *>(scores + j);
+            const float2 lo = __half22float2(*reinterpret_cast<const __half2 *>(&raw.x));
+            const float2 hi = __half22float2(*reinterpret_cast<const __half2 *>(&raw.y));
+            s[0] = lo.x, s[1] = lo.y, s[2] = hi.x, s[3] = hi.y;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) finish(s[u], j + u, key[u], idx[u]);
+    }
+
+    // The row's bound, or (+inf, kEmptyIdx).
+    __device__ __forceinline__ void bound(int row, float &key, int &idx) const
+    {
+        key = INFINITY;
+        idx = kEmptyIdx;
+        if (job.bound_key) {
+            key = job.bound_key[(long long)row * job.bound_ld];
+            idx = job.bound_idx[(long long)row * job.bound_ld];
+            if (idx < 0) {
+                key = INFINITY;
+                idx = kEmptyIdx;
+            }
+        }
+    }
+};
 
 template <int K>
 struct ThreadQueueLength {
@@ -61,11 +155,13 @@ struct WarpSelect {
     int wv[N];
     float tk[T];
     int tv[T];
-    float kth_k;
+    float kth_k;  // min(k-th of the warp queue, bound): what a pair must beat
     int kth_v;
+    float bound_k;
+    int bound_v;
     int k;
 
-    __device__ __forceinline__ void init(int k_)
+    __device__ __forceinline__ void init(int k_, float bk, int bv)
     {
         k = k_;
 #pragma unroll
@@ -78,8 +174,8 @@ struct WarpSelect {
             tk[t] = INFINITY;
             tv[t] = kEmptyIdx;
         }
-        kth_k = INFINITY;
-        kth_v = kEmptyIdx;
+        bound_k = kth_k = bk;
+        bound_v = kth_v = bv;
     }
 
     // Lane-local: offer one pair.
@@ -121,7 +217,7 @@ struct WarpSelect {
         update_kth();
     }
 
-    __device__ __forceinline__ void merge()
+    __device__ __noinline__ void merge()
     {
         float sk[TP];
         int sv[TP];
@@ -139,23 +235,6 @@ struct WarpSelect {
         }
     }
 
-    // Warp-wide: fold in K sorted pairs stored contiguously (shared memory),
-    // reading each reversed element straight from memory.
-    __device__ __forceinline__ void merge_memory(const float *sk, const int *sv)
-    {
-        const int lane = lane_id();
-#pragma unroll
-        for (int r = 0; r < N; ++r) {
-            const int e = K - 1 - (r * 32 + lane);
-            if (kv_less(sk[e], sv[e], wk[r], wv[r])) {
-                wk[r] = sk[e];
-                wv[r] = sv[e];
-            }
-        }
-        warp_bitonic_merge<N>(wk, wv);
-        update_kth();
-    }
-
     __device__ __forceinline__ void update_kth()
     {
         const int slot = (k - 1) >> 5;
@@ -167,8 +246,15 @@ struct WarpSelect {
                 key = wk[r];
                 idx = wv[r];
             }
-        kth_k = __shfl_sync(kFullMask, key, (k - 1) & 31);
-        kth_v = __shfl_sync(kFullMask, idx, (k - 1) & 31);
+        key = __shfl_sync(kFullMask, key, (k - 1) & 31);
+        idx = __shfl_sync(kFullMask, idx, (k - 1) & 31);
+        if (kv_less(key, idx, bound_k, bound_v)) {
+            kth_k = key;
+            kth_v = idx;
+        } else {
+            kth_k = bound_k;
+            kth_v = bound_v;
+        }
     }
 
     // Write the k smallest, ascending; empty slots get (+inf, -1).
@@ -179,111 +265,58 @@ struct WarpSelect {
         for (int r = 0; r < N; ++r) {
             int e = r * 32 + lane;
             if (e < k) {
-                keys[e] = wk[r];
+                keys[e] = wv[r] == kEmptyIdx ? INFINITY : wk[r];
                 idx[e] = wv[r] == kEmptyIdx ? -1 : wv[r];
             }
         }
     }
 };
 
-template <typename S>
-__device__ __forceinline__ float score_at(const S *row, int j);
-template <>
-__device__ __forceinline__ float score_at<float>(const float *row, int j)
-{
-    return row[j];
-}
-template <>
-__device__ __forceinline__ float score_at<__half>(const __half *row, int j)
-{
-    return __half2float(row[j]);
-}
+// Each lane of the warp reads 8 columns per step: two groups of 4.
+constexpr int kSelectUnroll = 2;
 
-template <typename S>
-__device__ __forceinline__ void job_pair(const SelectJob &job, int row, float row_scale, int j,
-                                         float &key, int &idx)
+// Stream columns [begin, cols), a warp covering 128 * kSelectUnroll columns
+// per step and `stride` columns between its steps, through ws.
+template <int K, typename S, bool Vec>
+__device__ __forceinline__ void select_stream(WarpSelect<K> &ws, const RowReader<S, Vec> &rd,
+                                              int begin, int stride)
 {
-    if (j >= job.cols) {
-        key = INFINITY;
-        idx = kEmptyIdx;
-        return;
-    }
-    const S *scores = static_cast<const S *>(job.scores) + (long long)row * job.ld;
-    float s = score_at<S>(scores, j) * row_scale;
-    if (job.scale) s *= job.scale[j];
-    key = job.add ? job.add[j] + s : s;
-    if (key != key) key = INFINITY;
-    idx = job.in_idx ? job.in_idx[(long long)row * job.ld + j] : job.idx_base + j;
-    if (idx < 0) {  // an empty slot of an earlier pass
-        key = INFINITY;
-        idx = kEmptyIdx;
-    }
-}
-
-// Stream columns [begin, cols) with step `step` (a multiple of 32) through ws.
-template <int K, typename S>
-__device__ __forceinline__ void select_stream(WarpSelect<K> &ws, const SelectJob &job, int row,
-                                              int begin, int step)
-{
-    const float row_scale = job.row_scale ? job.row_scale[row] : job.row_scale_const;
     const int lane = lane_id();
-    constexpr int kUnroll = 4;
-    for (int j0 = begin; j0 < job.cols; j0 += step * kUnroll) {
-        float key[kUnroll];
-        int idx[kUnroll];
+    for (int j0 = begin; j0 < rd.job.cols; j0 += stride) {
+        float key[kSelectUnroll][4];
+        int idx[kSelectUnroll][4];
+        bool any = false;
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-            job_pair<S>(job, row, row_scale, j0 + u * step + lane, key[u], idx[u]);
+        for (int u = 0; u < kSelectUnroll; ++u) {
+            rd.load4(j0 + (u * 32 + lane) * 4, key[u], idx[u]);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            ws.add(key[u], idx[u]);
-            if (ws.need_merge()) ws.merge();
+            for (int e = 0; e < 4; ++e) any |= kv_less(key[u][e], idx[u][e], ws.kth_k, ws.kth_v);
         }
+        if (!__any_sync(kFullMask, any)) continue;
+#pragma unroll
+        for (int u = 0; u < kSelectUnroll; ++u)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                ws.add(key[u][e], idx[u][e]);
+                if (ws.need_merge()) ws.merge();
+            }
     }
     ws.merge();
 }
 
 // WarpSelect: one warp per row, 4 rows per block of 128 threads.
-template <int K, typename S>
-__global__ void __launch_bounds__(128) warp_select_kernel(SelectJob job)
+template <int K, typename S, bool Vec>
+__global__ void __launch_bounds__(128) warp_select_kernel(const __grid_constant__ SelectJob job)
 {
     const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (row >= job.rows) return;  // the whole warp leaves together
+    RowReader<S, Vec> rd(job, row);
+    float bk;
+    int bv;
+    rd.bound(row, bk, bv);
     WarpSelect<K> ws;
-    ws.init(job.k);
-    select_stream<K, S>(ws, job, row, 0, 32);
-    ws.write(job.out_keys + row * job.out_ld, job.out_idx + row * job.out_ld);
-}
-
-template <int K>
-struct BlockSelectWarps {
-    static constexpr int value = K <= 1024 ? 4 : 2;  // W * K pairs fit 32 KB of shared memory
-};
-
-// BlockSelect: one block of W warps per row, for long rows and few of them.
-// Warp w reads the columns w*32 + lane + i*W*32; at the end the warp queues
-// meet in shared memory and warp 0 merges them.
-template <int K, typename S>
-__global__ void __launch_bounds__(32 * BlockSelectWarps<K>::value)
-block_select_kernel(SelectJob job)
-{
-    constexpr int W = BlockSelectWarps<K>::value;
-    __shared__ float smem_k[W][K];
-    __shared__ int smem_v[W][K];
-    const int row = blockIdx.x;
-    const int warp = threadIdx.x >> 5;
-    const int lane = lane_id();
-    WarpSelect<K> ws;
-    ws.init(job.k);
-    select_stream<K, S>(ws, job, row, warp * 32, W * 32);
-#pragma unroll
-    for (int r = 0; r < WarpSelect<K>::N; ++r) {
-        smem_k[warp][r * 32 + lane] = ws.wk[r];
-        smem_v[warp][r * 32 + lane] = ws.wv[r];
-    }
-    __syncthreads();
-    if (warp != 0) return;
-    for (int w = 1; w < W; ++w) ws.merge_memory(smem_k[w], smem_v[w]);
+    ws.init(job.k, bk, bv);
+    select_stream<K, S, Vec>(ws, rd, 0, 128 * kSelectUnroll);
     ws.write(job.out_keys + row * job.out_ld, job.out_idx + row * job.out_ld);
 }
 

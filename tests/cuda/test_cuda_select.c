@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_backend.h"
 #include "util/test_util.h"
 
 typedef struct {
@@ -94,30 +95,42 @@ static void check(int64_t rows, int64_t cols, int64_t k, int largest, enum patte
     cudaFree(d_idx);
 }
 
-static void test_warp_select(void **state)
+/* Many rows, every queue size, with each kernel forced in turn (1 WarpSelect,
+ * 2 BlockSelect) and with the automatic choice (0). */
+static void test_many_rows(void **state)
 {
     (void)state;
-    const int64_t ks[] = {1, 7, 32, 33, 100, 1024, 2048};
-    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-        check(2000, 3000, ks[i], 0, UNIFORM);
-        check(1500, 2500, ks[i], 1, FEW_VALUES);
+    const int64_t ks[] = {1, 7, 32, 33, 100, 128, 129, 1024, 2048};
+    for (int kernel = 0; kernel <= 2; kernel++) {
+        sml_cuda_select_force(kernel);
+        for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+            check(1200, 3000, ks[i], 0, UNIFORM);
+            check(900, 2500, ks[i], 1, FEW_VALUES);
+        }
+        check(777, 1000, 100, 0, WITH_NAN);
+        check(512, 4096, 256, 0, DESCENDING);
+        check(3000, 31, 7, 0, UNIFORM);  /* rows shorter than a warp's pass */
+        check(100, 5, 40, 0, UNIFORM);   /* k past cols */
+        check(300, 1001, 50, 0, UNIFORM); /* rows not a multiple of 4: scalar loads */
     }
-    check(777, 1000, 100, 0, WITH_NAN);
-    check(512, 4096, 256, 0, DESCENDING);
-    check(3000, 31, 7, 0, UNIFORM);  /* rows shorter than a warp's pass */
-    check(100, 5, 40, 0, UNIFORM);   /* k past cols */
+    sml_cuda_select_force(0);
 }
 
-static void test_block_select(void **state)
+/* Few long rows (BlockSelect's case), each kernel again. */
+static void test_few_long_rows(void **state)
 {
     (void)state;
     const int64_t ks[] = {1, 10, 33, 128, 500, 1024, 2048};
-    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-        check(3, 200000, ks[i], 0, UNIFORM);
-        check(1, 100000, ks[i], 1, FEW_VALUES);
+    for (int kernel = 0; kernel <= 2; kernel++) {
+        sml_cuda_select_force(kernel);
+        for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+            check(3, 200000, ks[i], 0, UNIFORM);
+            check(1, 100000, ks[i], 1, FEW_VALUES);
+        }
+        check(2, 50000, 64, 0, WITH_NAN);
+        check(4, 65536, 2048, 0, DESCENDING);
     }
-    check(2, 50000, 64, 0, WITH_NAN);
-    check(4, 65536, 2048, 0, DESCENDING);
+    sml_cuda_select_force(0);
 }
 
 static void test_radix_select(void **state)
@@ -150,8 +163,8 @@ int main(void)
 {
     sml_test_require_gpu();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_warp_select),
-        cmocka_unit_test(test_block_select),
+        cmocka_unit_test(test_many_rows),
+        cmocka_unit_test(test_few_long_rows),
         cmocka_unit_test(test_radix_select),
         cmocka_unit_test(test_bad_arguments),
     };
