@@ -54,7 +54,8 @@ __device__ __forceinline__ void block_compact(float *bk, int *bv, BlockSelectSha
     for (int size = 2; size <= p; size <<= 1) {
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
             for (int i = threadIdx.x; i < p / 2; i += blockDim.x) {
-                const int lo = 2 * stride * (i / stride) + (i % stride);
+                // stride is a power of two: i / stride and i % stride by masks
+                const int lo = ((i & ~(stride - 1)) << 1) | (i & (stride - 1));
                 const int hi = lo + stride;
                 const bool ascending = (lo & size) == 0;
                 const bool swap = ascending ? kv_less(bk[hi], bv[hi], bk[lo], bv[lo])
@@ -94,11 +95,11 @@ __global__ void __launch_bounds__(kBlockSelectThreads) block_select_kernel(const
     RowReader<S, Vec> rd(job, row);
     if (threadIdx.x == 0) {
         sh.count = 0;
-        rd.bound(row, sh.thr_k, sh.thr_v);
+        rd.bound(sh.thr_k, sh.thr_v);
     }
     __syncthreads();
     const unsigned lanes_below = (1u << lane) - 1;
-    for (int j0 = 0; j0 < job.cols; j0 += kBlockSelectStep) {
+    for (int j0 = 0; j0 < rd.cols; j0 += kBlockSelectStep) {
         const float tk = sh.thr_k;
         const int tv = sh.thr_v;
         float key[kSelectUnroll][4];

@@ -22,6 +22,9 @@ __global__ void select_output_kernel(long long count, bool largest, float *keys,
 
 size_t up(size_t x) { return (x + 255) / 256 * 256; }
 
+// Columns below which a row is not worth splitting into pieces.
+constexpr int kPieceMin = 8192;
+
 simil_status select_locked(Device *dev, int rows, int cols, const float *values, int k,
                            bool largest, float *out_values, int64_t *out_indices)
 {
@@ -32,7 +35,19 @@ simil_status select_locked(Device *dev, int rows, int cols, const float *values,
     const bool radix = k > kMaxWarpSelectK;
     const int ksel = k < cols ? k : cols;  // past cols: empty slots
     const size_t radix_bytes = radix ? select_rows_radix_workspace(rows, cols, ksel) : 0;
-    const size_t need = in_bytes + up(4 * out_count) * 2 + up(8 * out_count) + up(radix_bytes);
+    // Few rows would leave most warps idle: read each row as several pieces
+    // (pass 1), then select among the pieces' lists (pass 2).
+    int split = 1, piece = cols;
+    const long long warps = (long long)dev->sm_count * 64;
+    if (!radix && rows < warps && cols >= 4 * kPieceMin) {
+        long long want = (2 * warps + rows - 1) / rows;
+        if (want > cols / kPieceMin) want = cols / kPieceMin;
+        piece = (int)((cols + want - 1) / want + 255) / 256 * 256;
+        split = (cols + piece - 1) / piece;
+    }
+    const size_t piece_count = split > 1 ? (size_t)rows * split * k : 0;
+    const size_t need = in_bytes + up(4 * out_count) * 2 + up(8 * out_count) + up(radix_bytes) +
+                        2 * up(4 * piece_count);
     char *ws;
     SML_TRY(device_workspace(dev, need, reinterpret_cast<void **>(&ws)));
     const float *d_values = values;
@@ -41,10 +56,17 @@ simil_status select_locked(Device *dev, int rows, int cols, const float *values,
                                      cudaMemcpyHostToDevice, st));
         d_values = reinterpret_cast<float *>(ws);
     }
-    float *keys = reinterpret_cast<float *>(ws + in_bytes);
-    int *idx = reinterpret_cast<int *>(ws + in_bytes + up(4 * out_count));
-    int64_t *wide = reinterpret_cast<int64_t *>(ws + in_bytes + 2 * up(4 * out_count));
-    void *radix_ws = ws + in_bytes + 2 * up(4 * out_count) + up(8 * out_count);
+    char *next = ws + in_bytes;
+    float *keys = reinterpret_cast<float *>(next);
+    next += up(4 * out_count);
+    int *idx = reinterpret_cast<int *>(next);
+    next += up(4 * out_count);
+    int64_t *wide = reinterpret_cast<int64_t *>(next);
+    next += up(8 * out_count);
+    void *radix_ws = next;
+    next += up(radix_bytes);
+    float *piece_keys = reinterpret_cast<float *>(next);
+    int *piece_idx = reinterpret_cast<int *>(next + up(4 * piece_count));
     SML_CUDA_TRY(cudaMemsetAsync(idx, 0xff, 4 * out_count, st));
     SelectJob job{};
     job.scores = d_values;
@@ -56,10 +78,32 @@ simil_status select_locked(Device *dev, int rows, int cols, const float *values,
     job.out_keys = keys;
     job.out_idx = idx;
     job.out_ld = k;
-    if (radix)
+    if (radix) {
         SML_TRY(select_rows_radix(job, ScoreType::f32, radix_ws, radix_bytes, st));
-    else
+    } else if (split > 1) {
+        SelectJob pieces = job;
+        pieces.rows = rows * split;
+        pieces.cols = piece;
+        pieces.split = split;
+        pieces.split_cols = cols;
+        pieces.out_keys = piece_keys;
+        pieces.out_idx = piece_idx;
+        SML_TRY(select_rows(pieces, ScoreType::f32, st));
+        SelectJob merge{};
+        merge.scores = piece_keys;
+        merge.ld = (long long)split * k;
+        merge.row_scale_const = 1.0f;
+        merge.in_idx = piece_idx;
+        merge.rows = rows;
+        merge.cols = split * k;
+        merge.k = k;
+        merge.out_keys = keys;
+        merge.out_idx = idx;
+        merge.out_ld = k;
+        SML_TRY(select_rows(merge, ScoreType::f32, st));
+    } else {
         SML_TRY(select_rows(job, ScoreType::f32, st));
+    }
     if (out_count > 0) {
         select_output_kernel<<<(unsigned)((out_count + 255) / 256), 256, 0, st>>>(
             (long long)out_count, largest, keys, idx, wide);

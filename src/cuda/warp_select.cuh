@@ -49,6 +49,9 @@ struct SelectJob {
     const float *bound_key;   // per row (stride bound_ld): drop pairs above
     const int *bound_idx;     //   (bound_key, bound_idx); null for no bound
     long long bound_ld;
+    int split;                // > 1: each row is read as `split` pieces of `cols`
+    int split_cols;           //   columns (the last one shorter) out of split_cols;
+                              //   piece p of row r is output row r * split + p
     float *out_keys;          // rows x k, stride out_ld; empty slots (+inf, -1)
     int *out_idx;
     long long out_ld;
@@ -63,24 +66,39 @@ template <typename S, bool Vec>
 struct RowReader {
     const SelectJob &job;
     const S *scores;
+    const float *add;
+    const float *scale;
     const int *in_idx;
     float row_scale;
+    int idx_base;
+    int cols;
+    int row;  // the matrix row (out_row / split when split)
 
-    __device__ __forceinline__ RowReader(const SelectJob &j, int row)
-        : job(j),
-          scores(static_cast<const S *>(j.scores) + (long long)row * j.ld),
-          in_idx(j.in_idx ? j.in_idx + (long long)row * j.ld : nullptr),
-          row_scale(j.row_scale ? j.row_scale[row] : j.row_scale_const)
+    __device__ __forceinline__ RowReader(const SelectJob &j, int out_row) : job(j)
     {
+        row = out_row;
+        int first = 0;
+        cols = j.cols;
+        if (j.split > 1) {
+            row = out_row / j.split;
+            first = (out_row % j.split) * j.cols;
+            cols = min(j.cols, j.split_cols - first);
+        }
+        scores = static_cast<const S *>(j.scores) + (long long)row * j.ld + first;
+        add = j.add ? j.add + first : nullptr;
+        scale = j.scale ? j.scale + first : nullptr;
+        in_idx = j.in_idx ? j.in_idx + (long long)row * j.ld + first : nullptr;
+        row_scale = j.row_scale ? j.row_scale[row] : j.row_scale_const;
+        idx_base = j.idx_base + first;
     }
 
     __device__ __forceinline__ void finish(float s, int j, float &key, int &idx) const
     {
         s *= row_scale;
-        if (job.scale) s *= job.scale[j];
-        key = job.add ? job.add[j] + s : s;
+        if (scale) s *= scale[j];
+        key = add ? add[j] + s : s;
         if (key != key) key = INFINITY;
-        idx = in_idx ? in_idx[j] : job.idx_base + j;
+        idx = in_idx ? in_idx[j] : idx_base + j;
         if (idx < 0) {  // an empty slot of an earlier pass
             key = INFINITY;
             idx = kEmptyIdx;
@@ -89,7 +107,7 @@ struct RowReader {
 
     __device__ __forceinline__ void load1(int j, float &key, int &idx) const
     {
-        if (j >= job.cols) {
+        if (j >= cols) {
             key = INFINITY;
             idx = kEmptyIdx;
             return;
@@ -105,7 +123,7 @@ struct RowReader {
     // Columns j..j+3 (j a multiple of 4).
     __device__ __forceinline__ void load4(int j, float (&key)[4], int (&idx)[4]) const
     {
-        if (!Vec || j + 4 > job.cols) {
+        if (!Vec || j + 4 > cols) {
 #pragma unroll
             for (int u = 0; u < 4; ++u) load1(j + u, key[u], idx[u]);
             return;
@@ -125,7 +143,7 @@ struct RowReader {
     }
 
     // The row's bound, or (+inf, kEmptyIdx).
-    __device__ __forceinline__ void bound(int row, float &key, int &idx) const
+    __device__ __forceinline__ void bound(float &key, int &idx) const
     {
         key = INFINITY;
         idx = kEmptyIdx;
@@ -282,7 +300,7 @@ __device__ __forceinline__ void select_stream(WarpSelect<K> &ws, const RowReader
                                               int begin, int stride)
 {
     const int lane = lane_id();
-    for (int j0 = begin; j0 < rd.job.cols; j0 += stride) {
+    for (int j0 = begin; j0 < rd.cols; j0 += stride) {
         float key[kSelectUnroll][4];
         int idx[kSelectUnroll][4];
         bool any = false;
@@ -313,7 +331,7 @@ __global__ void __launch_bounds__(128) warp_select_kernel(const __grid_constant_
     RowReader<S, Vec> rd(job, row);
     float bk;
     int bv;
-    rd.bound(row, bk, bv);
+    rd.bound(bk, bv);
     WarpSelect<K> ws;
     ws.init(job.k, bk, bv);
     select_stream<K, S, Vec>(ws, rd, 0, 128 * kSelectUnroll);

@@ -98,11 +98,13 @@ static void test_dims_and_k(void **state)
     const int64_t dims[] = {1, 3, 100, 128, 785, 1024};
     const int64_t n = 6000;
     const int64_t ks[] = {1, 7, 32, 33, 100, 1024, 2048, 2049, 5000, n};
+    const size_t ndims = sml_test_quick() ? 2 : sizeof dims / sizeof dims[0];
+    const size_t nks = sml_test_quick() ? 3 : sizeof ks / sizeof ks[0];
     uint64_t seed = 1;
-    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
-        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+    for (size_t di = 0; di < ndims; di++)
+        for (size_t ki = 0; ki < nks; ki++)
             check_reference(n, 20, dims[di], ks[ki], SIMIL_METRIC_L2, seed++);
-    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+    for (size_t ki = 0; ki < nks; ki++) {
         check_reference(n, 20, 64, ks[ki], SIMIL_METRIC_IP, seed++);
         check_reference(n, 20, 48, ks[ki], SIMIL_METRIC_COSINE, seed++);
     }
@@ -125,7 +127,7 @@ static void test_empty_and_tiny(void **state)
 static void test_tiling_millions(void **state)
 {
     (void)state;
-    const int64_t n = 3000000, dim = 8, nq = 300;
+    const int64_t n = sml_test_quick() ? 100000 : 3000000, dim = 8, nq = 300;
     float *base = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
     float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
     sml_test_fill_uniform(base, n * dim, 7, 0, 1);
@@ -193,7 +195,7 @@ static void test_nan_rejected(void **state)
 static void test_adversarial(void **state)
 {
     (void)state;
-    const int64_t n = 50000, dim = 64, nq = 200;
+    const int64_t n = sml_test_quick() ? 5000 : 50000, dim = 64, nq = 200;
     float *base = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
     float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
     /* near-duplicates: 500 vectors, each copied 100 times with 1e-4 noise */
@@ -234,7 +236,7 @@ static void test_fast_path_is_used(void **state)
 {
     (void)state;
     /* on well-spread data the bound must prove almost every query */
-    const int64_t n = 200000, dim = 128, nq = 1000;
+    const int64_t n = sml_test_quick() ? 20000 : 200000, dim = 128, nq = 1000;
     float *base = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
     float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
     sml_test_fill_uniform(base, n * dim, 31, 0, 1);

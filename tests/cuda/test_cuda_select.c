@@ -101,11 +101,12 @@ static void test_many_rows(void **state)
 {
     (void)state;
     const int64_t ks[] = {1, 7, 32, 33, 100, 128, 129, 1024, 2048};
+    const int64_t rows = sml_test_quick() ? 70 : 1200;
     for (int kernel = 0; kernel <= 2; kernel++) {
         sml_cuda_select_force(kernel);
         for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-            check(1200, 3000, ks[i], 0, UNIFORM);
-            check(900, 2500, ks[i], 1, FEW_VALUES);
+            check(rows, 3000, ks[i], 0, UNIFORM);
+            check(rows, 2500, ks[i], 1, FEW_VALUES);
         }
         check(777, 1000, 100, 0, WITH_NAN);
         check(512, 4096, 256, 0, DESCENDING);
@@ -121,11 +122,12 @@ static void test_few_long_rows(void **state)
 {
     (void)state;
     const int64_t ks[] = {1, 10, 33, 128, 500, 1024, 2048};
+    const int64_t cols = sml_test_quick() ? 40000 : 200000;
     for (int kernel = 0; kernel <= 2; kernel++) {
         sml_cuda_select_force(kernel);
         for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-            check(3, 200000, ks[i], 0, UNIFORM);
-            check(1, 100000, ks[i], 1, FEW_VALUES);
+            check(3, cols, ks[i], 0, UNIFORM);
+            check(1, cols / 2, ks[i], 1, FEW_VALUES);
         }
         check(2, 50000, 64, 0, WITH_NAN);
         check(4, 65536, 2048, 0, DESCENDING);

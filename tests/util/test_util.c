@@ -191,6 +191,8 @@ void sml_test_check_same(const char *context, const float *base, int64_t n, cons
     }
 }
 
+int sml_test_quick(void) { return getenv("SIMIL_TEST_QUICK") != NULL; }
+
 void sml_test_require_gpu(void)
 {
     if (simil_gpu_count() > 0) return;

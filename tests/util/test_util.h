@@ -52,6 +52,10 @@ void sml_test_check_same(const char *context, const float *base, int64_t n, cons
                          const float *distances, const int64_t *labels,
                          const float *ref_distances, const int64_t *ref_labels, double rel_tol);
 
+/* Nonzero when SIMIL_TEST_QUICK is set: GPU tests shrink their sizes so
+ * that they run under compute-sanitizer in reasonable time. */
+int sml_test_quick(void);
+
 /* Exit with SML_TEST_SKIP, saying so, when no GPU is usable. */
 void sml_test_require_gpu(void);
 
