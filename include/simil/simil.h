@@ -7,5 +7,6 @@
 #include "simil/dataset.h"
 #include "simil/progress.h"
 #include "simil/select.h"
+#include "simil/kmeans.h"
 
 #endif
