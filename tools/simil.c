@@ -15,6 +15,7 @@ static const struct {
     {"build", cmd_build, "train an index on a vector file, add the vectors, save it"},
     {"search", cmd_search, "search a saved index; time it and measure recall"},
     {"info", cmd_info, "describe a saved index and this build"},
+    {"kmeans", cmd_kmeans, "cluster vectors with k-means and write the centroids"},
 };
 
 static void usage(FILE *out)

@@ -73,6 +73,13 @@ typedef struct sml_backend_ops {
      * of base (mem), of which rows [0, have) are unchanged since the last
      * sync.  On failure *shadow is left as it was.  knn receives the shadow
      * through sml_knn_args.base_shadow. */
+    /* k-means update: sums (host, k x dim) = for each cluster c, the sum of the
+     * rows i of x (mem, n x dim) with labels[i] == c (labels: host, in
+     * [0, k)), added in row order so the result does not depend on threads;
+     * counts (host, k) = the rows per cluster. */
+    simil_status (*cluster_sums)(sml_backend *b, int64_t n, int64_t dim, const float *x,
+                                 const int64_t *labels, int64_t k, float *sums, int64_t *counts);
+
     simil_status (*shadow_sync)(sml_backend *b, void **shadow, const float *base, int64_t have,
                                 int64_t n, int64_t dim, simil_metric metric);
     void (*shadow_free)(sml_backend *b, void *shadow);

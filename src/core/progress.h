@@ -8,8 +8,15 @@
 
 #include "simil/progress.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Report done out of total for stage.  Calls through at most ~5 times a second,
  * except that done == total always goes through. */
 void sml_progress(const char *stage, int64_t done, int64_t total);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

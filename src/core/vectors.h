@@ -7,6 +7,10 @@
 
 #include "simil/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Fail with SIMIL_ERR_INVALID_ARGUMENT, naming what, the row and the column,
  * if any component is NaN or Inf, or if bound_norms is set and a row's squared
  * norm is too large for float arithmetic on distances. */
@@ -17,4 +21,7 @@ simil_status sml_vectors_check(const float *x, int64_t n, int64_t dim, int bound
  * rows stay zero.  out may equal x. */
 void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

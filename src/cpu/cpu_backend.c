@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/cluster_order.h"
 #include "core/error.h"
 #include "cpu/cpu_knn.h"
 #include "cpu/cpu_select.h"
@@ -89,6 +90,41 @@ static simil_status sml_cpu_select_k(sml_backend *b, int64_t rows, int64_t cols,
     return SIMIL_OK;
 }
 
+/* Rows grouped by cluster, then each cluster summed in row order (in double)
+ * by whichever thread takes it: the same sums for any thread count. */
+static simil_status sml_cpu_cluster_sums(sml_backend *b, int64_t n, int64_t dim, const float *x,
+                                         const int64_t *labels, int64_t k, float *sums,
+                                         int64_t *counts)
+{
+    int threads = omp_get_max_threads();
+    int64_t *offsets = NULL, *order = NULL;
+    double *acc = NULL;
+    simil_status s = sml_alloc((void **)&offsets, (size_t)(k + 1), sizeof *offsets,
+                               "cluster offsets");
+    if (s == SIMIL_OK)
+        s = sml_alloc((void **)&order, (size_t)(n > 0 ? n : 1), sizeof *order, "cluster order");
+    if (s == SIMIL_OK)
+        s = sml_alloc((void **)&acc, (size_t)(threads * dim), sizeof *acc, "cluster sums");
+    if (s == SIMIL_OK) s = sml_cluster_order(n, labels, k, offsets, order);
+    if (s == SIMIL_OK) {
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
+        for (int64_t c = 0; c < k; c++) {
+            double *a = acc + omp_get_thread_num() * dim;
+            memset(a, 0, sizeof *a * (size_t)dim);
+            for (int64_t o = offsets[c]; o < offsets[c + 1]; o++) {
+                const float *row = x + order[o] * dim;
+                for (int64_t j = 0; j < dim; j++) a[j] += row[j];
+            }
+            for (int64_t j = 0; j < dim; j++) sums[c * dim + j] = (float)a[j];
+            counts[c] = offsets[c + 1] - offsets[c];
+        }
+    }
+    sml_free(acc);
+    sml_free(order);
+    sml_free(offsets);
+    return s;
+}
+
 static const sml_backend_ops sml_cpu_ops = {
     .close = sml_cpu_close,
     .mem_alloc = sml_cpu_mem_alloc,
@@ -100,6 +136,7 @@ static const sml_backend_ops sml_cpu_ops = {
     .row_norms = sml_cpu_row_norms,
     .knn = sml_cpu_knn_op,
     .select_k = sml_cpu_select_k,
+    .cluster_sums = sml_cpu_cluster_sums,
     .shadow_sync = NULL,
     .shadow_free = NULL,
 };

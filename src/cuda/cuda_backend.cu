@@ -139,7 +139,8 @@ simil_status row_norms(sml_backend *b, int64_t n, int64_t dim, const float *x, f
 
 const sml_backend_ops cuda_ops = {
     backend_close, mem_alloc,  mem_free, mem_upload, mem_download, mem_copy,
-    mem_gather_rows, row_norms, cuda_knn, cuda_select_k, shadow_sync, shadow_free,
+    mem_gather_rows, row_norms, cuda_knn, cuda_select_k, cuda_cluster_sums, shadow_sync,
+    shadow_free,
 };
 
 }  // namespace

@@ -1,0 +1,44 @@
+/* fuzz_common.h: what the fuzz targets share.
+ *
+ * Each target is one LLVMFuzzerTestOneInput() in fuzz_<name>.c.  It is built
+ * twice: with libFuzzer (fuzz/CMakeLists.txt, SIMIL_FUZZ=ON, clang only) and,
+ * with replay_main.c, as an ordinary program that the test suite runs over
+ * tests/regressions/<name>/ and fuzz/seeds/<name>/ (tests/reliability).
+ *
+ * A target accepts any input and checks that simil answers it with a status
+ * from the documented set; anything else (a crash, a sanitizer report, an
+ * unexpected status) aborts, which both drivers report as a failure. */
+#ifndef SML_FUZZ_COMMON_H
+#define SML_FUZZ_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simil/simil.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Write data to a file called name in this process's scratch folder (in
+ * /dev/shm when it exists, else $TMPDIR or /tmp; removed at exit) and return
+ * its path, valid until the next call with the same name. */
+const char *sml_fuzz_write_file(const char *name, const void *data, size_t size);
+
+/* A path in the scratch folder, for files the target writes itself. */
+const char *sml_fuzz_path(const char *name);
+
+/* Abort, printing what and the library's message, unless status is one of
+ * the count statuses that follow. */
+void sml_fuzz_expect(const char *what, simil_status status, int count, ...);
+
+/* Read every byte of a buffer, so that AddressSanitizer sees the whole of it;
+ * returns a checksum so that the compiler cannot drop the reads. */
+uint64_t sml_fuzz_touch(const void *data, size_t size);
+
+/* Abort with a message: an invariant of the library does not hold. */
+void sml_fuzz_fail(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2), noreturn))
+#endif
+    ;
+
+#endif
