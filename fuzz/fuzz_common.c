@@ -1,5 +1,7 @@
 /* fuzz_common.c: scratch files and status checks for the fuzz targets. */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mkdtemp */
+#endif
 #include "fuzz_common.h"
 
 #include <dirent.h>
@@ -56,8 +58,8 @@ const char *sml_fuzz_write_file(const char *name, const void *data, size_t size)
     const char *path = sml_fuzz_path(name);
     FILE *f = fopen(path, "wb");
     if (f == NULL) sml_fuzz_fail("cannot create %s", path);
-    if ((size > 0 && fwrite(data, 1, size, f) != size) | (fclose(f) != 0))
-        sml_fuzz_fail("cannot write %s", path);
+    int bad = size > 0 && fwrite(data, 1, size, f) != size;
+    if (fclose(f) != 0 || bad) sml_fuzz_fail("cannot write %s", path);
     return path;
 }
 
@@ -90,4 +92,104 @@ uint64_t sml_fuzz_touch(const void *data, size_t size)
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < size; i++) h = (h ^ p[i]) * 1099511628211ull;
     return h;
+}
+
+static int sml_fuzz_status_in(simil_status s, int count, va_list ap)
+{
+    int ok = s == SIMIL_OK || s == SIMIL_ERR_CORRUPT;
+    for (int i = 0; i < count; i++) ok |= va_arg(ap, int) == (int)s;
+    return ok;
+}
+
+static void sml_fuzz_expect_read(const char *what, const char *path, simil_status s, int count,
+                                 va_list ap)
+{
+    va_list copy;
+    va_copy(copy, ap);
+    int ok = sml_fuzz_status_in(s, count, copy);
+    va_end(copy);
+    if (!ok)
+        sml_fuzz_fail("%s('%s') returned %s (%s), which it must not for any input", what, path,
+                      simil_status_name(s), simil_last_error());
+}
+
+static float sml_fuzz_as_float(const simil_matrix *m, size_t i)
+{
+    switch (m->dtype) {
+    case SIMIL_DTYPE_FLOAT32: return ((const float *)m->data)[i];
+    case SIMIL_DTYPE_UINT8: return (float)((const uint8_t *)m->data)[i];
+    case SIMIL_DTYPE_INT32: return (float)((const int32_t *)m->data)[i];
+    case SIMIL_DTYPE_INT64: return (float)((const int64_t *)m->data)[i];
+    }
+    sml_fuzz_fail("unknown dtype %d", (int)m->dtype);
+}
+
+/* Row 1 of m, read again alone through simil_matrix_read_float. */
+static void sml_fuzz_check_row1(const char *path, const simil_matrix *m)
+{
+    simil_matrix one;
+    sml_fuzz_expect("read_float of row 1 of a readable file",
+                    simil_matrix_read_float(path, 1, 1, &one), 1, SIMIL_OK);
+    if (one.rows != 1 || one.cols != m->cols || one.dtype != SIMIL_DTYPE_FLOAT32)
+        sml_fuzz_fail("'%s': row 1 alone has shape %lld x %lld", path, (long long)one.rows,
+                      (long long)one.cols);
+    for (int64_t j = 0; j < m->cols; j++) {
+        float want = sml_fuzz_as_float(m, (size_t)(m->cols + j));
+        float got = ((const float *)one.data)[j];
+        if (memcmp(&want, &got, sizeof want) != 0)
+            sml_fuzz_fail("'%s': row 1 column %lld reads %g alone and %g in the whole file", path,
+                          (long long)j, got, want);
+    }
+    simil_matrix_free(&one);
+}
+
+static void sml_fuzz_check_roundtrip(const char *roundtrip, const simil_matrix *m)
+{
+    sml_fuzz_expect("writing a matrix that was read", simil_matrix_write(roundtrip, m), 1,
+                    SIMIL_OK);
+    simil_matrix back;
+    sml_fuzz_expect("reading back a written matrix", simil_matrix_read(roundtrip, 0, -1, &back), 1,
+                    SIMIL_OK);
+    size_t bytes = (size_t)m->rows * (size_t)m->cols * simil_dtype_size(m->dtype);
+    /* an empty texmex file reads as 0 x 0, whatever the columns were */
+    int same_shape = back.rows == m->rows && (back.cols == m->cols || bytes == 0);
+    if (!same_shape || back.dtype != m->dtype || (bytes > 0 && memcmp(back.data, m->data, bytes)))
+        sml_fuzz_fail("'%s' does not read back what was written (%lld x %lld, got %lld x %lld)",
+                      roundtrip, (long long)m->rows, (long long)m->cols, (long long)back.rows,
+                      (long long)back.cols);
+    simil_matrix_free(&back);
+}
+
+simil_status sml_fuzz_check_matrix(const char *path, const char *roundtrip, int extra_count, ...)
+{
+    va_list ap;
+    va_start(ap, extra_count);
+    int64_t rows = -1, cols = -1;
+    simil_dtype dtype = SIMIL_DTYPE_FLOAT32;
+    simil_status si = simil_matrix_info(path, &rows, &cols, &dtype);
+    sml_fuzz_expect_read("simil_matrix_info", path, si, extra_count, ap);
+    simil_matrix m;
+    simil_status sr = simil_matrix_read(path, 0, -1, &m);
+    sml_fuzz_expect_read("simil_matrix_read", path, sr, extra_count, ap);
+    va_end(ap);
+    if (sr != SIMIL_OK) {
+        if (m.data != NULL || m.rows != 0 || m.cols != 0)
+            sml_fuzz_fail("a failed read of '%s' left data in the matrix", path);
+    } else {
+        if (si != SIMIL_OK) sml_fuzz_fail("'%s': read accepts a file that info refuses", path);
+        if (m.rows != rows || m.cols != cols || m.dtype != dtype)
+            sml_fuzz_fail("'%s': info says %lld x %lld of type %d, read gives %lld x %lld of %d",
+                          path, (long long)rows, (long long)cols, (int)dtype, (long long)m.rows,
+                          (long long)m.cols, (int)m.dtype);
+        sml_fuzz_touch(m.data, (size_t)m.rows * (size_t)m.cols * simil_dtype_size(m.dtype));
+    }
+    if (si == SIMIL_OK && rows < INT64_MAX) {
+        simil_matrix past;
+        sml_fuzz_expect("a read past the last row", simil_matrix_read(path, rows + 1, 1, &past),
+                        1, SIMIL_ERR_INVALID_ARGUMENT);
+        if (sr == SIMIL_OK && rows >= 2) sml_fuzz_check_row1(path, &m);
+    }
+    if (sr == SIMIL_OK && roundtrip != NULL) sml_fuzz_check_roundtrip(roundtrip, &m);
+    simil_matrix_free(&m);
+    return sr;
 }

@@ -42,3 +42,15 @@ void sml_fuzz_fail(const char *fmt, ...)
     ;
 
 #endif
+
+/* The checks every matrix reader gets, on the file at path:
+ *  - simil_matrix_info and simil_matrix_read answer SIMIL_OK, SIMIL_ERR_CORRUPT
+ *    or one of the extra statuses (extra_count of them, then the list);
+ *  - a read that succeeds agrees with info on the shape and type, and all of
+ *    its data can be read; a read that fails leaves the matrix zeroed;
+ *  - when info succeeds, a range past the end is SIMIL_ERR_INVALID_ARGUMENT,
+ *    and (after a good read) row 1 read alone as float equals row 1 converted;
+ *  - when roundtrip is not NULL (a writable format, by its name), the matrix
+ *    written there reads back identical.
+ * Returns the status of the whole read. */
+simil_status sml_fuzz_check_matrix(const char *path, const char *roundtrip, int extra_count, ...);

@@ -51,9 +51,12 @@ typedef struct sml_backend_ops {
     simil_status (*mem_upload)(sml_backend *b, void *mem, const void *host, size_t bytes);
     simil_status (*mem_download)(sml_backend *b, void *host, const void *mem, size_t bytes);
     simil_status (*mem_copy)(sml_backend *b, void *dst_mem, const void *src_mem, size_t bytes);
-    /* dst row i = src row rows[i] (rows: host, n entries). */
-    simil_status (*mem_gather_rows)(sml_backend *b, void *dst_mem, const void *src_mem,
-                                    size_t row_bytes, int64_t n, const int64_t *rows);
+    /* For i < n: dst row d(i) = src row s(i), where d(i) = dst_rows[i] and
+     * s(i) = src_rows[i], or i where the array is NULL (arrays: host).  Rows
+     * are row_bytes wide, a multiple of 4; dst and src do not overlap. */
+    simil_status (*mem_move_rows)(sml_backend *b, void *dst_mem, const int64_t *dst_rows,
+                                  const void *src_mem, const int64_t *src_rows,
+                                  size_t row_bytes, int64_t n);
 
     /* norms[i] = ||x_i||^2 for n rows of x (both mem). */
     simil_status (*row_norms)(sml_backend *b, int64_t n, int64_t dim, const float *x,

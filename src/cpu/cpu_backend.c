@@ -29,14 +29,17 @@ static simil_status sml_cpu_mem_copy(sml_backend *b, void *dst, const void *src,
     return SIMIL_OK;
 }
 
-static simil_status sml_cpu_gather_rows(sml_backend *b, void *dst, const void *src,
-                                        size_t row_bytes, int64_t n, const int64_t *rows)
+static simil_status sml_cpu_move_rows(sml_backend *b, void *dst, const int64_t *dst_rows,
+                                      const void *src, const int64_t *src_rows,
+                                      size_t row_bytes, int64_t n)
 {
     char *d = dst;
     const char *s = src;
 #pragma omp parallel for schedule(static) if (n * (int64_t)row_bytes > (1 << 20))
-    for (int64_t i = 0; i < n; i++)
-        memcpy(d + (size_t)i * row_bytes, s + (size_t)rows[i] * row_bytes, row_bytes);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t to = dst_rows ? dst_rows[i] : i, from = src_rows ? src_rows[i] : i;
+        memcpy(d + (size_t)to * row_bytes, s + (size_t)from * row_bytes, row_bytes);
+    }
     return SIMIL_OK;
 }
 
@@ -132,7 +135,7 @@ static const sml_backend_ops sml_cpu_ops = {
     .mem_upload = sml_cpu_mem_copy,
     .mem_download = sml_cpu_mem_copy,
     .mem_copy = sml_cpu_mem_copy,
-    .mem_gather_rows = sml_cpu_gather_rows,
+    .mem_move_rows = sml_cpu_move_rows,
     .row_norms = sml_cpu_row_norms,
     .knn = sml_cpu_knn_op,
     .select_k = sml_cpu_select_k,

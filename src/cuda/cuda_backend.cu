@@ -113,18 +113,30 @@ simil_status mem_copy(sml_backend *b, void *dst, const void *src, size_t bytes)
     return mem_copy_kind(b, dst, src, bytes, cudaMemcpyDeviceToDevice);
 }
 
-simil_status mem_gather_rows(sml_backend *b, void *dst, const void *src, size_t row_bytes,
-                             int64_t n, const int64_t *rows)
+simil_status mem_move_rows(sml_backend *b, void *dst, const int64_t *dst_rows, const void *src,
+                           const int64_t *src_rows, size_t row_bytes, int64_t n)
 {
     if (n == 0) return SIMIL_OK;
     Device *dev = device_of(b);
-    int64_t *d_rows;
-    SML_TRY(mem_alloc(b, sizeof(int64_t) * (size_t)n, reinterpret_cast<void **>(&d_rows)));
-    simil_status s = mem_upload(b, d_rows, rows, sizeof(int64_t) * (size_t)n);
-    if (s == SIMIL_OK) s = launch_gather_rows(dst, src, row_bytes, n, d_rows, dev->stream[0]);
+    int64_t *d_index = nullptr;
+    const size_t bytes = sizeof(int64_t) * (size_t)n;
+    const int arrays = (dst_rows != nullptr) + (src_rows != nullptr);
+    if (arrays > 0) SML_TRY(mem_alloc(b, bytes * arrays, reinterpret_cast<void **>(&d_index)));
+    int64_t *d_dst = nullptr, *d_src = nullptr, *next = d_index;
+    simil_status s = SIMIL_OK;
+    if (dst_rows) {
+        d_dst = next;
+        next += n;
+        s = mem_upload(b, d_dst, dst_rows, bytes);
+    }
+    if (s == SIMIL_OK && src_rows) {
+        d_src = next;
+        s = mem_upload(b, d_src, src_rows, bytes);
+    }
+    if (s == SIMIL_OK) s = launch_move_rows(dst, d_dst, src, d_src, row_bytes, n, dev->stream[0]);
     if (s == SIMIL_OK)
-        s = cuda_status(cudaStreamSynchronize(dev->stream[0]), "gather", __FILE__, __LINE__);
-    mem_free(b, d_rows);
+        s = cuda_status(cudaStreamSynchronize(dev->stream[0]), "moving rows", __FILE__, __LINE__);
+    mem_free(b, d_index);
     return s;
 }
 
@@ -139,7 +151,7 @@ simil_status row_norms(sml_backend *b, int64_t n, int64_t dim, const float *x, f
 
 const sml_backend_ops cuda_ops = {
     backend_close, mem_alloc,  mem_free, mem_upload, mem_download, mem_copy,
-    mem_gather_rows, row_norms, cuda_knn, cuda_select_k, cuda_cluster_sums, shadow_sync,
+    mem_move_rows, row_norms, cuda_knn, cuda_select_k, cuda_cluster_sums, shadow_sync,
     shadow_free,
 };
 

@@ -26,14 +26,15 @@ __global__ void row_norms_kernel(long long n, int dim, const float *x, float *no
     if ((threadIdx.x & 31) == 0) norms[row] = s;
 }
 
-__global__ void gather_rows_kernel(unsigned *dst, const unsigned *src, long long words,
-                                   long long n, const int64_t *rows)
+__global__ void move_rows_kernel(unsigned *dst, const int64_t *dst_rows, const unsigned *src,
+                                 const int64_t *src_rows, long long words, long long n)
 {
     const long long total = n * words;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
         const long long r = i / words, w = i % words;
-        dst[i] = src[rows[r] * words + w];
+        const long long to = dst_rows ? dst_rows[r] : r, from = src_rows ? src_rows[r] : r;
+        dst[to * words + w] = src[from * words + w];
     }
 }
 
@@ -135,16 +136,18 @@ simil_status launch_row_norms(long long n, int dim, const float *x, float *norms
     return SIMIL_OK;
 }
 
-simil_status launch_gather_rows(void *dst, const void *src, size_t row_bytes, long long n,
-                                const int64_t *rows, cudaStream_t s)
+simil_status launch_move_rows(void *dst, const int64_t *dst_rows, const void *src,
+                              const int64_t *src_rows, size_t row_bytes, long long n,
+                              cudaStream_t s)
 {
     if (n == 0) return SIMIL_OK;
     const long long words = (long long)(row_bytes / 4);
     unsigned blocks = blocks_for(n * words, 256);
     if (blocks > 65536) blocks = 65536;
-    gather_rows_kernel<<<blocks, 256, 0, s>>>(static_cast<unsigned *>(dst),
-                                              static_cast<const unsigned *>(src), words, n, rows);
-    SML_LAUNCH_TRY("gather_rows_kernel");
+    move_rows_kernel<<<blocks, 256, 0, s>>>(static_cast<unsigned *>(dst), dst_rows,
+                                            static_cast<const unsigned *>(src), src_rows, words,
+                                            n);
+    SML_LAUNCH_TRY("move_rows_kernel");
     return SIMIL_OK;
 }
 

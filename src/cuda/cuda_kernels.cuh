@@ -15,9 +15,12 @@ namespace sml {
 simil_status launch_row_norms(long long n, int dim, const float *x, float *norms,
                               cudaStream_t s);
 
-// dst row i = src row rows[i] (rows: device), row_bytes a multiple of 4.
-simil_status launch_gather_rows(void *dst, const void *src, size_t row_bytes, long long n,
-                                const int64_t *rows, cudaStream_t s);
+// dst row d(i) = src row s(i) for i < n, d(i) = dst_rows[i] or i when
+// dst_rows is null, likewise s(i) (index arrays: device); row_bytes a
+// multiple of 4.
+simil_status launch_move_rows(void *dst, const int64_t *dst_rows, const void *src,
+                              const int64_t *src_rows, size_t row_bytes, long long n,
+                              cudaStream_t s);
 
 // out row i = fp16(x_i * s_i) with s_i a power of two putting ||x_i|| * s_i in
 // [64, 128) (s_i = 1 for a zero row); inv_scale[i] = 1 / s_i.  When norms is

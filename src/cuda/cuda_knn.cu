@@ -443,8 +443,8 @@ simil_status redo_fp32(const Search &s32, const Plan &p32, const Buffers &b32, c
         const int m = nbad - c0 < p32.qt ? nbad - c0 : p32.qt;
         SML_CUDA_TRY(cudaMemcpyAsync(b32.redo_rows, bad + c0, sizeof(int64_t) * m,
                                      cudaMemcpyHostToDevice, st));
-        SML_TRY(launch_gather_rows(b32.queries, queries, sizeof(float) * a->dim, m, b32.redo_rows,
-                                   st));
+        SML_TRY(launch_move_rows(b32.queries, nullptr, queries, b32.redo_rows,
+                                 sizeof(float) * a->dim, m, st));
         SML_TRY(search_fp32(s32, p32, b32, b32.queries, m));
         SML_TRY(launch_finish(m, (int)k, b32.final_keys, b32.final_idx, s32.l2, b32.query_norms,
                               a->base_ids, b32.out_dist, b32.out_labels, st));

@@ -132,7 +132,7 @@ static simil_status sml_flat_gather(sml_backend *b, void **out, const void *src,
                                     size_t row_bytes, int64_t n, const int64_t *keep)
 {
     SML_TRY(b->ops->mem_alloc(b, (size_t)(n > 0 ? n : 1) * row_bytes, out));
-    return b->ops->mem_gather_rows(b, *out, src, row_bytes, n, keep);
+    return b->ops->mem_move_rows(b, *out, NULL, src, keep, row_bytes, n);
 }
 
 static simil_status sml_flat_remove(simil_index *index, int64_t n_sorted, const int64_t *sorted,
