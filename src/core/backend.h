@@ -42,6 +42,26 @@ typedef struct sml_knn_args {
     const void *base_shadow;  /* the backend's shadow of base (see shadow_sync), or NULL */
 } sml_knn_args;
 
+/* Scan of inverted lists (ivf.h): for each query, the k best rows among the
+ * lists of its probes. */
+typedef struct sml_ivf_scan_args {
+    const float *queries;        /* host: nq x dim, prepared */
+    int64_t nq;
+    int64_t dim;
+    const int64_t *probes;       /* host: nq x nprobe list numbers, -1 for none */
+    int64_t nprobe;
+    const int64_t *list_offset;  /* host: per list, its first arena row */
+    const int64_t *list_size;    /* host: per list, its rows */
+    int64_t nlist;
+    const void *codes;           /* mem: arena rows (IVF-Flat: dim floats each) */
+    const int64_t *ids;          /* mem: arena ids */
+    int64_t k;                   /* >= 1; ranks past the candidates get -1, +-inf */
+    simil_metric metric;         /* L2 or IP; keys as in sml_knn_args */
+    float *distances;            /* host: nq x k */
+    int64_t *labels;             /* host: nq x k */
+    int threads;                 /* CPU threads, 0 = all */
+} sml_ivf_scan_args;
+
 typedef struct sml_backend_ops {
     void (*close)(sml_backend *b);
 
@@ -63,6 +83,9 @@ typedef struct sml_backend_ops {
                               float *norms);
 
     simil_status (*knn)(sml_backend *b, const sml_knn_args *args);
+
+    /* IVF-Flat: exact distances to every row of the probed lists. */
+    simil_status (*ivf_flat_scan)(sml_backend *b, const sml_ivf_scan_args *args);
 
     /* The k smallest (largest when largest != 0) values of each row of a
      * rows x cols matrix, sorted, with their column indices; past cols the

@@ -11,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/cluster_order.h"
 #include "core/error.h"
+#include "cpu/cpu_ivf.h"
 #include "cpu/cpu_knn.h"
 #include "cpu/cpu_select.h"
 
@@ -138,6 +139,7 @@ static const sml_backend_ops sml_cpu_ops = {
     .mem_move_rows = sml_cpu_move_rows,
     .row_norms = sml_cpu_row_norms,
     .knn = sml_cpu_knn_op,
+    .ivf_flat_scan = sml_cpu_ivf_flat_scan,
     .select_k = sml_cpu_select_k,
     .cluster_sums = sml_cpu_cluster_sums,
     .shadow_sync = NULL,

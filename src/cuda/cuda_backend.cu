@@ -149,11 +149,27 @@ simil_status row_norms(sml_backend *b, int64_t n, int64_t dim, const float *x, f
     return SIMIL_OK;
 }
 
-const sml_backend_ops cuda_ops = {
-    backend_close, mem_alloc,  mem_free, mem_upload, mem_download, mem_copy,
-    mem_move_rows, row_norms, cuda_knn, cuda_select_k, cuda_cluster_sums, shadow_sync,
-    shadow_free,
-};
+sml_backend_ops make_ops()
+{
+    sml_backend_ops o{};
+    o.close = backend_close;
+    o.mem_alloc = mem_alloc;
+    o.mem_free = mem_free;
+    o.mem_upload = mem_upload;
+    o.mem_download = mem_download;
+    o.mem_copy = mem_copy;
+    o.mem_move_rows = mem_move_rows;
+    o.row_norms = row_norms;
+    o.knn = cuda_knn;
+    o.ivf_flat_scan = cuda_ivf_flat_scan;
+    o.select_k = cuda_select_k;
+    o.cluster_sums = cuda_cluster_sums;
+    o.shadow_sync = shadow_sync;
+    o.shadow_free = shadow_free;
+    return o;
+}
+
+const sml_backend_ops cuda_ops = make_ops();
 
 }  // namespace
 

@@ -59,9 +59,12 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
                   SIMIL_ERR_INVALID_ARGUMENT, "unknown metric %d", (int)metric);
     sml_index_spec spec;
     SML_TRY(sml_index_spec_parse(description, dim, &spec));
-    SML_RETURN_IF(spec.ivf_nlist != 0 || spec.encoding != SML_ENCODING_FLAT || spec.opq_m != 0,
-                  SIMIL_ERR_UNSUPPORTED,
-                  "index '%s' is valid, but only Flat is built in this version of simil",
+    simil_status (*init)(simil_index *) = NULL;
+    if (spec.opq_m == 0 && spec.encoding == SML_ENCODING_FLAT && !spec.refine)
+        init = spec.ivf_nlist ? sml_ivf_flat_init : sml_flat_init;
+    SML_RETURN_IF(init == NULL, SIMIL_ERR_UNSUPPORTED,
+                  "index '%s' is valid, but this version of simil builds only Flat and "
+                  "IVF<n>,Flat",
                   description);
     simil_index *index;
     SML_TRY(sml_calloc((void **)&index, 1, sizeof *index, "an index"));
@@ -70,7 +73,7 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
     index->dim = dim;
     index->metric = metric;
     simil_status s = sml_device_open(device, &index->backend);
-    if (s == SIMIL_OK) s = sml_flat_init(index);
+    if (s == SIMIL_OK) s = init(index);
     if (s != SIMIL_OK) {
         sml_backend_close(index->backend);
         sml_free(index);

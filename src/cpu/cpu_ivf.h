@@ -1,0 +1,9 @@
+/* cpu_ivf.h: inverted-list scans on the CPU. */
+#ifndef SML_CPU_IVF_H
+#define SML_CPU_IVF_H
+
+#include "core/backend.h"
+
+simil_status sml_cpu_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *args);
+
+#endif

@@ -1,0 +1,466 @@
+/* ivf.c: the coarse quantizer and the inverted-list arena (see ivf.h). */
+#include "index/ivf.h"
+
+#include <string.h>
+
+#include "algo/kmeans.h"
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "index/index_internal.h"
+
+static const uint32_t sml_tag_centroids = SML_TAG('I', 'V', 'F', 'C');
+static const uint32_t sml_tag_sizes = SML_TAG('L', 'S', 'I', 'Z');
+static const uint32_t sml_tag_list_ids = SML_TAG('L', 'I', 'D', 'S');
+static const uint32_t sml_tag_codes = SML_TAG('L', 'C', 'O', 'D');
+
+simil_status sml_ivf_init(sml_ivf *ivf, int64_t nlist, int64_t dim, simil_metric metric,
+                          int spherical, size_t code_size)
+{
+    memset(ivf, 0, sizeof *ivf);
+    ivf->nlist = nlist;
+    ivf->dim = dim;
+    ivf->metric = metric;
+    ivf->spherical = spherical;
+    ivf->code_size = code_size;
+    simil_status s = sml_alloc((void **)&ivf->centroids, (size_t)(nlist * dim), sizeof(float),
+                               "coarse centroids");
+    if (s == SIMIL_OK) s = sml_calloc((void **)&ivf->offset, (size_t)nlist, sizeof(int64_t), "lists");
+    if (s == SIMIL_OK) s = sml_calloc((void **)&ivf->size, (size_t)nlist, sizeof(int64_t), "lists");
+    if (s == SIMIL_OK) s = sml_calloc((void **)&ivf->cap, (size_t)nlist, sizeof(int64_t), "lists");
+    if (s != SIMIL_OK) {
+        sml_free(ivf->centroids);
+        sml_free(ivf->offset);
+        sml_free(ivf->size);
+        sml_free(ivf->cap);
+        memset(ivf, 0, sizeof *ivf);
+    }
+    return s;
+}
+
+static void sml_ivf_free_arena(sml_backend *b, sml_ivf *ivf)
+{
+    b->ops->mem_free(b, ivf->codes_mem);
+    b->ops->mem_free(b, ivf->ids_mem);
+    sml_free(ivf->host_ids);
+    ivf->codes_mem = NULL;
+    ivf->ids_mem = NULL;
+    ivf->host_ids = NULL;
+    ivf->capacity = 0;
+}
+
+void sml_ivf_free(sml_backend *b, sml_ivf *ivf)
+{
+    sml_ivf_free_arena(b, ivf);
+    b->ops->mem_free(b, ivf->centroids_mem);
+    b->ops->mem_free(b, ivf->centroid_norms_mem);
+    b->ops->mem_free(b, ivf->centroid_ids_mem);
+    sml_free(ivf->centroids);
+    sml_free(ivf->offset);
+    sml_free(ivf->size);
+    sml_free(ivf->cap);
+    memset(ivf, 0, sizeof *ivf);
+}
+
+/* Put the host centroids in backend memory with their norms and ids. */
+static simil_status sml_ivf_upload_quantizer(sml_backend *b, sml_ivf *ivf)
+{
+    const int64_t nlist = ivf->nlist;
+    float *c = NULL, *cn = NULL;
+    int64_t *ids = NULL, *host = NULL;
+    simil_status s = b->ops->mem_alloc(b, sizeof(float) * (size_t)(nlist * ivf->dim), (void **)&c);
+    if (s == SIMIL_OK) s = b->ops->mem_alloc(b, sizeof(float) * (size_t)nlist, (void **)&cn);
+    if (s == SIMIL_OK) s = b->ops->mem_alloc(b, sizeof(int64_t) * (size_t)nlist, (void **)&ids);
+    if (s == SIMIL_OK) s = sml_alloc((void **)&host, (size_t)nlist, sizeof *host, "list ids");
+    if (s == SIMIL_OK)
+        s = b->ops->mem_upload(b, c, ivf->centroids, sizeof(float) * (size_t)(nlist * ivf->dim));
+    if (s == SIMIL_OK) s = b->ops->row_norms(b, nlist, ivf->dim, c, cn);
+    if (s == SIMIL_OK) {
+        for (int64_t l = 0; l < nlist; l++) host[l] = l;
+        s = b->ops->mem_upload(b, ids, host, sizeof(int64_t) * (size_t)nlist);
+    }
+    sml_free(host);
+    if (s != SIMIL_OK) {
+        b->ops->mem_free(b, c);
+        b->ops->mem_free(b, cn);
+        b->ops->mem_free(b, ids);
+        return s;
+    }
+    b->ops->mem_free(b, ivf->centroids_mem);
+    b->ops->mem_free(b, ivf->centroid_norms_mem);
+    b->ops->mem_free(b, ivf->centroid_ids_mem);
+    ivf->centroids_mem = c;
+    ivf->centroid_norms_mem = cn;
+    ivf->centroid_ids_mem = ids;
+    return SIMIL_OK;
+}
+
+simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float *x)
+{
+    SML_RETURN_IF(n < ivf->nlist, SIMIL_ERR_INVALID_ARGUMENT,
+                  "IVF%" PRId64 " needs at least %" PRId64 " training vectors (one per list), "
+                  "got %" PRId64 "; train on more vectors or use fewer lists",
+                  ivf->nlist, ivf->nlist, n);
+    simil_kmeans_params p;
+    simil_kmeans_params_init(&p);
+    p.k = ivf->nlist;
+    p.iterations = 10; /* as Faiss trains its IVF quantizers */
+    p.spherical = ivf->spherical;
+    float *centroids;
+    SML_TRY(sml_alloc((void **)&centroids, (size_t)(ivf->nlist * ivf->dim), sizeof(float),
+                      "coarse centroids"));
+    simil_status s = sml_kmeans_run(b, &p, n, ivf->dim, x, centroids, NULL, NULL);
+    if (s == SIMIL_OK) {
+        float *old = ivf->centroids;
+        ivf->centroids = centroids;
+        s = sml_ivf_upload_quantizer(b, ivf);
+        if (s == SIMIL_OK) {
+            centroids = old;
+            ivf->trained = 1;
+        } else {
+            ivf->centroids = old;
+        }
+    }
+    sml_free(centroids);
+    return s;
+}
+
+simil_status sml_ivf_probe(sml_backend *b, const sml_ivf *ivf, int64_t n, const float *x,
+                           int64_t nprobe, int64_t *lists, float *dists)
+{
+    float *own = NULL;
+    if (dists == NULL)
+        SML_TRY(sml_alloc((void **)&own, (size_t)(n * nprobe), sizeof(float), "probe distances"));
+    sml_knn_args args = {
+        .base = ivf->centroids_mem,
+        .base_norms = ivf->metric == SIMIL_METRIC_L2 ? ivf->centroid_norms_mem : NULL,
+        .base_ids = ivf->centroid_ids_mem,
+        .n = ivf->nlist,
+        .dim = ivf->dim,
+        .queries = x,
+        .nq = n,
+        .k = nprobe,
+        .metric = ivf->metric,
+        .distances = dists ? dists : own,
+        .labels = lists,
+    };
+    simil_status s = b->ops->knn(b, &args);
+    sml_free(own);
+    return s;
+}
+
+/* A new, empty arena of capacity rows (all three parts, or none). */
+static simil_status sml_ivf_arena_new(sml_backend *b, size_t code_size, int64_t capacity,
+                                      uint8_t **codes, int64_t **ids, int64_t **host_ids)
+{
+    size_t rows = (size_t)(capacity > 0 ? capacity : 1);
+    *codes = NULL;
+    *ids = NULL;
+    *host_ids = NULL;
+    simil_status s = b->ops->mem_alloc(b, rows * code_size, (void **)codes);
+    if (s == SIMIL_OK) s = b->ops->mem_alloc(b, rows * sizeof(int64_t), (void **)ids);
+    if (s == SIMIL_OK) s = sml_alloc((void **)host_ids, rows, sizeof(int64_t), "list ids");
+    if (s != SIMIL_OK) {
+        b->ops->mem_free(b, *codes);
+        b->ops->mem_free(b, *ids);
+        *codes = NULL;
+        *ids = NULL;
+    }
+    return s;
+}
+
+/* Copy the rows of every list from the current arena into a new one laid out
+ * with capacities new_cap (>= size).  On success the IVF uses the new arena. */
+static simil_status sml_ivf_relayout(sml_backend *b, sml_ivf *ivf, const int64_t *new_cap)
+{
+    int64_t total = 0, used = 0;
+    for (int64_t l = 0; l < ivf->nlist; l++) {
+        total += new_cap[l];
+        used += ivf->size[l];
+    }
+    int64_t *new_off = NULL, *src = NULL, *dst = NULL, *host_ids = NULL;
+    uint8_t *codes = NULL;
+    int64_t *ids = NULL;
+    simil_status s = sml_alloc((void **)&new_off, (size_t)ivf->nlist, sizeof *new_off, "lists");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&src, (size_t)(used + 1), sizeof *src, "rows");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&dst, (size_t)(used + 1), sizeof *dst, "rows");
+    if (s == SIMIL_OK) s = sml_ivf_arena_new(b, ivf->code_size, total, &codes, &ids, &host_ids);
+    if (s == SIMIL_OK) {
+        int64_t at = 0, r = 0;
+        for (int64_t l = 0; l < ivf->nlist; l++) {
+            new_off[l] = at;
+            for (int64_t j = 0; j < ivf->size[l]; j++, r++) {
+                src[r] = ivf->offset[l] + j;
+                dst[r] = at + j;
+                host_ids[at + j] = ivf->host_ids[ivf->offset[l] + j];
+            }
+            at += new_cap[l];
+        }
+        s = b->ops->mem_move_rows(b, codes, dst, ivf->codes_mem, src, ivf->code_size, used);
+        if (s == SIMIL_OK)
+            s = b->ops->mem_move_rows(b, ids, dst, ivf->ids_mem, src, sizeof(int64_t), used);
+    }
+    if (s == SIMIL_OK) {
+        sml_ivf_free_arena(b, ivf);
+        ivf->codes_mem = codes;
+        ivf->ids_mem = ids;
+        ivf->host_ids = host_ids;
+        ivf->capacity = total;
+        memcpy(ivf->offset, new_off, sizeof *new_off * (size_t)ivf->nlist);
+        memcpy(ivf->cap, new_cap, sizeof *new_cap * (size_t)ivf->nlist);
+    } else {
+        b->ops->mem_free(b, codes);
+        b->ops->mem_free(b, ids);
+        sml_free(host_ids);
+    }
+    sml_free(new_off);
+    sml_free(src);
+    sml_free(dst);
+    return s;
+}
+
+/* Place n new rows at the arena rows pos[] (host codes and ids). */
+static simil_status sml_ivf_scatter(sml_backend *b, sml_ivf *ivf, int64_t n, const int64_t *pos,
+                                    const void *codes, const int64_t *ids)
+{
+    if (b->gpu < 0) {
+        SML_TRY(b->ops->mem_move_rows(b, ivf->codes_mem, pos, codes, NULL, ivf->code_size, n));
+        return b->ops->mem_move_rows(b, ivf->ids_mem, pos, ids, NULL, sizeof(int64_t), n);
+    }
+    /* backend memory is elsewhere: stage the rows there first */
+    void *tmp;
+    SML_TRY(b->ops->mem_alloc(b, (size_t)n * (ivf->code_size + sizeof(int64_t)), &tmp));
+    uint8_t *tmp_ids = (uint8_t *)tmp + (size_t)n * ivf->code_size;
+    simil_status s = b->ops->mem_upload(b, tmp, codes, (size_t)n * ivf->code_size);
+    if (s == SIMIL_OK) s = b->ops->mem_upload(b, tmp_ids, ids, (size_t)n * sizeof(int64_t));
+    if (s == SIMIL_OK)
+        s = b->ops->mem_move_rows(b, ivf->codes_mem, pos, tmp, NULL, ivf->code_size, n);
+    if (s == SIMIL_OK)
+        s = b->ops->mem_move_rows(b, ivf->ids_mem, pos, tmp_ids, NULL, sizeof(int64_t), n);
+    b->ops->mem_free(b, tmp);
+    return s;
+}
+
+simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64_t *lists,
+                            const void *codes, const int64_t *ids)
+{
+    const int64_t nlist = ivf->nlist;
+    int64_t *add = NULL, *new_cap = NULL, *pos = NULL;
+    simil_status s = sml_calloc((void **)&add, (size_t)nlist, sizeof *add, "list counts");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&new_cap, (size_t)nlist, sizeof *new_cap, "lists");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&pos, (size_t)n, sizeof *pos, "row positions");
+    int grow = 0;
+    if (s == SIMIL_OK) {
+        for (int64_t i = 0; i < n; i++) add[lists[i]]++;
+        for (int64_t l = 0; l < nlist; l++) {
+            int64_t need = ivf->size[l] + add[l];
+            new_cap[l] = ivf->cap[l];
+            if (need > ivf->cap[l]) {
+                new_cap[l] = need + need / 2 + 4;
+                grow = 1;
+            }
+        }
+        if (grow || ivf->codes_mem == NULL) s = sml_ivf_relayout(b, ivf, new_cap);
+    }
+    if (s == SIMIL_OK) {
+        /* each new row goes after its list's rows, in input order */
+        memset(add, 0, sizeof *add * (size_t)nlist);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t l = lists[i];
+            pos[i] = ivf->offset[l] + ivf->size[l] + add[l]++;
+        }
+        s = sml_ivf_scatter(b, ivf, n, pos, codes, ids);
+    }
+    if (s == SIMIL_OK) {
+        for (int64_t i = 0; i < n; i++) ivf->host_ids[pos[i]] = ids[i];
+        for (int64_t l = 0; l < nlist; l++) ivf->size[l] += add[l];
+    }
+    sml_free(add);
+    sml_free(new_cap);
+    sml_free(pos);
+    return s;
+}
+
+static int sml_ivf_sorted_has(const int64_t *sorted, int64_t n, int64_t id)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (sorted[mid] < id) lo = mid + 1; else hi = mid;
+    }
+    return lo < n && sorted[lo] == id;
+}
+
+/* The kept rows of every list, copied into a new tight arena. */
+static simil_status sml_ivf_compact(sml_backend *b, sml_ivf *ivf, int64_t n_sorted,
+                                    const int64_t *sorted_ids, int64_t kept)
+{
+    int64_t *src = NULL, *off = NULL, *host_ids = NULL, *ids = NULL, *sizes = NULL;
+    uint8_t *codes = NULL;
+    simil_status s = sml_alloc((void **)&src, (size_t)(kept + 1), sizeof *src, "rows");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&off, (size_t)ivf->nlist * 2, sizeof *off, "lists");
+    if (s == SIMIL_OK) s = sml_ivf_arena_new(b, ivf->code_size, kept, &codes, &ids, &host_ids);
+    if (s == SIMIL_OK) {
+        sizes = off + ivf->nlist;
+        int64_t r = 0;
+        for (int64_t l = 0; l < ivf->nlist; l++) {
+            off[l] = r;
+            for (int64_t j = 0; j < ivf->size[l]; j++) {
+                int64_t at = ivf->offset[l] + j;
+                if (sml_ivf_sorted_has(sorted_ids, n_sorted, ivf->host_ids[at])) continue;
+                src[r] = at;
+                host_ids[r++] = ivf->host_ids[at];
+            }
+            sizes[l] = r - off[l];
+        }
+        s = b->ops->mem_move_rows(b, codes, NULL, ivf->codes_mem, src, ivf->code_size, kept);
+        if (s == SIMIL_OK)
+            s = b->ops->mem_move_rows(b, ids, NULL, ivf->ids_mem, src, sizeof(int64_t), kept);
+    }
+    if (s == SIMIL_OK) {
+        sml_ivf_free_arena(b, ivf);
+        ivf->codes_mem = codes;
+        ivf->ids_mem = ids;
+        ivf->host_ids = host_ids;
+        ivf->capacity = kept;
+        memcpy(ivf->offset, off, sizeof(int64_t) * (size_t)ivf->nlist);
+        memcpy(ivf->size, sizes, sizeof(int64_t) * (size_t)ivf->nlist);
+        memcpy(ivf->cap, sizes, sizeof(int64_t) * (size_t)ivf->nlist);
+    } else {
+        b->ops->mem_free(b, codes);
+        b->ops->mem_free(b, ids);
+        sml_free(host_ids);
+    }
+    sml_free(src);
+    sml_free(off);
+    return s;
+}
+
+simil_status sml_ivf_remove(sml_backend *b, sml_ivf *ivf, int64_t n_sorted,
+                            const int64_t *sorted_ids, int64_t *removed)
+{
+    *removed = 0;
+    int64_t total = 0, kept = 0;
+    for (int64_t l = 0; l < ivf->nlist; l++)
+        for (int64_t j = 0; j < ivf->size[l]; j++) {
+            total++;
+            kept += !sml_ivf_sorted_has(sorted_ids, n_sorted, ivf->host_ids[ivf->offset[l] + j]);
+        }
+    if (kept == total) return SIMIL_OK;
+    SML_TRY(sml_ivf_compact(b, ivf, n_sorted, sorted_ids, kept));
+    *removed = total - kept;
+    return SIMIL_OK;
+}
+
+int64_t sml_ivf_find(const sml_ivf *ivf, int64_t id)
+{
+    for (int64_t l = 0; l < ivf->nlist; l++)
+        for (int64_t j = 0; j < ivf->size[l]; j++)
+            if (ivf->host_ids[ivf->offset[l] + j] == id) return ivf->offset[l] + j;
+    return -1;
+}
+
+void sml_ivf_reset(sml_backend *b, sml_ivf *ivf)
+{
+    sml_ivf_free_arena(b, ivf);
+    memset(ivf->offset, 0, sizeof(int64_t) * (size_t)ivf->nlist);
+    memset(ivf->size, 0, sizeof(int64_t) * (size_t)ivf->nlist);
+    memset(ivf->cap, 0, sizeof(int64_t) * (size_t)ivf->nlist);
+}
+
+simil_status sml_ivf_save(sml_backend *b, const sml_ivf *ivf, sml_writer *w)
+{
+    const int64_t nlist = ivf->nlist;
+    int64_t total = 0;
+    for (int64_t l = 0; l < nlist; l++) total += ivf->size[l];
+    SML_TRY(sml_section_write(w, sml_tag_centroids, ivf->centroids,
+                              sizeof(float) * (uint64_t)(nlist * ivf->dim)));
+    SML_TRY(sml_section_write(w, sml_tag_sizes, ivf->size, sizeof(int64_t) * (uint64_t)nlist));
+    SML_TRY(sml_section_begin(w, sml_tag_list_ids, sizeof(int64_t) * (uint64_t)total));
+    for (int64_t l = 0; l < nlist; l++)
+        SML_TRY(sml_writer_write(w, ivf->host_ids + ivf->offset[l],
+                                 sizeof(int64_t) * (size_t)ivf->size[l]));
+    SML_TRY(sml_section_end(w));
+    /* codes list by list, through a host buffer where the arena is on a GPU */
+    SML_TRY(sml_section_begin(w, sml_tag_codes, ivf->code_size * (uint64_t)total));
+    int64_t largest = 0;
+    for (int64_t l = 0; l < nlist; l++)
+        if (ivf->size[l] > largest) largest = ivf->size[l];
+    void *buf = NULL;
+    if (b->gpu >= 0 && largest > 0)
+        SML_TRY(sml_alloc(&buf, (size_t)largest, ivf->code_size, "a save buffer"));
+    simil_status s = SIMIL_OK;
+    for (int64_t l = 0; l < nlist && s == SIMIL_OK; l++) {
+        const uint8_t *src = ivf->codes_mem + (size_t)ivf->offset[l] * ivf->code_size;
+        size_t bytes = (size_t)ivf->size[l] * ivf->code_size;
+        if (buf != NULL && bytes > 0) {
+            s = b->ops->mem_download(b, buf, src, bytes);
+            src = buf;
+        }
+        if (s == SIMIL_OK) s = sml_writer_write(w, src, bytes);
+    }
+    sml_free(buf);
+    SML_TRY(s);
+    return sml_section_end(w);
+}
+
+/* Read the sizes and check them against the header's ntotal and the file. */
+static simil_status sml_ivf_load_sizes(sml_ivf *ivf, sml_reader *r, int64_t ntotal)
+{
+    uint64_t bytes;
+    SML_TRY(sml_section_open(r, sml_tag_sizes, &bytes));
+    SML_RETURN_IF(bytes != sizeof(int64_t) * (uint64_t)ivf->nlist, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: list sizes for %llu lists, the index has %" PRId64, r->path,
+                  (unsigned long long)(bytes / 8), ivf->nlist);
+    SML_TRY(sml_section_read(r, ivf->size, (size_t)bytes));
+    SML_TRY(sml_section_close(r));
+    int64_t total = 0;
+    for (int64_t l = 0; l < ivf->nlist; l++) {
+        SML_RETURN_IF(ivf->size[l] < 0 || ivf->size[l] > ntotal - total, SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: list %" PRId64 " claims %" PRId64 " vectors", r->path, l,
+                      ivf->size[l]);
+        total += ivf->size[l];
+    }
+    SML_RETURN_IF(total != ntotal, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: lists hold %" PRId64 " vectors, the header says %" PRId64,
+                  r->path, total, ntotal);
+    SML_RETURN_IF((uint64_t)ntotal > r->size / (ivf->code_size + sizeof(int64_t)),
+                  SIMIL_ERR_CORRUPT, "'%s' is truncated: %" PRId64 " vectors cannot fit", r->path,
+                  ntotal);
+    return SIMIL_OK;
+}
+
+simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t ntotal)
+{
+    uint64_t bytes;
+    SML_TRY(sml_section_open(r, sml_tag_centroids, &bytes));
+    SML_RETURN_IF(bytes != sizeof(float) * (uint64_t)(ivf->nlist * ivf->dim), SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: the coarse centroids take %llu bytes", r->path,
+                  (unsigned long long)bytes);
+    SML_TRY(sml_section_read(r, ivf->centroids, (size_t)bytes));
+    SML_TRY(sml_section_close(r));
+    SML_TRY(sml_ivf_upload_quantizer(b, ivf));
+    ivf->trained = 1;
+    SML_TRY(sml_ivf_load_sizes(ivf, r, ntotal));
+    SML_TRY(sml_ivf_arena_new(b, ivf->code_size, ntotal, &ivf->codes_mem, &ivf->ids_mem,
+                              &ivf->host_ids));
+    ivf->capacity = ntotal;
+    int64_t at = 0;
+    for (int64_t l = 0; l < ivf->nlist; l++) {
+        ivf->offset[l] = at;
+        ivf->cap[l] = ivf->size[l];
+        at += ivf->size[l];
+    }
+    SML_TRY(sml_section_open(r, sml_tag_list_ids, &bytes));
+    SML_RETURN_IF(bytes != sizeof(int64_t) * (uint64_t)ntotal, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: ids of %llu vectors, %" PRId64 " expected", r->path,
+                  (unsigned long long)(bytes / 8), ntotal);
+    SML_TRY(sml_section_read(r, ivf->host_ids, (size_t)bytes));
+    SML_TRY(sml_section_close(r));
+    for (int64_t i = 0; i < ntotal; i++)
+        SML_RETURN_IF(ivf->host_ids[i] < 0, SIMIL_ERR_CORRUPT, "'%s' is damaged: negative id",
+                      r->path);
+    SML_TRY(b->ops->mem_upload(b, ivf->ids_mem, ivf->host_ids, (size_t)bytes));
+    return sml_section_read_mem(r, sml_tag_codes, b, ivf->codes_mem,
+                                ivf->code_size * (uint64_t)ntotal);
+}

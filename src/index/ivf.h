@@ -1,0 +1,73 @@
+/* ivf.h: what every inverted-file index shares (IVF-Flat, IVF-PQ, IVF-XFBQ):
+ * the coarse quantizer and the inverted lists.
+ *
+ * The coarse quantizer is nlist centroids trained by k-means; a vector belongs
+ * to the list of its nearest centroid.  The lists live in one arena of
+ * backend memory: list l holds size[l] rows at offset[l], with room for cap[l]
+ * (the rest is slack), each row a code of code_size bytes (the vector itself
+ * for IVF-Flat) plus an int64 id in a parallel array.  Adding fills the slack;
+ * a list that outgrows its room moves the whole arena to a new layout where it
+ * has half as much room again.  Every change is built beside the old arena and
+ * swapped in only when complete, so a failed call leaves the index as it was.
+ * A host copy of the ids serves remove and reconstruct. */
+#ifndef SML_IVF_H
+#define SML_IVF_H
+
+#include "core/backend.h"
+#include "core/file_io.h"
+
+typedef struct sml_ivf {
+    int64_t nlist;
+    int64_t dim;
+    simil_metric metric;      /* of the coarse search: L2 or IP */
+    int spherical;            /* cosine: unit-norm centroids */
+    size_t code_size;         /* bytes per stored row, a multiple of 4 */
+    float *centroids;         /* host: nlist x dim */
+    float *centroids_mem;     /* backend: the same, their squared norms, ids 0..nlist-1 */
+    float *centroid_norms_mem;
+    int64_t *centroid_ids_mem;
+    int trained;
+    /* the arena */
+    uint8_t *codes_mem;       /* backend: capacity x code_size */
+    int64_t *ids_mem;         /* backend: capacity */
+    int64_t *host_ids;        /* host copy of ids_mem */
+    int64_t capacity;
+    int64_t *offset;          /* host, per list */
+    int64_t *size;
+    int64_t *cap;
+} sml_ivf;
+
+/* An empty, untrained IVF.  On failure nothing is left to free. */
+simil_status sml_ivf_init(sml_ivf *ivf, int64_t nlist, int64_t dim, simil_metric metric,
+                          int spherical, size_t code_size);
+void sml_ivf_free(sml_backend *b, sml_ivf *ivf);
+
+/* Train the coarse quantizer with k-means on n vectors (host). */
+simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float *x);
+
+/* The nprobe nearest lists of each of n vectors (host): lists n x nprobe,
+ * nearest first; dists (may be NULL) the matching coarse distances. */
+simil_status sml_ivf_probe(sml_backend *b, const sml_ivf *ivf, int64_t n, const float *x,
+                           int64_t nprobe, int64_t *lists, float *dists);
+
+/* Append n rows: row i goes to list lists[i], with code codes + i * code_size
+ * (host) and id ids[i]. */
+simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64_t *lists,
+                            const void *codes, const int64_t *ids);
+
+/* Remove every row whose id is in sorted_ids (ascending, no repeats). */
+simil_status sml_ivf_remove(sml_backend *b, sml_ivf *ivf, int64_t n_sorted,
+                            const int64_t *sorted_ids, int64_t *removed);
+
+/* Arena row of the first row with this id, or -1. */
+int64_t sml_ivf_find(const sml_ivf *ivf, int64_t id);
+
+/* Empty every list; the quantizer stays. */
+void sml_ivf_reset(sml_backend *b, sml_ivf *ivf);
+
+/* Sections IVFC (centroids), LSIZ (list sizes), LIDS (ids), LCOD (codes),
+ * lists in order.  Load expects ntotal rows in all. */
+simil_status sml_ivf_save(sml_backend *b, const sml_ivf *ivf, sml_writer *w);
+simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t ntotal);
+
+#endif
