@@ -135,8 +135,9 @@ __global__ void __launch_bounds__(kBlockSelectThreads) block_select_kernel(const
             block_compact(bk, bv, sh, job.k);
     }
     block_compact(bk, bv, sh, job.k);
-    float *out_k = job.out_keys + row * job.out_ld;
-    int *out_v = job.out_idx + row * job.out_ld;
+    const long long out = job.out_rows ? job.out_rows[row] : row;
+    float *out_k = job.out_keys + out * job.out_ld;
+    int *out_v = job.out_idx + out * job.out_ld;
     for (int i = threadIdx.x; i < job.k; i += blockDim.x) {
         const bool real = i < sh.count && bv[i] != kEmptyIdx;
         out_k[i] = real ? bk[i] : INFINITY;

@@ -72,7 +72,7 @@ __global__ void radix_histogram_kernel(const __grid_constant__ SelectJob job, Ra
     for (int b = threadIdx.x; b < nbins; b += blockDim.x) local[b] = 0;
     __syncthreads();
     const RowReader<S, false> rd(job, row);
-    const int end = min(job.cols, (blockIdx.x + 1) * kRadixChunk);
+    const int end = min(rd.cols, (blockIdx.x + 1) * kRadixChunk);
     for (int j = blockIdx.x * kRadixChunk + threadIdx.x; j < end; j += blockDim.x) {
         unsigned key;
         int idx;
@@ -138,7 +138,7 @@ __global__ void radix_collect_kernel(const __grid_constant__ SelectJob job, Radi
     const unsigned last = r->equal > r->ties ? r->iprefix : 0xffffffffu;
     unsigned long long *dst = out + (size_t)row * k;
     const RowReader<S, false> rd(job, row);
-    const int end = min(job.cols, (blockIdx.x + 1) * kRadixChunk);
+    const int end = min(rd.cols, (blockIdx.x + 1) * kRadixChunk);
     for (int j = blockIdx.x * kRadixChunk + threadIdx.x; j < end; j += blockDim.x) {
         unsigned key;
         int idx;

@@ -52,6 +52,11 @@ struct SelectJob {
     int split;                // > 1: each row is read as `split` pieces of `cols`
     int split_cols;           //   columns (the last one shorter) out of split_cols;
                               //   piece p of row r is output row r * split + p
+    const long long *row_offsets;  // ragged rows: row r starts at element
+    const int *row_cols;           //   row_offsets[r] of scores (and in_idx), has
+    const int *row_idx_base;       //   row_cols[r] columns, reports idx_base + j with
+                                   //   idx_base = row_idx_base[r] (may be null)
+    const int *out_rows;           // row r is written to output row out_rows[r] (or r)
     float *out_keys;          // rows x k, stride out_ld; empty slots (+inf, -1)
     int *out_idx;
     long long out_ld;
@@ -84,12 +89,18 @@ struct RowReader {
             first = (out_row % j.split) * j.cols;
             cols = min(j.cols, j.split_cols - first);
         }
-        scores = static_cast<const S *>(j.scores) + (long long)row * j.ld + first;
+        long long start = (long long)row * j.ld + first;
+        idx_base = j.idx_base + first;
+        if (j.row_offsets) {
+            start = j.row_offsets[row];
+            cols = j.row_cols[row];
+            if (j.row_idx_base) idx_base = j.row_idx_base[row];
+        }
+        scores = static_cast<const S *>(j.scores) + start;
         add = j.add ? j.add + first : nullptr;
         scale = j.scale ? j.scale + first : nullptr;
-        in_idx = j.in_idx ? j.in_idx + (long long)row * j.ld + first : nullptr;
+        in_idx = j.in_idx ? j.in_idx + start : nullptr;
         row_scale = j.row_scale ? j.row_scale[row] : j.row_scale_const;
-        idx_base = j.idx_base + first;
     }
 
     __device__ __forceinline__ void finish(float s, int j, float &key, int &idx) const
@@ -335,7 +346,8 @@ __global__ void __launch_bounds__(128) warp_select_kernel(const __grid_constant_
     WarpSelect<K> ws;
     ws.init(job.k, bk, bv);
     select_stream<K, S, Vec>(ws, rd, 0, 128 * kSelectUnroll);
-    ws.write(job.out_keys + row * job.out_ld, job.out_idx + row * job.out_ld);
+    const long long out = job.out_rows ? job.out_rows[row] : row;
+    ws.write(job.out_keys + out * job.out_ld, job.out_idx + out * job.out_ld);
 }
 
 }  // namespace sml

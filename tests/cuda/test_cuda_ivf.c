@@ -1,0 +1,227 @@
+/* test_cuda_ivf.c: IVF-Flat and k-means on the GPU against the CPU: the same
+ * quantizer (trained on one, loaded on the other) gives the same results, at
+ * any nprobe, k past 2048, nprobe past 2048; remove and re-add; files move
+ * between backends; recall on Fashion-MNIST; k-means objectives agree. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util/test_util.h"
+
+static const double rel_tol = 1e-4;
+
+static void search(const simil_index *index, int64_t nq, const float *q, int64_t k,
+                   int64_t nprobe, float *d, int64_t *l)
+{
+    simil_search_params p;
+    simil_search_params_init(&p);
+    p.nprobe = nprobe;
+    SML_ASSERT_OK(simil_index_search(index, nq, q, k, &p, d, l));
+}
+
+/* An index trained and filled on the CPU, and its copy loaded on the GPU. */
+static void twin(const char *desc, int64_t dim, simil_metric metric, int64_t n, const float *x,
+                 simil_index **cpu, simil_index **gpu)
+{
+    SML_ASSERT_OK(simil_index_create(cpu, dim, desc, metric, "cpu"));
+    SML_ASSERT_OK(simil_index_train(*cpu, n, x));
+    SML_ASSERT_OK(simil_index_add(*cpu, n, x, NULL));
+    const char *path = sml_test_path("twin.simil");
+    SML_ASSERT_OK(simil_index_save(*cpu, path));
+    SML_ASSERT_OK(simil_index_load(gpu, path, "gpu"));
+}
+
+static void compare(const char *what, const simil_index *cpu, const simil_index *gpu,
+                    const float *x, int64_t n, const float *q, int64_t nq, int64_t dim, int64_t k,
+                    int64_t nprobe, simil_metric metric)
+{
+    char context[160];
+    snprintf(context, sizeof context, "%s k=%lld nprobe=%lld", what, (long long)k,
+             (long long)nprobe);
+    size_t out = (size_t)(nq * k);
+    float *dc = sml_test_malloc(4 * out), *dg = sml_test_malloc(4 * out);
+    int64_t *lc = sml_test_malloc(8 * out), *lg = sml_test_malloc(8 * out);
+    search(cpu, nq, q, k, nprobe, dc, lc);
+    search(gpu, nq, q, k, nprobe, dg, lg);
+    sml_test_check_same(context, x, n, q, nq, dim, k, metric, dg, lg, dc, lc, rel_tol);
+    free(dc);
+    free(dg);
+    free(lc);
+    free(lg);
+}
+
+static void test_same_as_cpu(void **state)
+{
+    (void)state;
+    const int64_t n = 20000, dim = 40, nq = 300;
+    float *x = sml_test_malloc(sizeof(float) * n * dim);
+    float *q = sml_test_malloc(sizeof(float) * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 11, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 12, q));
+    simil_index *cpu, *gpu;
+    twin("IVF64,Flat", dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
+    const int64_t probes[] = {1, 3, 16, 64};
+    const int64_t ks[] = {1, 10, 100, 1000};
+    for (size_t i = 0; i < 4; i++)
+        for (size_t j = 0; j < 4; j++)
+            compare("IVF64 l2", cpu, gpu, x, n, q, nq, dim, ks[j], probes[i], SIMIL_METRIC_L2);
+    compare("IVF64 l2 k>2048", cpu, gpu, x, n, q, 40, dim, 3000, 8, SIMIL_METRIC_L2);
+    compare("IVF64 l2 k past candidates", cpu, gpu, x, n, q, 40, dim, 5000, 1, SIMIL_METRIC_L2);
+    simil_index_destroy(cpu);
+    simil_index_destroy(gpu);
+    twin("IVF32,Flat", dim, SIMIL_METRIC_IP, n, x, &cpu, &gpu);
+    compare("IVF32 ip", cpu, gpu, x, n, q, nq, dim, 20, 4, SIMIL_METRIC_IP);
+    simil_index_destroy(cpu);
+    simil_index_destroy(gpu);
+    free(x);
+    free(q);
+}
+
+static void test_many_lists_and_probes(void **state)
+{
+    (void)state;
+    /* nprobe past 2048 needs the radix path in the coarse search too */
+    const int64_t n = 30000, dim = 8, nq = 50, nlist = 3000;
+    float *x = sml_test_malloc(sizeof(float) * n * dim);
+    SML_ASSERT_OK(simil_generate("uniform", 0, n, dim, 21, x));
+    simil_index *cpu, *gpu;
+    char desc[32];
+    snprintf(desc, sizeof desc, "IVF%lld,Flat", (long long)nlist);
+    twin(desc, dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
+    compare("IVF3000", cpu, gpu, x, n, x, nq, dim, 10, 2500, SIMIL_METRIC_L2);
+    /* nprobe = nlist: exact search, checked against the float64 reference */
+    float d[50 * 10];
+    int64_t l[50 * 10];
+    search(gpu, nq, x, 10, nlist, d, l);
+    sml_test_check_knn("IVF3000 nprobe=nlist on the GPU", x, n, x, nq, dim, 10, SIMIL_METRIC_L2,
+                       d, l, rel_tol);
+    simil_index_destroy(cpu);
+    simil_index_destroy(gpu);
+    free(x);
+}
+
+static void test_remove_readd_files(void **state)
+{
+    (void)state;
+    const int64_t n = 5000, dim = 16;
+    float *x = sml_test_malloc(sizeof(float) * n * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 31, x));
+    simil_index *gpu;
+    SML_ASSERT_OK(simil_index_create(&gpu, dim, "IVF40,Flat", SIMIL_METRIC_L2, "gpu"));
+    SML_ASSERT_OK(simil_index_train(gpu, n, x)); /* k-means on the GPU */
+    SML_ASSERT_OK(simil_index_add(gpu, n / 2, x, NULL));
+    SML_ASSERT_OK(simil_index_add(gpu, n - n / 2, x + (n / 2) * dim, NULL)); /* lists grow */
+    int64_t *even = sml_test_malloc(sizeof(int64_t) * n / 2);
+    for (int64_t i = 0; i < n / 2; i++) even[i] = 2 * i;
+    int64_t removed;
+    SML_ASSERT_OK(simil_index_remove(gpu, n / 2, even, &removed));
+    assert_int_equal(removed, n / 2);
+    float d[20];
+    int64_t l[20];
+    for (int64_t i = 0; i < n; i += 101) {
+        search(gpu, 1, x + i * dim, 20, 40, d, l);
+        for (int j = 0; j < 20; j++) assert_true(l[j] % 2 == 1);
+    }
+    int64_t id = 0;
+    SML_ASSERT_OK(simil_index_add(gpu, 1, x, &id));
+    search(gpu, 1, x, 1, 40, d, l);
+    assert_int_equal(l[0], 0);
+    const char *path = sml_test_path("gpu-ivf.simil");
+    SML_ASSERT_OK(simil_index_save(gpu, path));
+    simil_index *cpu;
+    SML_ASSERT_OK(simil_index_load(&cpu, path, "cpu"));
+    compare("after remove, saved on GPU, loaded on CPU", cpu, gpu, x, n, x, 100, dim, 10, 5,
+            SIMIL_METRIC_L2);
+    float v[16];
+    SML_ASSERT_OK(simil_index_reconstruct(gpu, 1, v));
+    assert_memory_equal(v, x + dim, sizeof v);
+    simil_index_destroy(gpu);
+    simil_index_destroy(cpu);
+    free(even);
+    free(x);
+}
+
+static void test_fashion_mnist_recall(void **state)
+{
+    (void)state;
+    const char *base_path = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+    const char *query_path = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+    struct stat st;
+    if (stat(base_path, &st) != 0) skip();
+    simil_matrix base, queries;
+    SML_ASSERT_OK(simil_matrix_read_float(base_path, 0, -1, &base));
+    SML_ASSERT_OK(simil_matrix_read_float(query_path, 0, -1, &queries));
+    const int64_t k = 10, nq = queries.rows, dim = base.cols;
+    simil_index *ivf, *flat;
+    SML_ASSERT_OK(simil_index_create(&ivf, dim, "IVF1024,Flat", SIMIL_METRIC_L2, "gpu"));
+    SML_ASSERT_OK(simil_index_train(ivf, base.rows, base.data));
+    SML_ASSERT_OK(simil_index_add(ivf, base.rows, base.data, NULL));
+    SML_ASSERT_OK(simil_index_create(&flat, dim, "Flat", SIMIL_METRIC_L2, "gpu"));
+    SML_ASSERT_OK(simil_index_add(flat, base.rows, base.data, NULL));
+    float *d = sml_test_malloc(4 * nq * k), *dt = sml_test_malloc(4 * nq * k);
+    int64_t *l = sml_test_malloc(8 * nq * k), *lt = sml_test_malloc(8 * nq * k);
+    SML_ASSERT_OK(simil_index_search(flat, nq, queries.data, k, NULL, dt, lt));
+    search(ivf, nq, queries.data, k, 16, d, l);
+    int64_t hits = 0;
+    for (int64_t i = 0; i < nq; i++)
+        for (int64_t j = 0; j < k; j++)
+            for (int64_t t = 0; t < k; t++) hits += l[i * k + j] == lt[i * k + t];
+    double recall = (double)hits / (double)(nq * k);
+    printf("GPU Fashion-MNIST IVF1024,Flat nprobe=16: recall10@10 %.4f\n", recall);
+    assert_true(recall >= 0.98);
+    simil_index_destroy(ivf);
+    simil_index_destroy(flat);
+    simil_matrix_free(&base);
+    simil_matrix_free(&queries);
+    free(d);
+    free(dt);
+    free(l);
+    free(lt);
+}
+
+static void test_kmeans_objective_agrees(void **state)
+{
+    (void)state;
+    /* 20 well-separated clusters: both backends follow the same path */
+    enum { C = 20, PER = 500, N = C * PER, D = 12, IT = 10 };
+    float *x = sml_test_malloc(sizeof(float) * N * D);
+    float centres[C * D];
+    sml_test_fill_uniform(centres, C * D, 41, -50, 50);
+    sml_test_fill_uniform(x, N * D, 42, -1, 1);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < D; j++) x[i * D + j] += centres[(i % C) * D + j];
+    simil_kmeans_params p;
+    simil_kmeans_params_init(&p);
+    p.k = C;
+    p.iterations = IT;
+    double oc[IT], og[IT];
+    float cc[C * D], cg[C * D];
+    p.device = "cpu";
+    SML_ASSERT_OK(simil_kmeans(&p, N, D, x, cc, NULL, oc));
+    p.device = "gpu";
+    SML_ASSERT_OK(simil_kmeans(&p, N, D, x, cg, NULL, og));
+    /* stated tolerance: 1e-4 relative per iteration */
+    for (int it = 0; it < IT; it++)
+        if (fabs(oc[it] - og[it]) > 1e-4 * oc[it])
+            fail_msg("iteration %d: objective %.9g on the CPU, %.9g on the GPU", it, oc[it], og[it]);
+    /* and the GPU is deterministic */
+    float again[C * D];
+    SML_ASSERT_OK(simil_kmeans(&p, N, D, x, again, NULL, NULL));
+    assert_memory_equal(cg, again, sizeof cg);
+    free(x);
+}
+
+int main(void)
+{
+    sml_test_require_gpu();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_as_cpu),
+        cmocka_unit_test(test_many_lists_and_probes),
+        cmocka_unit_test(test_remove_readd_files),
+        cmocka_unit_test(test_fashion_mnist_recall),
+        cmocka_unit_test(test_kmeans_objective_agrees),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
