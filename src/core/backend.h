@@ -45,7 +45,7 @@ typedef struct sml_knn_args {
 /* Scan of inverted lists (ivf.h): for each query, the k best rows among the
  * lists of its probes. */
 typedef struct sml_ivf_scan_args {
-    const float *queries;        /* host: nq x dim, prepared */
+    const float *queries;        /* mem: nq x dim, prepared */
     int64_t nq;
     int64_t dim;
     const int64_t *probes;       /* host: nq x nprobe list numbers, -1 for none */

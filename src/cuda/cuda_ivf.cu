@@ -42,10 +42,11 @@ struct ScanTile {
 
 // Tiled distances: 128 threads, each 4 queries x 4 vectors; shared memory
 // holds 32 query rows and 64 vector rows, 32 dimensions at a time.
+template <bool L2>
 __global__ void __launch_bounds__(128)
 ivf_distance_kernel(const ScanTile *tiles, const int *pair_query, const long long *pair_out,
                     const float *queries, const float *codes, const long long *list_offset,
-                    const int *list_size, int dim, bool l2, float *distances, int *rows)
+                    const int *list_size, int dim, float *distances, int *rows)
 {
     __shared__ float qs[kTileQueries][kTileDims + 1];
     __shared__ float ys[kTileVectors][kTileDims + 1];
@@ -79,7 +80,7 @@ ivf_distance_kernel(const ScanTile *tiles, const int *pair_query, const long lon
             for (int a = 0; a < 4; ++a)
 #pragma unroll
                 for (int b = 0; b < 4; ++b) {
-                    if (l2) {
+                    if (L2) {
                         const float diff = q[a] - y[b];
                         acc[a][b] = fmaf(diff, diff, acc[a][b]);
                     } else {
@@ -98,7 +99,7 @@ ivf_distance_kernel(const ScanTile *tiles, const int *pair_query, const long lon
         for (int b = 0; b < 4; ++b) {
             const int v = tv + 16 * b;
             if (v >= nvec) continue;
-            distances[out + t.vector0 + v] = l2 ? acc[a][b] : -acc[a][b];
+            distances[out + t.vector0 + v] = L2 ? acc[a][b] : -acc[a][b];
             if (rows) rows[out + t.vector0 + v] = (int)(base + t.vector0 + v);
         }
     }
@@ -209,7 +210,6 @@ simil_status plan_batch(const sml_ivf_scan_args *a, long long q0, int nq, ScanPl
 size_t up(size_t x) { return (x + 255) / 256 * 256; }
 
 struct Scratch {
-    float *queries;
     int *pair_query;
     long long *pair_out;
     int *pair_row;
@@ -243,7 +243,6 @@ Scratch carve(const sml_ivf_scan_args *a, const ScanPlan &p, int k1, bool radix,
         return ptr;
     };
     const size_t nq = (size_t)p.nq, pairs = (size_t)(p.npairs > 0 ? p.npairs : 1);
-    s.queries = reinterpret_cast<float *>(take(4 * nq * a->dim));
     s.pair_query = reinterpret_cast<int *>(take(4 * pairs));
     s.pair_out = reinterpret_cast<long long *>(take(8 * pairs));
     s.pair_row = reinterpret_cast<int *>(take(4 * pairs));
@@ -277,8 +276,6 @@ simil_status upload_plan(const sml_ivf_scan_args *a, const ScanPlan &p, const Sc
                          long long q0, cudaStream_t st)
 {
     const size_t pairs = (size_t)p.npairs;
-    SML_CUDA_TRY(cudaMemcpyAsync(s.queries, a->queries + q0 * a->dim,
-                                 4 * (size_t)p.nq * a->dim, cudaMemcpyHostToDevice, st));
     SML_CUDA_TRY(cudaMemcpyAsync(s.pair_query, p.pair_query, 4 * pairs, cudaMemcpyHostToDevice, st));
     SML_CUDA_TRY(cudaMemcpyAsync(s.pair_out, p.pair_out, 8 * pairs, cudaMemcpyHostToDevice, st));
     SML_CUDA_TRY(cudaMemcpyAsync(s.pair_row, p.pair_row, 4 * pairs, cudaMemcpyHostToDevice, st));
@@ -385,10 +382,12 @@ simil_status scan_batch(Device *dev, const sml_ivf_scan_args *a, long long q0, i
         s = cuda_status(cudaMemsetAsync(sc.rows, 0xff, 4 * (size_t)(p.total + 4), st),
                         "IVF rows", __FILE__, __LINE__);
     if (s == SIMIL_OK && p.ntiles > 0) {
-        ivf_distance_kernel<<<p.ntiles, 128, 0, st>>>(
-            sc.tiles, sc.pair_query, sc.pair_out, sc.queries,
-            static_cast<const float *>(a->codes), sc.list_offset, sc.list_size, (int)a->dim,
-            a->metric == SIMIL_METRIC_L2, sc.distances, sc.rows);
+        const auto kernel = a->metric == SIMIL_METRIC_L2 ? ivf_distance_kernel<true>
+                                                         : ivf_distance_kernel<false>;
+        kernel<<<p.ntiles, 128, 0, st>>>(sc.tiles, sc.pair_query, sc.pair_out,
+                                         a->queries + q0 * a->dim,
+                                         static_cast<const float *>(a->codes), sc.list_offset,
+                                         sc.list_size, (int)a->dim, sc.distances, sc.rows);
         s = cuda_status(cudaGetLastError(), "ivf_distance_kernel", __FILE__, __LINE__);
     }
     if (s == SIMIL_OK) s = select_batch(a, p, sc, k1, radix, st);

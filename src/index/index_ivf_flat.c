@@ -51,14 +51,22 @@ static int64_t sml_ivf_flat_nprobe(const sml_ivf *ivf, const sml_search_call *ca
 static simil_status sml_ivf_flat_search(const simil_index *index, const sml_search_call *call)
 {
     const sml_ivf *ivf = sml_ivf_flat(index);
+    sml_backend *b = index->backend;
     const int64_t nprobe = sml_ivf_flat_nprobe(ivf, call);
     int64_t *probes;
     SML_TRY(sml_alloc((void **)&probes, (size_t)(call->nq * nprobe), sizeof *probes, "probes"));
-    simil_status s = sml_ivf_probe(index->backend, ivf, call->nq, call->queries, nprobe, probes,
-                                   NULL);
+    /* the queries go to backend memory once, for the coarse search and the scan */
+    const size_t bytes = sizeof(float) * (size_t)(call->nq * index->dim);
+    float *queries = (float *)call->queries;
+    simil_status s = SIMIL_OK;
+    if (b->gpu >= 0) {
+        s = b->ops->mem_alloc(b, bytes, (void **)&queries);
+        if (s == SIMIL_OK) s = b->ops->mem_upload(b, queries, call->queries, bytes);
+    }
+    if (s == SIMIL_OK) s = sml_ivf_probe(b, ivf, call->nq, queries, nprobe, probes, NULL);
     if (s == SIMIL_OK) {
         sml_ivf_scan_args args = {
-            .queries = call->queries,
+            .queries = queries,
             .nq = call->nq,
             .dim = index->dim,
             .probes = probes,
@@ -74,8 +82,9 @@ static simil_status sml_ivf_flat_search(const simil_index *index, const sml_sear
             .labels = call->labels,
             .threads = call->params.threads,
         };
-        s = index->backend->ops->ivf_flat_scan(index->backend, &args);
+        s = b->ops->ivf_flat_scan(b, &args);
     }
+    if (queries != call->queries) b->ops->mem_free(b, queries);
     sml_free(probes);
     return s;
 }
