@@ -9,3 +9,9 @@ build=${SIMIL_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
 cmake --build "$build" -j "$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+# The Python package, built on the library just built (not under sanitizers:
+# Python cannot load them).
+case " $* " in
+  *SIMIL_SANITIZE=*) ;;
+  *) SIMIL_CMAKE_BUILD_DIR="$build" bash python/run_tests.sh ;;
+esac

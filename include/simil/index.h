@@ -34,11 +34,25 @@ SIMIL_API const char *simil_metric_name(simil_metric metric);
 
 typedef struct simil_index simil_index;
 
+/* Precision of IVF-PQ lookup tables in GPU shared memory. */
+typedef enum simil_lut_precision {
+    SIMIL_LUT_AUTO = 0,  /* fp32 where the tables fit, else fp16 */
+    SIMIL_LUT_FP32 = 1,
+    SIMIL_LUT_FP16 = 2   /* offset per sub-table before rounding; sums in fp32 */
+} simil_lut_precision;
+
 /* Per-call search parameters.  Fill with simil_search_params_init() first, then
  * change what you need: fields added in later versions keep their defaults. */
 typedef struct simil_search_params {
-    int64_t nprobe;  /* inverted lists to visit; 0 means the index's default */
-    int threads;     /* CPU threads for this call; 0 means all available */
+    int64_t nprobe;             /* inverted lists to visit; 0: 1, as in Faiss */
+    int threads;                /* CPU threads for this call; 0: all available */
+    int refine_factor;          /* ...,Refine: re-rank k * this many candidates; 0: 4 */
+    float extra_distance;       /* XFBQ: widen the candidates by this fraction of the
+                                   distance range; < 0: the default, 0.05 */
+    simil_lut_precision lut;    /* IVF-PQ lookup tables; default SIMIL_LUT_AUTO */
+    int precomputed_tables;     /* IVF-PQ: 1 (default) uses the tables precomputed at
+                                   training where there are some; 0 computes every
+                                   query's tables from its residuals */
 } simil_search_params;
 
 SIMIL_API void simil_search_params_init(simil_search_params *params);

@@ -54,13 +54,42 @@ typedef struct sml_ivf_scan_args {
     const int64_t *list_size;    /* host: per list, its rows */
     int64_t nlist;
     const void *codes;           /* mem: arena rows (IVF-Flat: dim floats each) */
+    size_t code_size;            /* bytes per arena row */
     const int64_t *ids;          /* mem: arena ids */
     int64_t k;                   /* >= 1; ranks past the candidates get -1, +-inf */
     simil_metric metric;         /* L2 or IP; keys as in sml_knn_args */
     float *distances;            /* host: nq x k */
     int64_t *labels;             /* host: nq x k */
     int threads;                 /* CPU threads, 0 = all */
+    /* IVF-PQ only (codes hold pq_m bytes each, then padding) */
+    int64_t pq_m;
+    int64_t pq_ksub;
+    int64_t pq_dsub;
+    const float *pq_codebooks;   /* mem: m x ksub x dsub */
+    const float *coarse;         /* mem: nlist x dim coarse centroids */
+    const float *coarse_keys;    /* host: nq x nprobe, the coarse search's keys
+                                    (||x - c||^2 for L2, -<x, c> for IP) */
+    const float *pq_term1;       /* mem: nlist x m x ksub precomputed tables (L2), or
+                                    NULL to compute each (query, list) table from the
+                                    residual x - c */
+    int lut_fp16;                /* GPU: lookup tables in fp16 shared memory */
 } sml_ivf_scan_args;
+
+/* IVF-PQ codes: the residual of each vector (x minus the coarse centroid of
+ * its list) coded with the PQ codebooks. */
+typedef struct sml_pq_encode_args {
+    const float *x;              /* host: n x dim */
+    int64_t n;
+    int64_t dim;
+    const int64_t *lists;        /* host: n lists */
+    const float *coarse;         /* mem: nlist x dim */
+    const float *codebooks;      /* mem: m x ksub x dsub */
+    int64_t m;
+    int64_t ksub;
+    int64_t dsub;
+    uint8_t *codes;              /* host: n x code_size bytes (padding zeroed) */
+    size_t code_size;
+} sml_pq_encode_args;
 
 typedef struct sml_backend_ops {
     void (*close)(sml_backend *b);
@@ -86,6 +115,11 @@ typedef struct sml_backend_ops {
 
     /* IVF-Flat: exact distances to every row of the probed lists. */
     simil_status (*ivf_flat_scan)(sml_backend *b, const sml_ivf_scan_args *args);
+    /* IVF-PQ: asymmetric distances through lookup tables (the GPU paper's
+     * IVFADC); with pq_term1, the tables are term 1 (per list) plus term 3
+     * (per query) and term 2 is the coarse key. */
+    simil_status (*ivf_pq_scan)(sml_backend *b, const sml_ivf_scan_args *args);
+    simil_status (*pq_encode)(sml_backend *b, const sml_pq_encode_args *args);
 
     /* The k smallest (largest when largest != 0) values of each row of a
      * rows x cols matrix, sorted, with their column indices; past cols the

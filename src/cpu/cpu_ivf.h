@@ -5,5 +5,7 @@
 #include "core/backend.h"
 
 simil_status sml_cpu_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *args);
+simil_status sml_cpu_ivf_pq_scan(sml_backend *b, const sml_ivf_scan_args *args);
+simil_status sml_cpu_pq_encode(sml_backend *b, const sml_pq_encode_args *args);
 
 #endif

@@ -45,6 +45,9 @@ void simil_search_params_init(simil_search_params *params)
 {
     if (params == NULL) return;
     memset(params, 0, sizeof *params);
+    params->extra_distance = -1.0f;
+    params->lut = SIMIL_LUT_AUTO;
+    params->precomputed_tables = 1;
 }
 
 simil_status sml_index_new(simil_index **out, int64_t dim, const char *description,
@@ -62,9 +65,10 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
     simil_status (*init)(simil_index *) = NULL;
     if (spec.opq_m == 0 && spec.encoding == SML_ENCODING_FLAT && !spec.refine)
         init = spec.ivf_nlist ? sml_ivf_flat_init : sml_flat_init;
+    if (spec.opq_m == 0 && spec.encoding == SML_ENCODING_PQ && !spec.refine) init = sml_ivf_pq_init;
     SML_RETURN_IF(init == NULL, SIMIL_ERR_UNSUPPORTED,
-                  "index '%s' is valid, but this version of simil builds only Flat and "
-                  "IVF<n>,Flat",
+                  "index '%s' is valid, but this version of simil builds only Flat, "
+                  "IVF<n>,Flat and IVF<n>,PQ<m>",
                   description);
     simil_index *index;
     SML_TRY(sml_calloc((void **)&index, 1, sizeof *index, "an index"));
@@ -254,9 +258,21 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
     sml_search_call call = {.nq = nq, .k = k, .distances = distances, .labels = labels};
     simil_search_params_init(&call.params);
     if (params != NULL) call.params = *params;
-    SML_RETURN_IF(call.params.nprobe < 0 || call.params.threads < 0, SIMIL_ERR_INVALID_ARGUMENT,
-                  "search: nprobe=%" PRId64 " and threads=%d must not be negative",
-                  call.params.nprobe, call.params.threads);
+    SML_RETURN_IF(call.params.nprobe < 0 || call.params.threads < 0 ||
+                      call.params.refine_factor < 0,
+                  SIMIL_ERR_INVALID_ARGUMENT,
+                  "search: nprobe=%" PRId64 ", threads=%d and refine_factor=%d must not be "
+                  "negative",
+                  call.params.nprobe, call.params.threads, call.params.refine_factor);
+    SML_RETURN_IF(call.params.lut != SIMIL_LUT_AUTO && call.params.lut != SIMIL_LUT_FP32 &&
+                      call.params.lut != SIMIL_LUT_FP16,
+                  SIMIL_ERR_INVALID_ARGUMENT, "search: unknown lookup-table precision %d",
+                  (int)call.params.lut);
+    SML_RETURN_IF(!(call.params.extra_distance < 0 || call.params.extra_distance <= 1),
+                  SIMIL_ERR_INVALID_ARGUMENT,
+                  "search: extra_distance=%g must be a fraction in [0, 1] (or negative for "
+                  "the default)",
+                  (double)call.params.extra_distance);
     if (nq == 0) return SIMIL_OK;
     if (index->ntotal == 0) {
         SML_RETURN_IF(queries == NULL, SIMIL_ERR_INVALID_ARGUMENT, "search: queries is NULL");

@@ -61,6 +61,7 @@ static inline simil_metric sml_kernel_metric(simil_metric m)
 /* Each type's constructor fills index->vt and index->impl. */
 simil_status sml_flat_init(simil_index *index);
 simil_status sml_ivf_flat_init(simil_index *index);
+simil_status sml_ivf_pq_init(simil_index *index);
 
 /* Open the backend a device string names: "auto" (NULL), "cpu", "gpu", "gpu:N". */
 simil_status sml_device_open(const char *device, sml_backend **backend);

@@ -75,6 +75,7 @@ static simil_status sml_ivf_flat_search(const simil_index *index, const sml_sear
             .list_size = ivf->size,
             .nlist = ivf->nlist,
             .codes = ivf->codes_mem,
+            .code_size = ivf->code_size,
             .ids = ivf->ids_mem,
             .k = call->k,
             .metric = sml_kernel_metric(index->metric),

@@ -360,6 +360,13 @@ int64_t sml_ivf_find(const sml_ivf *ivf, int64_t id)
     return -1;
 }
 
+int64_t sml_ivf_list_of(const sml_ivf *ivf, int64_t row)
+{
+    for (int64_t l = 0; l < ivf->nlist; l++)
+        if (row >= ivf->offset[l] && row < ivf->offset[l] + ivf->size[l]) return l;
+    return -1;
+}
+
 void sml_ivf_reset(sml_backend *b, sml_ivf *ivf)
 {
     sml_ivf_free_arena(b, ivf);

@@ -62,6 +62,9 @@ simil_status sml_ivf_remove(sml_backend *b, sml_ivf *ivf, int64_t n_sorted,
 /* Arena row of the first row with this id, or -1. */
 int64_t sml_ivf_find(const sml_ivf *ivf, int64_t id);
 
+/* The list that holds arena row `row` (a row of some list). */
+int64_t sml_ivf_list_of(const sml_ivf *ivf, int64_t row);
+
 /* Empty every list; the quantizer stays. */
 void sml_ivf_reset(sml_backend *b, sml_ivf *ivf);
 

@@ -1,0 +1,436 @@
+"""simil: similarity search and clustering of dense vectors, on NVIDIA GPUs or the CPU.
+
+A Python interface to libsimil.  Vectors are numpy arrays of float32 (uint8,
+float64 and integer arrays are converted), one vector per row; ids are int64.
+Results are new numpy arrays.
+
+    >>> import simil
+    >>> xb = simil.generate("uniform", 10000, 64, seed=1)
+    >>> xq = simil.generate("uniform", 5, 64, seed=2)
+    >>> index = simil.Index(64, "Flat", metric="l2")
+    >>> index.add(xb)                          # ids 0 .. 9999
+    >>> distances, ids = index.search(xq, 10)  # float32 5 x 10, int64 5 x 10
+
+Devices: "auto" (GPU 0 if there is one, else the CPU), "cpu", "gpu" or "gpu:N".
+Asking for a GPU where there is none raises NoDeviceError; simil never falls
+back silently.  Index.backend says what an index runs on.
+
+Errors: every failure of the library raises a subclass of simil.Error that
+carries the library's message; e.status is the status name (for example
+"SIMIL_ERR_INVALID_ARGUMENT") and e.code its number.  Bad arguments raise
+InvalidArgumentError, which is also a ValueError.
+
+Threads: train, add, search, remove, kmeans, select_k, generate, read and
+write release the GIL.  Many threads may search one index at once; add,
+train, remove and reset wait until the searches in flight have finished.
+"""
+
+import operator
+import os
+
+import numpy as np
+
+from . import _core
+
+__version__ = _core.version()
+
+__all__ = [
+    "Index", "load", "kmeans", "select_k", "generate", "read", "write",
+    "gpu_count", "built_with_cuda", "__version__",
+    "Error", "InvalidArgumentError", "OutOfMemoryError", "UnsupportedError",
+    "NoDeviceError", "FileError", "CorruptFileError", "NotTrainedError",
+    "DeviceError", "InternalError",
+]
+
+
+# ---- errors ----
+
+class Error(Exception):
+    """Base class of the errors simil raises.
+
+    Attributes: status, the name of the library's status code (such as
+    "SIMIL_ERR_IO"), and code, its value (a negative int).
+    """
+    status = None
+    code = None
+
+
+class InvalidArgumentError(Error, ValueError):
+    """A bad value: a wrong shape or dimension, k < 1, NaN or Inf in vectors."""
+    status, code = "SIMIL_ERR_INVALID_ARGUMENT", -1
+
+
+class OutOfMemoryError(Error, MemoryError):
+    """Host or GPU memory ran out."""
+    status, code = "SIMIL_ERR_OUT_OF_MEMORY", -2
+
+
+class UnsupportedError(Error):
+    """A valid request that this build of simil cannot do (yet)."""
+    status, code = "SIMIL_ERR_UNSUPPORTED", -3
+
+
+class NoDeviceError(Error, RuntimeError):
+    """A GPU was asked for and none is usable."""
+    status, code = "SIMIL_ERR_NO_DEVICE", -4
+
+
+class FileError(Error, OSError):
+    """The operating system refused a file operation (missing file, permissions)."""
+    status, code = "SIMIL_ERR_IO", -5
+
+
+class CorruptFileError(Error):
+    """A file is truncated, damaged or not in a format simil reads."""
+    status, code = "SIMIL_ERR_CORRUPT", -6
+
+
+class NotTrainedError(Error, RuntimeError):
+    """The index must be trained before this call."""
+    status, code = "SIMIL_ERR_NOT_TRAINED", -7
+
+
+class DeviceError(Error, RuntimeError):
+    """The GPU driver or runtime failed."""
+    status, code = "SIMIL_ERR_DEVICE", -8
+
+
+class InternalError(Error, RuntimeError):
+    """A bug in simil: please report it with the message."""
+    status, code = "SIMIL_ERR_INTERNAL", -9
+
+
+_ERRORS = (InvalidArgumentError, OutOfMemoryError, UnsupportedError, NoDeviceError,
+           FileError, CorruptFileError, NotTrainedError, DeviceError, InternalError)
+_core._set_error_classes({cls.code: cls for cls in _ERRORS})
+
+
+# ---- argument normalization ----
+
+def _rows(x, what, dim=None):
+    """x as C-contiguous float32 rows; a 1-d array is one row."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{what} must be an array of numbers, got dtype {a.dtype}")
+    if a.ndim == 1:
+        if dim is not None and a.shape[0] != dim:
+            raise InvalidArgumentError(
+                f"{what}: a single vector of {a.shape[0]} values was given, "
+                f"the index has dimension {dim}")
+        a = a.reshape(1, -1)
+    elif a.ndim != 2:
+        raise InvalidArgumentError(f"{what} must be a 1-d or 2-d array, got shape {a.shape}")
+    elif dim is not None and a.shape[1] != dim:
+        raise InvalidArgumentError(
+            f"{what} have {a.shape[1]} columns, the index has dimension {dim}")
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _ids(ids):
+    """ids as a C-contiguous 1-d int64 array; a single int is one id."""
+    a = np.asarray(ids)
+    if a.size == 0 and a.dtype.kind == "f":  # [] comes in as float64
+        a = a.astype(np.int64)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"ids must be integers, got dtype {a.dtype}")
+    if a.ndim > 1:
+        raise InvalidArgumentError(f"ids must be a 1-d array, got shape {a.shape}")
+    if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
+        raise InvalidArgumentError("ids must fit in int64")
+    return np.ascontiguousarray(a.reshape(-1), dtype=np.int64)
+
+
+def _positive(value, name):
+    """value as an int >= 1, or 0 for None (the library's default)."""
+    if value is None:
+        return 0
+    value = operator.index(value)
+    if value < 1:
+        raise InvalidArgumentError(f"{name}={value} must be >= 1 (or None for the default)")
+    return value
+
+
+def _seed(seed):
+    """seed as an int that fits in uint64."""
+    seed = operator.index(seed)
+    if not 0 <= seed < 2**64:
+        raise InvalidArgumentError(f"seed={seed} must be in [0, 2**64)")
+    return seed
+
+
+def _device(device):
+    """device as the library's device string; None means "auto"."""
+    if device is None:
+        return "auto"
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a string such as 'cpu' or 'gpu:0', got {device!r}")
+    return device
+
+
+# ---- the index ----
+
+class Index:
+    """A set of vectors, each with an int64 id, that answers k-nearest-neighbour queries.
+
+    Index(dim, description="Flat", metric="l2", device="auto")
+
+    dim: the vector dimension (>= 1).
+    description: a Faiss-style factory string: "Flat" is exact search; see
+        docs/index-types.md for the others ("IVF4096,Flat", "IVF4096,PQ32",
+        "XFBQ", ...) and which are built.
+    metric: "l2" (squared Euclidean, smallest first), "ip" (inner product,
+        largest first) or "cosine" (vectors are normalized, then "ip").
+    device: "auto", "cpu", "gpu" or "gpu:N".
+
+    len(index) is the number of vectors held.  Searches may run from many
+    threads at once; train, add, remove and reset wait for them.
+    """
+
+    __slots__ = ("_core",)
+
+    def __init__(self, dim, description="Flat", metric="l2", device="auto"):
+        self._core = _core.Index(operator.index(dim), description, metric, _device(device))
+
+    @classmethod
+    def _wrap(cls, core):
+        """An Index around a _core.Index (as simil.load makes)."""
+        index = cls.__new__(cls)
+        index._core = core
+        return index
+
+    def train(self, x):
+        """Train the index on x (n x dim, or one vector of dim values).
+
+        Indexes that need no training (Flat) accept the call and do nothing.
+        Training an index that holds vectors is refused by some index types.
+        """
+        self._core.train(_rows(x, "training vectors", self.dim))
+
+    def add(self, x, ids=None):
+        """Add the vectors x (n x dim, or one vector of dim values).
+
+        ids: n int64 ids >= 0, or None to number the vectors one after the
+        other, from one past the largest id the index has ever held.
+        Duplicate ids are allowed.  Vectors holding NaN or Inf are refused
+        (InvalidArgumentError) and then nothing is added.
+        """
+        x = _rows(x, "vectors", self.dim)
+        if ids is not None:
+            ids = _ids(ids)
+            if ids.shape[0] != x.shape[0]:
+                raise InvalidArgumentError(
+                    f"{ids.shape[0]} ids were given for {x.shape[0]} vectors")
+        self._core.add(x, ids)
+
+    def search(self, q, k, nprobe=None, threads=None):
+        """Find the k nearest neighbours of each query.
+
+        q: queries, nq x dim (or one query of dim values, giving nq = 1).
+        k: neighbours per query, >= 1.
+        nprobe: inverted lists to visit (IVF indexes); None for the index's default.
+        threads: CPU threads for this call; None for all.
+
+        Returns (distances, ids): float32 nq x k and int64 nq x k.  Each row
+        is sorted by distance (ascending for "l2", descending similarity for
+        "ip" and "cosine"), then by id.  L2 distances are squared.  Slots
+        beyond the number of vectors held get id -1 and distance +inf
+        ("l2") or -inf ("ip", "cosine").
+        """
+        q = _rows(q, "queries", self.dim)
+        return self._core.search(q, operator.index(k), _positive(nprobe, "nprobe"),
+                                 _positive(threads, "threads"))
+
+    def remove(self, ids):
+        """Remove every vector whose id is in ids (an int or a sequence of ints).
+
+        Ids that are not present are ignored.  Returns how many vectors went.
+        """
+        return self._core.remove(_ids(ids))
+
+    def reconstruct(self, id):
+        """The stored vector with this id, float32 of length dim.
+
+        For "cosine" it is the normalized vector.  InvalidArgumentError if the
+        id is not present.
+        """
+        return self._core.reconstruct(operator.index(id))
+
+    def reset(self):
+        """Remove every vector; training is kept."""
+        self._core.reset()
+
+    def save(self, path):
+        """Write the index to path (str or os.PathLike), atomically.
+
+        A file already at path is replaced only once the new one is complete.
+        Read it back with simil.load().
+        """
+        self._core.save(os.fspath(path))
+
+    @property
+    def dim(self):
+        """The vector dimension."""
+        return self._core.dim
+
+    @property
+    def ntotal(self):
+        """The number of vectors held (also len(index))."""
+        return self._core.ntotal
+
+    @property
+    def metric(self):
+        """The metric: "l2", "ip" or "cosine"."""
+        return self._core.metric
+
+    @property
+    def description(self):
+        """The normalized factory string, such as "Flat" or "IVF1024,Flat"."""
+        return self._core.description
+
+    @property
+    def backend(self):
+        """What the index runs on, such as "cpu (2 threads)" or "cuda:0 (NVIDIA H200)"."""
+        return self._core.backend
+
+    @property
+    def is_trained(self):
+        """Whether vectors may be added (False until train() for indexes that need it)."""
+        return self._core.is_trained
+
+    def __len__(self):
+        """The number of vectors held."""
+        return self.ntotal
+
+    def __repr__(self):
+        """simil.Index(dim=..., description=..., metric=..., ntotal=..., backend=...)."""
+        return (f"simil.Index(dim={self.dim}, description={self.description!r}, "
+                f"metric={self.metric!r}, ntotal={self.ntotal}, backend={self.backend!r})")
+
+
+def load(path, device="auto"):
+    """Load an index written by Index.save() onto device ("auto", "cpu", "gpu", "gpu:N").
+
+    A truncated, damaged or foreign file raises CorruptFileError; a missing
+    or unreadable one FileError.
+    """
+    return Index._wrap(_core.load(os.fspath(path), _device(device)))
+
+
+# ---- clustering and selection ----
+
+_KMEANS_INIT = {"random": 0, "k-means++": 1, "kmeans++": 1}
+
+
+def kmeans(x, k, iterations=20, init="random", max_points_per_centroid=256, seed=1234,
+           spherical=False, device="auto"):
+    """Cluster the rows of x (n x dim) into k clusters with Lloyd's k-means.
+
+    iterations: Lloyd iterations.
+    init: "random" (k distinct training points) or "k-means++".
+    max_points_per_centroid: train on a random sample of at most
+        k * max_points_per_centroid points (None or 0: on all of them).
+    seed: the random seed (0 <= seed < 2**64); a seed gives the same result
+        on the same device.
+    spherical: keep the centroids at unit norm (for "ip" or "cosine" data).
+    device: "auto", "cpu", "gpu" or "gpu:N".
+
+    Returns (centroids, assignments, objective): float32 k x dim; int64 n,
+    the nearest centroid of every row of x; float64 of length iterations,
+    the sum of squared distances of the training points to their centroids
+    at each iteration.
+    """
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise InvalidArgumentError(f"x must be a 2-d array (n x dim), got shape {x.shape}")
+    x = _rows(x, "x")
+    try:
+        init_code = _KMEANS_INIT[init]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(
+            f"init={init!r} is not one of {sorted(_KMEANS_INIT)}") from None
+    points = 0 if max_points_per_centroid is None else operator.index(max_points_per_centroid)
+    return _core.kmeans(x, operator.index(k), operator.index(iterations), init_code, points,
+                        _seed(seed), bool(spherical), _device(device))
+
+
+def select_k(values, k, largest=False):
+    """The k smallest (or largest) values of each row, sorted, with their column indices.
+
+    values: a 2-d array (rows x cols), or a 1-d array for a single row.
+    Ties go to the smaller index.  NaN counts as +inf when selecting the
+    smallest, and is never returned before a number.  If k > cols, the
+    extra slots get +inf (-inf when largest) and index -1.
+
+    Returns (values, indices): float32 and int64, rows x k (or k for 1-d input).
+    """
+    a = np.asarray(values)
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"values must be an array of numbers, got dtype {a.dtype}")
+    if a.ndim not in (1, 2):
+        raise InvalidArgumentError(f"values must be a 1-d or 2-d array, got shape {a.shape}")
+    rows = a.reshape(1, -1) if a.ndim == 1 else a
+    out_values, out_indices = _core.select_k(np.ascontiguousarray(rows, dtype=np.float32),
+                                             operator.index(k), bool(largest))
+    if a.ndim == 1:
+        return out_values[0], out_indices[0]
+    return out_values, out_indices
+
+
+# ---- data ----
+
+def generate(kind, n, dim, seed, first=0):
+    """Rows [first, first + n) of a synthetic dataset of BENCHMARKS.md, bit-exact.
+
+    kind: "uniform" (values in [0, 1)) or "mix" (a Gaussian mixture of 1024
+    clusters).  The rows do not depend on how a dataset is cut into pieces.
+    Returns float32 n x dim.
+    """
+    return _core.generate(kind, operator.index(n), operator.index(dim), _seed(seed),
+                          operator.index(first))
+
+
+def read(path, first=0, count=-1):
+    """Read rows [first, first + count) of a vector file; count -1 (or None): to the end.
+
+    Formats, by name: .fvecs .bvecs .ivecs (texmex), .npy, MNIST idx
+    (*-idx3-ubyte, optionally .gz), and FILE.hdf5:DATASET when simil was
+    built with HDF5.  Returns a 2-d array of the file's element type
+    (float32, uint8, int32 or int64; float64 .npy files come back as float32).
+    """
+    count = -1 if count is None else operator.index(count)
+    return _core.read(os.fspath(path), operator.index(first), count)
+
+
+_WRITABLE = (np.dtype(np.float32), np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.int64))
+
+
+def write(path, array):
+    """Write a 2-d array (a 1-d one is one row) to a vector file, atomically.
+
+    The format follows the name: .fvecs needs float32, .bvecs uint8, .ivecs
+    int32 (int64 is narrowed if every value fits), .npy takes any of float32,
+    uint8, int32 and int64.  float64 and float16 arrays are written as float32.
+    """
+    a = np.asarray(array)
+    if a.dtype.kind == "f" and a.dtype != np.float32:
+        a = a.astype(np.float32)
+    if a.dtype not in _WRITABLE:
+        raise TypeError(f"write: dtype {a.dtype} cannot be written; "
+                        "use float32, uint8, int32 or int64")
+    if a.ndim == 1:
+        a = a.reshape(1, -1)
+    if a.ndim != 2:
+        raise InvalidArgumentError(f"write: the array must be 1-d or 2-d, got shape {a.shape}")
+    _core.write(os.fspath(path), np.ascontiguousarray(a))
+
+
+# ---- the library ----
+
+def gpu_count():
+    """The number of GPUs this build of simil can use (0 without CUDA, driver or device)."""
+    return _core.gpu_count()
+
+
+def built_with_cuda():
+    """Whether libsimil was built with its CUDA backend."""
+    return _core.built_with_cuda()

@@ -1,0 +1,389 @@
+/* _core.c: the module simil._core: errors, k-selection, k-means, the
+ * synthetic generators and vector files.  The Index type is in _core_index.c.
+ *
+ * Every long call runs with the GIL released, holding references to its input
+ * arrays until it returns.  Outputs are new numpy arrays, allocated before the
+ * GIL is released. */
+#define SIMIL_CORE_IMPORTS_NUMPY
+#include "_core.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+/* ---- errors ---- */
+
+/* status code (int) -> exception class, registered by __init__.py. */
+static PyObject *error_classes;
+
+/* Raise the class registered for status with message (a reference stolen). */
+static PyObject *raise_with(simil_status status, PyObject *message)
+{
+    if (message == NULL) return NULL;
+    PyObject *code = PyLong_FromLong((long)status);
+    PyObject *cls = NULL;
+    if (code != NULL && error_classes != NULL)
+        cls = PyDict_GetItemWithError(error_classes, code); /* borrowed */
+    if (cls == NULL && code != NULL && !PyErr_Occurred()) cls = PyExc_RuntimeError;
+    PyObject *exc = cls != NULL ? PyObject_CallOneArg(cls, message) : NULL;
+    if (exc != NULL) {
+        PyObject *name = PyUnicode_FromString(simil_status_name(status));
+        if (name == NULL || PyObject_SetAttrString(exc, "status", name) < 0 ||
+            PyObject_SetAttrString(exc, "code", code) < 0)
+            Py_CLEAR(exc);
+        Py_XDECREF(name);
+    }
+    if (exc != NULL) PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_XDECREF(exc);
+    Py_XDECREF(code);
+    Py_DECREF(message);
+    return NULL;
+}
+
+PyObject *pysimil_raise(simil_status status)
+{
+    const char *text = simil_last_error();
+    if (text == NULL || text[0] == '\0') text = simil_status_name(status);
+    /* Messages can quote file names that are not UTF-8. */
+    return raise_with(status, PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace"));
+}
+
+PyObject *pysimil_invalid(const char *format, ...)
+{
+    va_list ap;
+    va_start(ap, format);
+    PyObject *message = PyUnicode_FromFormatV(format, ap);
+    va_end(ap);
+    return raise_with(SIMIL_ERR_INVALID_ARGUMENT, message);
+}
+
+static PyObject *core_set_error_classes(PyObject *Py_UNUSED(module), PyObject *classes)
+{
+    if (!PyDict_Check(classes)) {
+        PyErr_SetString(PyExc_TypeError, "_set_error_classes needs a dict {code: class}");
+        return NULL;
+    }
+    Py_INCREF(classes);
+    Py_XSETREF(error_classes, classes);
+    Py_RETURN_NONE;
+}
+
+/* ---- arrays ---- */
+
+PyArrayObject *pysimil_array(PyObject *obj, int typenum, int ndim, const char *what)
+{
+    PyArray_Descr *descr = PyArray_DescrFromType(typenum);
+    if (descr == NULL) return NULL;
+    /* Steals descr.  Without NPY_ARRAY_FORCECAST only safe casts happen. */
+    PyArrayObject *a = (PyArrayObject *)PyArray_FromAny(obj, descr, 0, 0,
+                                                         NPY_ARRAY_IN_ARRAY, NULL);
+    if (a != NULL && PyArray_NDIM(a) != ndim) {
+        pysimil_invalid("%s must be a %d-d array, got %d dimensions", what, ndim,
+                        PyArray_NDIM(a));
+        Py_CLEAR(a);
+    }
+    return a;
+}
+
+PyArrayObject *pysimil_empty(int ndim, int64_t d0, int64_t d1, int typenum)
+{
+    npy_intp dims[2] = {d0 > 0 ? (npy_intp)d0 : 0, d1 > 0 ? (npy_intp)d1 : 0};
+    return (PyArrayObject *)PyArray_SimpleNew(ndim, dims, typenum);
+}
+
+#define ROWS(a) ((int64_t)PyArray_DIM((a), 0))
+#define COLS(a) ((int64_t)PyArray_DIM((a), 1))
+
+/* ---- library information ---- */
+
+static PyObject *core_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    return PyUnicode_FromString(simil_version_string());
+}
+
+static PyObject *core_gpu_count(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    int n;
+    Py_BEGIN_ALLOW_THREADS /* the first call initializes the CUDA driver */
+    n = simil_gpu_count();
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(n);
+}
+
+static PyObject *core_built_with_cuda(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(simil_built_with_cuda());
+}
+
+static PyObject *core_status_name(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    long code = PyLong_AsLong(arg);
+    if (code == -1 && PyErr_Occurred()) return NULL;
+    return PyUnicode_FromString(simil_status_name((simil_status)code));
+}
+
+/* ---- k-selection and k-means ---- */
+
+static PyObject *core_select_k(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"values", "k", "largest", NULL};
+    PyObject *obj;
+    long long k;
+    int largest = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL|p:select_k", kwlist, &obj, &k, &largest))
+        return NULL;
+    PyArrayObject *values = pysimil_array(obj, NPY_FLOAT32, 2, "values");
+    if (values == NULL) return NULL;
+    PyArrayObject *out_values = pysimil_empty(2, ROWS(values), k, NPY_FLOAT32);
+    PyArrayObject *out_indices = pysimil_empty(2, ROWS(values), k, NPY_INT64);
+    simil_status s = SIMIL_OK;
+    if (out_values != NULL && out_indices != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        s = simil_select_k(ROWS(values), COLS(values), PyArray_DATA(values), k, largest,
+                           PyArray_DATA(out_values), PyArray_DATA(out_indices));
+        Py_END_ALLOW_THREADS
+    }
+    Py_DECREF(values);
+    if (out_values == NULL || out_indices == NULL || s != SIMIL_OK) {
+        Py_XDECREF(out_values);
+        Py_XDECREF(out_indices);
+        return out_values == NULL || out_indices == NULL ? NULL : pysimil_raise(s);
+    }
+    return Py_BuildValue("NN", out_values, out_indices);
+}
+
+static int to_uint64(PyObject *obj, void *out)
+{
+    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return 0;
+    *(uint64_t *)out = (uint64_t)v;
+    return 1;
+}
+
+static PyObject *core_kmeans(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"x",    "k",         "iterations", "init", "max_points_per_centroid",
+                             "seed", "spherical", "device",     NULL};
+    simil_kmeans_params p;
+    simil_kmeans_params_init(&p);
+    PyObject *obj;
+    long long k, max_points = p.max_points_per_centroid;
+    int init = (int)p.init;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL|iiLO&pz:kmeans", kwlist, &obj, &k,
+                                     &p.iterations, &init, &max_points, to_uint64, &p.seed,
+                                     &p.spherical, &p.device))
+        return NULL;
+    p.k = k;
+    p.init = (simil_kmeans_init)init;
+    p.max_points_per_centroid = max_points;
+    PyArrayObject *x = pysimil_array(obj, NPY_FLOAT32, 2, "x");
+    if (x == NULL) return NULL;
+    PyArrayObject *centroids = pysimil_empty(2, k, COLS(x), NPY_FLOAT32);
+    PyArrayObject *assignments = pysimil_empty(1, ROWS(x), 0, NPY_INT64);
+    PyArrayObject *objective = pysimil_empty(1, p.iterations, 0, NPY_FLOAT64);
+    int ready = centroids != NULL && assignments != NULL && objective != NULL;
+    simil_status s = SIMIL_OK;
+    if (ready) {
+        Py_BEGIN_ALLOW_THREADS
+        s = simil_kmeans(&p, ROWS(x), COLS(x), PyArray_DATA(x), PyArray_DATA(centroids),
+                         PyArray_DATA(assignments), PyArray_DATA(objective));
+        Py_END_ALLOW_THREADS
+    }
+    Py_DECREF(x);
+    if (!ready || s != SIMIL_OK) {
+        Py_XDECREF(centroids);
+        Py_XDECREF(assignments);
+        Py_XDECREF(objective);
+        return ready ? pysimil_raise(s) : NULL;
+    }
+    return Py_BuildValue("NNN", centroids, assignments, objective);
+}
+
+/* ---- synthetic data and vector files ---- */
+
+static PyObject *core_generate(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"kind", "n", "dim", "seed", "first", NULL};
+    const char *kind;
+    long long n, dim, first = 0;
+    uint64_t seed;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sLLO&|L:generate", kwlist, &kind, &n, &dim,
+                                     to_uint64, &seed, &first))
+        return NULL;
+    PyArrayObject *out = pysimil_empty(2, n, dim, NPY_FLOAT32);
+    if (out == NULL) return NULL;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = simil_generate(kind, first, n, dim, seed, PyArray_DATA(out));
+    Py_END_ALLOW_THREADS
+    if (s != SIMIL_OK) {
+        Py_DECREF(out);
+        return pysimil_raise(s);
+    }
+    return (PyObject *)out;
+}
+
+static int typenum_of(simil_dtype dtype)
+{
+    switch (dtype) {
+    case SIMIL_DTYPE_FLOAT32: return NPY_FLOAT32;
+    case SIMIL_DTYPE_UINT8: return NPY_UINT8;
+    case SIMIL_DTYPE_INT32: return NPY_INT32;
+    case SIMIL_DTYPE_INT64: return NPY_INT64;
+    }
+    return NPY_NOTYPE;
+}
+
+static const char matrix_capsule_name[] = "simil._core.matrix";
+
+static void matrix_capsule_free(PyObject *capsule)
+{
+    simil_matrix *m = PyCapsule_GetPointer(capsule, matrix_capsule_name);
+    simil_matrix_free(m);
+    PyMem_RawFree(m);
+}
+
+/* An array over the data of m, which it takes over: no copy is made, and the
+ * data goes back to simil_matrix_free when the array dies. */
+static PyObject *matrix_to_array(simil_matrix *m)
+{
+    int typenum = typenum_of(m->dtype);
+    npy_intp dims[2] = {(npy_intp)m->rows, (npy_intp)m->cols};
+    simil_matrix *owned = NULL;
+    PyObject *capsule, *array = NULL;
+    if (typenum == NPY_NOTYPE) {
+        PyErr_Format(PyExc_RuntimeError, "read: unknown element type %d", (int)m->dtype);
+    } else if (m->rows == 0 || m->cols == 0 || m->data == NULL) {
+        array = PyArray_ZEROS(2, dims, typenum, 0);
+    } else if ((owned = PyMem_RawMalloc(sizeof *owned)) == NULL) {
+        PyErr_NoMemory();
+    } else {
+        *owned = *m;
+        memset(m, 0, sizeof *m);
+        capsule = PyCapsule_New(owned, matrix_capsule_name, matrix_capsule_free);
+        if (capsule == NULL) {
+            *m = *owned;
+            PyMem_RawFree(owned);
+        } else {
+            /* From here on the capsule frees the data when it dies. */
+            array = PyArray_SimpleNewFromData(2, dims, typenum, owned->data);
+            if (array == NULL)
+                Py_DECREF(capsule);
+            else if (PyArray_SetBaseObject((PyArrayObject *)array, capsule) < 0)
+                Py_CLEAR(array); /* SetBaseObject stole the capsule even so */
+        }
+    }
+    simil_matrix_free(m); /* a no-op once the capsule owns the data */
+    return array;
+}
+
+static PyObject *core_read(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"path", "first", "count", NULL};
+    PyObject *path;
+    long long first = 0, count = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|LL:read", kwlist, PyUnicode_FSConverter,
+                                     &path, &first, &count))
+        return NULL;
+    simil_matrix m;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = simil_matrix_read(PyBytes_AS_STRING(path), first, count, &m);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path);
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    return matrix_to_array(&m);
+}
+
+static int dtype_of(PyArrayObject *a, simil_dtype *dtype)
+{
+    static const simil_dtype all[] = {SIMIL_DTYPE_FLOAT32, SIMIL_DTYPE_UINT8, SIMIL_DTYPE_INT32,
+                                      SIMIL_DTYPE_INT64};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (PyArray_EquivTypenums(PyArray_TYPE(a), typenum_of(all[i]))) {
+            *dtype = all[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *core_write(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"path", "array", NULL};
+    PyObject *path, *obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&O:write", kwlist, PyUnicode_FSConverter,
+                                     &path, &obj))
+        return NULL;
+    PyArrayObject *a = (PyArrayObject *)PyArray_FromAny(
+        obj, NULL, 2, 2, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_NOTSWAPPED, NULL);
+    simil_matrix m = {0};
+    if (a != NULL && !dtype_of(a, &m.dtype)) {
+        PyErr_SetString(PyExc_TypeError, "write: the array must be float32, uint8, int32 or int64");
+        Py_CLEAR(a);
+    }
+    if (a == NULL) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    m.rows = ROWS(a);
+    m.cols = COLS(a);
+    m.data = PyArray_DATA(a);
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = simil_matrix_write(PyBytes_AS_STRING(path), &m);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(a);
+    Py_DECREF(path);
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    Py_RETURN_NONE;
+}
+
+/* ---- the module ---- */
+
+static PyMethodDef core_methods[] = {
+    {"version", core_version, METH_NOARGS, "version() -> the loaded libsimil's version string"},
+    {"gpu_count", core_gpu_count, METH_NOARGS, "gpu_count() -> GPUs this build can use"},
+    {"built_with_cuda", core_built_with_cuda, METH_NOARGS,
+     "built_with_cuda() -> whether libsimil has its CUDA backend"},
+    {"status_name", core_status_name, METH_O, "status_name(code) -> 'SIMIL_ERR_...'"},
+    {"_set_error_classes", core_set_error_classes, METH_O,
+     "_set_error_classes({code: class}): the exceptions raised for each status"},
+    {"select_k", PYSIMIL_KW_METHOD(core_select_k), METH_VARARGS | METH_KEYWORDS,
+     "select_k(values, k, largest=False) -> (values, indices); values float32 2-d"},
+    {"kmeans", PYSIMIL_KW_METHOD(core_kmeans), METH_VARARGS | METH_KEYWORDS,
+     "kmeans(x, k, iterations, init, max_points_per_centroid, seed, spherical, device)\n"
+     "-> (centroids, assignments, objective); init is 0 (random) or 1 (k-means++)"},
+    {"generate", PYSIMIL_KW_METHOD(core_generate), METH_VARARGS | METH_KEYWORDS,
+     "generate(kind, n, dim, seed, first=0) -> float32 n x dim"},
+    {"read", PYSIMIL_KW_METHOD(core_read), METH_VARARGS | METH_KEYWORDS,
+     "read(path, first=0, count=-1) -> 2-d array of the file's element type"},
+    {"write", PYSIMIL_KW_METHOD(core_write), METH_VARARGS | METH_KEYWORDS,
+     "write(path, array): array 2-d, float32, uint8, int32 or int64"},
+    {"load", PYSIMIL_KW_METHOD(pysimil_index_load), METH_VARARGS | METH_KEYWORDS,
+     "load(path, device=None) -> Index"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "simil._core",
+    .m_doc = "The C layer of simil: thin, checked wrappers of libsimil's public API.\n"
+             "Use the package simil, which normalizes arguments and documents them.",
+    .m_size = -1,
+    .m_methods = core_methods,
+};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    import_array();
+    if (PyType_Ready(&pysimil_index_type) < 0) return NULL;
+    PyObject *m = PyModule_Create(&core_module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&pysimil_index_type);
+    if (PyModule_AddObject(m, "Index", (PyObject *)&pysimil_index_type) < 0) {
+        Py_DECREF(&pysimil_index_type);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,340 @@
+/* _core_index.c: simil._core.Index, a simil_index handle.
+ *
+ * The C API lets searches run together on one index, but train, add, remove
+ * and reset need it alone (simil/index.h).  Once the GIL is released, Python
+ * threads can make any of these calls at the same time, so each call holds a
+ * read-write lock: shared for searches and reads, exclusive for changes.  The
+ * lock is only taken with the GIL released, so a thread that waits for it
+ * never stops the other Python threads. */
+#include "_core.h"
+
+#include <pthread.h>
+
+typedef struct {
+    PyObject_HEAD
+    simil_index *index; /* NULL only while the object is being built */
+    pthread_rwlock_t lock;
+} IndexObject;
+
+enum { SHARED = 0, EXCLUSIVE = 1 };
+
+/* Call these with the GIL released. */
+static void index_lock(IndexObject *self, int mode)
+{
+    if (mode == EXCLUSIVE)
+        pthread_rwlock_wrlock(&self->lock);
+    else
+        pthread_rwlock_rdlock(&self->lock);
+}
+
+static void index_unlock(IndexObject *self) { pthread_rwlock_unlock(&self->lock); }
+
+/* A new Index object that owns index (destroyed here on failure). */
+static PyObject *index_wrap(simil_index *index)
+{
+    IndexObject *self = PyObject_New(IndexObject, &pysimil_index_type);
+    if (self == NULL) {
+        simil_index_destroy(index);
+        return NULL;
+    }
+    self->index = NULL;
+    if (pthread_rwlock_init(&self->lock, NULL) != 0) {
+        simil_index_destroy(index);
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->index = index;
+    return (PyObject *)self;
+}
+
+static void index_dealloc(IndexObject *self)
+{
+    if (self->index != NULL) {
+        simil_index_destroy(self->index);
+        pthread_rwlock_destroy(&self->lock);
+    }
+    PyObject_Free(self);
+}
+
+static PyObject *index_new(PyTypeObject *Py_UNUSED(type), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"dim", "description", "metric", "device", NULL};
+    long long dim;
+    const char *description = "Flat", *metric_name = "l2", *device = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|ssz:Index", kwlist, &dim, &description,
+                                     &metric_name, &device))
+        return NULL;
+    simil_metric metric;
+    simil_status s = simil_metric_parse(metric_name, &metric);
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    simil_index *index = NULL;
+    Py_BEGIN_ALLOW_THREADS /* opening a GPU can take a while */
+    s = simil_index_create(&index, dim, description, metric, device);
+    Py_END_ALLOW_THREADS
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    return index_wrap(index);
+}
+
+PyObject *pysimil_index_load(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"path", "device", NULL};
+    PyObject *path;
+    const char *device = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|z:load", kwlist, PyUnicode_FSConverter,
+                                     &path, &device))
+        return NULL;
+    simil_index *index = NULL;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = simil_index_load(&index, PyBytes_AS_STRING(path), device);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path);
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    return index_wrap(index);
+}
+
+/* obj as float32 rows of the index's dimension (a new reference). */
+static PyArrayObject *vectors_arg(IndexObject *self, PyObject *obj, const char *what)
+{
+    PyArrayObject *a = pysimil_array(obj, NPY_FLOAT32, 2, what);
+    int64_t dim = simil_index_dim(self->index);
+    if (a != NULL && (int64_t)PyArray_DIM(a, 1) != dim) {
+        pysimil_invalid("%s have %lld columns, the index has dimension %lld", what,
+                        (long long)PyArray_DIM(a, 1), (long long)dim);
+        Py_CLEAR(a);
+    }
+    return a;
+}
+
+/* obj as a 1-d int64 array of ids (a new reference). */
+static PyArrayObject *ids_arg(PyObject *obj)
+{
+    return pysimil_array(obj, NPY_INT64, 1, "ids");
+}
+
+static PyObject *index_train(IndexObject *self, PyObject *obj)
+{
+    PyArrayObject *x = vectors_arg(self, obj, "training vectors");
+    if (x == NULL) return NULL;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, EXCLUSIVE);
+    s = simil_index_train(self->index, (int64_t)PyArray_DIM(x, 0), PyArray_DATA(x));
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(x);
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *index_add(IndexObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"vectors", "ids", NULL};
+    PyObject *obj, *ids_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add", kwlist, &obj, &ids_obj)) return NULL;
+    PyArrayObject *x = vectors_arg(self, obj, "vectors");
+    if (x == NULL) return NULL;
+    PyArrayObject *ids = NULL;
+    if (ids_obj != Py_None) {
+        ids = ids_arg(ids_obj);
+        if (ids != NULL && PyArray_DIM(ids, 0) != PyArray_DIM(x, 0)) {
+            pysimil_invalid("%lld ids were given for %lld vectors",
+                            (long long)PyArray_DIM(ids, 0), (long long)PyArray_DIM(x, 0));
+            Py_CLEAR(ids);
+        }
+        if (ids == NULL) {
+            Py_DECREF(x);
+            return NULL;
+        }
+    }
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, EXCLUSIVE);
+    s = simil_index_add(self->index, (int64_t)PyArray_DIM(x, 0), PyArray_DATA(x),
+                        ids != NULL ? PyArray_DATA(ids) : NULL);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(x);
+    Py_XDECREF(ids);
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *index_search(IndexObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"queries", "k", "nprobe", "threads", NULL};
+    PyObject *obj;
+    long long k;
+    simil_search_params params;
+    simil_search_params_init(&params);
+    long long nprobe = params.nprobe;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL|Li:search", kwlist, &obj, &k, &nprobe,
+                                     &params.threads))
+        return NULL;
+    params.nprobe = nprobe;
+    PyArrayObject *q = vectors_arg(self, obj, "queries");
+    if (q == NULL) return NULL;
+    int64_t nq = (int64_t)PyArray_DIM(q, 0);
+    PyArrayObject *distances = pysimil_empty(2, nq, k, NPY_FLOAT32);
+    PyArrayObject *labels = pysimil_empty(2, nq, k, NPY_INT64);
+    int ready = distances != NULL && labels != NULL;
+    simil_status s = SIMIL_OK;
+    if (ready) {
+        Py_BEGIN_ALLOW_THREADS
+        index_lock(self, SHARED);
+        s = simil_index_search(self->index, nq, PyArray_DATA(q), k, &params,
+                               PyArray_DATA(distances), PyArray_DATA(labels));
+        index_unlock(self);
+        Py_END_ALLOW_THREADS
+    }
+    Py_DECREF(q);
+    if (!ready || s != SIMIL_OK) {
+        Py_XDECREF(distances);
+        Py_XDECREF(labels);
+        return ready ? pysimil_raise(s) : NULL;
+    }
+    return Py_BuildValue("NN", distances, labels);
+}
+
+static PyObject *index_remove(IndexObject *self, PyObject *obj)
+{
+    PyArrayObject *ids = ids_arg(obj);
+    if (ids == NULL) return NULL;
+    int64_t removed = 0;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, EXCLUSIVE);
+    s = simil_index_remove(self->index, (int64_t)PyArray_DIM(ids, 0), PyArray_DATA(ids),
+                           &removed);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(ids);
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    return PyLong_FromLongLong(removed);
+}
+
+static PyObject *index_reconstruct(IndexObject *self, PyObject *arg)
+{
+    long long id = PyLong_AsLongLong(arg);
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    PyArrayObject *out = pysimil_empty(1, simil_index_dim(self->index), 0, NPY_FLOAT32);
+    if (out == NULL) return NULL;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, SHARED);
+    s = simil_index_reconstruct(self->index, id, PyArray_DATA(out));
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    if (s != SIMIL_OK) {
+        Py_DECREF(out);
+        return pysimil_raise(s);
+    }
+    return (PyObject *)out;
+}
+
+static PyObject *index_reset(IndexObject *self, PyObject *Py_UNUSED(ignored))
+{
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, EXCLUSIVE);
+    s = simil_index_reset(self->index);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *index_save(IndexObject *self, PyObject *arg)
+{
+    PyObject *path;
+    if (!PyUnicode_FSConverter(arg, &path)) return NULL;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, SHARED);
+    s = simil_index_save(self->index, PyBytes_AS_STRING(path));
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path);
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    Py_RETURN_NONE;
+}
+
+/* ---- properties: dim, metric, description and backend never change after
+ * creation; ntotal and is_trained do, so they are read under the lock ---- */
+
+static PyObject *index_get_dim(IndexObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLongLong(simil_index_dim(self->index));
+}
+
+static PyObject *index_get_ntotal(IndexObject *self, void *Py_UNUSED(closure))
+{
+    int64_t n;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, SHARED);
+    n = simil_index_size(self->index);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *index_get_is_trained(IndexObject *self, void *Py_UNUSED(closure))
+{
+    int trained;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, SHARED);
+    trained = simil_index_is_trained(self->index);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(trained);
+}
+
+static PyObject *index_get_metric(IndexObject *self, void *Py_UNUSED(closure))
+{
+    return PyUnicode_FromString(simil_metric_name(simil_index_metric(self->index)));
+}
+
+static PyObject *index_get_description(IndexObject *self, void *Py_UNUSED(closure))
+{
+    return PyUnicode_FromString(simil_index_description(self->index));
+}
+
+static PyObject *index_get_backend(IndexObject *self, void *Py_UNUSED(closure))
+{
+    return PyUnicode_FromString(simil_backend_name(self->index));
+}
+
+static PyMethodDef index_methods[] = {
+    {"train", (PyCFunction)index_train, METH_O, "train(x): x float32, n x dim"},
+    {"add", PYSIMIL_KW_METHOD(index_add), METH_VARARGS | METH_KEYWORDS,
+     "add(vectors, ids=None): vectors float32 n x dim, ids int64 n or None"},
+    {"search", PYSIMIL_KW_METHOD(index_search), METH_VARARGS | METH_KEYWORDS,
+     "search(queries, k, nprobe=0, threads=0) -> (distances, labels)"},
+    {"remove", (PyCFunction)index_remove, METH_O, "remove(ids) -> number removed"},
+    {"reconstruct", (PyCFunction)index_reconstruct, METH_O, "reconstruct(id) -> float32 dim"},
+    {"reset", (PyCFunction)index_reset, METH_NOARGS, "reset(): remove every vector"},
+    {"save", (PyCFunction)index_save, METH_O, "save(path): write the index atomically"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef index_getset[] = {
+    {"dim", (getter)index_get_dim, NULL, "vector dimension", NULL},
+    {"ntotal", (getter)index_get_ntotal, NULL, "number of vectors held", NULL},
+    {"is_trained", (getter)index_get_is_trained, NULL, "whether add may be called", NULL},
+    {"metric", (getter)index_get_metric, NULL, "'l2', 'ip' or 'cosine'", NULL},
+    {"description", (getter)index_get_description, NULL, "normalized factory string", NULL},
+    {"backend", (getter)index_get_backend, NULL, "what the index runs on", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject pysimil_index_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "simil._core.Index",
+    .tp_doc = "Index(dim, description='Flat', metric='l2', device=None): a simil_index.",
+    .tp_basicsize = sizeof(IndexObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = index_new,
+    .tp_dealloc = (destructor)index_dealloc,
+    .tp_methods = index_methods,
+    .tp_getset = index_getset,
+};

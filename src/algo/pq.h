@@ -1,0 +1,37 @@
+/* pq.h: product quantization (the GPU paper, "IVFADC"; Jégou et al.).
+ *
+ * A vector of dim components is cut into m sub-vectors of dsub = dim / m
+ * components; each is replaced by the index of the nearest of ksub = 2^nbits
+ * centroids of its own codebook.  A code takes m bytes (one per sub-vector,
+ * whatever nbits), padded to a multiple of 4 for the inverted-list arena. */
+#ifndef SML_ALGO_PQ_H
+#define SML_ALGO_PQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/backend.h"
+
+typedef struct sml_pq {
+    int64_t dim;
+    int64_t m;
+    int64_t dsub;
+    int nbits;
+    int64_t ksub;
+    float *centroids;  /* host: m x ksub x dsub */
+} sml_pq;
+
+simil_status sml_pq_init(sml_pq *pq, int64_t dim, int64_t m, int nbits);
+void sml_pq_free(sml_pq *pq);
+
+/* Bytes of one code in an arena: m, rounded up to a multiple of 4. */
+size_t sml_pq_code_size(const sml_pq *pq);
+
+/* One k-means per sub-space (on the backend), over n vectors (host). */
+simil_status sml_pq_train(sml_backend *b, sml_pq *pq, int64_t n, const float *x, uint64_t seed);
+
+/* The vectors that codes stand for (n x dim floats). */
+void sml_pq_decode(const sml_pq *pq, int64_t n, const uint8_t *codes, size_t code_size,
+                   float *out);
+
+#endif

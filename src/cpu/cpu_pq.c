@@ -1,0 +1,142 @@
+/* cpu_pq.c: IVF-PQ on the CPU: encoding residuals, and scanning lists with
+ * lookup tables (the GPU paper's IVFADC).  Threads take vectors (encode) or
+ * queries (scan). */
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "cpu/cpu_ivf.h"
+#include "cpu/cpu_knn.h"
+#include "cpu/cpu_select.h"
+
+simil_status sml_cpu_pq_encode(sml_backend *b, const sml_pq_encode_args *a)
+{
+    int threads = omp_get_max_threads();
+    float *res;
+    SML_TRY(sml_alloc((void **)&res, (size_t)(threads * a->dim), sizeof *res, "residuals"));
+#pragma omp parallel for num_threads(threads) schedule(static) if (a->n > 256)
+    for (int64_t r = 0; r < a->n; r++) {
+        float *v = res + omp_get_thread_num() * a->dim;
+        const float *x = a->x + r * a->dim;
+        const float *c = a->coarse + a->lists[r] * a->dim;
+        for (int64_t t = 0; t < a->dim; t++) v[t] = x[t] - c[t];
+        uint8_t *code = a->codes + (size_t)r * a->code_size;
+        memset(code, 0, a->code_size);
+        for (int64_t i = 0; i < a->m; i++) {
+            const float *cb = a->codebooks + i * a->ksub * a->dsub;
+            float best = FLT_MAX;
+            int64_t arg = 0;
+            for (int64_t j = 0; j < a->ksub; j++) {
+                float d = sml_cpu_l2sq(v + i * a->dsub, cb + j * a->dsub, a->dsub);
+                if (d < best) {
+                    best = d;
+                    arg = j;
+                }
+            }
+            code[i] = (uint8_t)arg;
+        }
+    }
+    sml_free(res);
+    return SIMIL_OK;
+}
+
+/* The lookup table of query x for list l (m x ksub) and its base key:
+ * precomputed: term1[l] + term3(x), base = coarse key;
+ * else L2: ||(x - c_l)_i - q_ij||^2, base 0;  IP: -<x_i, q_ij>, base = coarse key. */
+static float sml_pq_table(const sml_ivf_scan_args *a, const float *x, int64_t l, float coarse_key,
+                          const float *term3, float *res, float *lut)
+{
+    const int64_t m = a->pq_m, ksub = a->pq_ksub, dsub = a->pq_dsub;
+    const int l2 = a->metric == SIMIL_METRIC_L2;
+    if (!l2 || a->pq_term1 != NULL) {
+        const float *t1 = l2 ? a->pq_term1 + l * m * ksub : NULL;
+        for (int64_t e = 0; e < m * ksub; e++) lut[e] = term3[e] + (t1 ? t1[e] : 0.0f);
+        return coarse_key;
+    }
+    const float *c = a->coarse + l * a->dim;
+    for (int64_t t = 0; t < a->dim; t++) res[t] = x[t] - c[t];
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < ksub; j++)
+            lut[i * ksub + j] = sml_cpu_l2sq(res + i * dsub,
+                                             a->pq_codebooks + (i * ksub + j) * dsub, dsub);
+    return 0.0f;
+}
+
+/* term3 of a query: -2 <x_i, q_ij> (L2, with precomputed tables) or
+ * -<x_i, q_ij> (IP). */
+static void sml_pq_term3(const sml_ivf_scan_args *a, const float *x, float *term3)
+{
+    const int64_t m = a->pq_m, ksub = a->pq_ksub, dsub = a->pq_dsub;
+    const float scale = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < ksub; j++)
+            term3[i * ksub + j] =
+                scale * sml_cpu_dot(x + i * dsub, a->pq_codebooks + (i * ksub + j) * dsub, dsub);
+}
+
+simil_status sml_cpu_ivf_pq_scan(sml_backend *b, const sml_ivf_scan_args *a)
+{
+    const int threads = a->threads > 0 ? a->threads : omp_get_max_threads();
+    const int64_t m = a->pq_m, table = a->pq_m * a->pq_ksub;
+    int64_t kept = a->k, most = 0;
+    for (int64_t q = 0; q < a->nq; q++) {
+        int64_t c = 0;
+        for (int64_t p = 0; p < a->nprobe; p++) {
+            int64_t l = a->probes[q * a->nprobe + p];
+            if (l >= 0) c += a->list_size[l];
+        }
+        most = c > most ? c : most;
+    }
+    if (kept > most) kept = most > 0 ? most : 1;
+    const int64_t cap = sml_topk_capacity(kept);
+    const int64_t per_thread = 2 * table + a->dim;
+    sml_topk_pair *storage;
+    float *scratch;
+    SML_TRY(sml_alloc((void **)&storage, (size_t)(threads * cap), sizeof *storage,
+                      "IVF-PQ candidates"));
+    simil_status s = sml_alloc((void **)&scratch, (size_t)(threads * per_thread), sizeof(float),
+                               "IVF-PQ tables");
+    if (s != SIMIL_OK) {
+        sml_free(storage);
+        return s;
+    }
+    const uint8_t *codes = a->codes;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 4)
+    for (int64_t q = 0; q < a->nq; q++) {
+        const int t = omp_get_thread_num();
+        float *term3 = scratch + t * per_thread, *lut = term3 + table, *res = lut + table;
+        const float *x = a->queries + q * a->dim;
+        sml_topk top;
+        sml_topk_reset(&top, storage + t * cap, kept);
+        if (a->metric != SIMIL_METRIC_L2 || a->pq_term1 != NULL) sml_pq_term3(a, x, term3);
+        for (int64_t p = 0; p < a->nprobe; p++) {
+            const int64_t l = a->probes[q * a->nprobe + p];
+            if (l < 0 || a->list_size[l] == 0) continue;
+            const float base = sml_pq_table(a, x, l, a->coarse_keys[q * a->nprobe + p], term3,
+                                            res, lut);
+            const int64_t end = a->list_offset[l] + a->list_size[l];
+            for (int64_t r = a->list_offset[l]; r < end; r++) {
+                const uint8_t *code = codes + (size_t)r * a->code_size;
+                float d = base;
+                for (int64_t i = 0; i < m; i++) d += lut[i * a->pq_ksub + code[i]];
+                sml_topk_push(&top, d, a->ids[r]);
+            }
+        }
+        float *dist = a->distances + q * a->k;
+        int64_t *lab = a->labels + q * a->k;
+        sml_topk_finish(&top, dist, lab);
+        for (int64_t j = 0; j < a->k; j++) {
+            if (j >= kept) {
+                dist[j] = INFINITY;
+                lab[j] = -1;
+            }
+            if (a->metric == SIMIL_METRIC_IP) dist[j] = -dist[j];
+        }
+    }
+    sml_free(scratch);
+    sml_free(storage);
+    return SIMIL_OK;
+}

@@ -1,0 +1,298 @@
+/* index_ivf_pq.c: "IVFn,PQm[xb]", IVFADC (the GPU paper, section 5.2):
+ * an inverted file whose lists hold product-quantized residuals.
+ *
+ * Training: k-means for the coarse quantizer, then a product quantizer of
+ * m sub-quantizers on the residuals x - c(x).  Adding encodes residuals on the
+ * backend.  Searching computes, per query and probed list, a lookup table of
+ * m x 2^b partial distances and adds m entries per code.  For L2 the tables
+ * come from the paper's decomposition
+ *     ||x - c - q(r)||^2 = ||x - c||^2 + (||q(r)||^2 + 2<c, q(r)>) - 2<x, q(r)>
+ *                          term 2        term 1 (per list, at training)   term 3
+ * when term 1 fits in memory (nlist x m x 2^b floats, up to 1 GiB); otherwise,
+ * or on request, each table is computed from the residual.  "PQm" alone is an
+ * inverted file of one list. */
+#include <string.h>
+
+#include "algo/pq.h"
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "index/index_internal.h"
+#include "index/ivf.h"
+
+static const uint32_t sml_tag_codebooks = SML_TAG('P', 'Q', 'C', 'B');
+static const size_t sml_term1_budget = (size_t)1 << 30;
+
+typedef struct sml_ivf_pq {
+    sml_ivf ivf;
+    sml_pq pq;
+    float *codebooks_mem;  /* backend: the PQ codebooks */
+    float *term1_mem;      /* backend: nlist x m x ksub, or NULL */
+} sml_ivf_pq;
+
+static sml_ivf_pq *sml_ivf_pq_of(const simil_index *index) { return index->impl; }
+
+/* Codebooks and term 1 to backend memory (term 1 only for L2, if it fits). */
+static simil_status sml_ivf_pq_upload(sml_backend *b, sml_ivf_pq *x)
+{
+    const sml_pq *pq = &x->pq;
+    const sml_ivf *ivf = &x->ivf;
+    const size_t cb_bytes = sizeof(float) * (size_t)(pq->m * pq->ksub * pq->dsub);
+    const size_t t1_count = (size_t)(ivf->nlist * pq->m * pq->ksub);
+    float *cb = NULL, *t1 = NULL, *host = NULL;
+    simil_status s = b->ops->mem_alloc(b, cb_bytes, (void **)&cb);
+    if (s == SIMIL_OK) s = b->ops->mem_upload(b, cb, pq->centroids, cb_bytes);
+    int term1 = ivf->metric == SIMIL_METRIC_L2 && t1_count * sizeof(float) <= sml_term1_budget;
+    if (s == SIMIL_OK && term1) {
+        s = sml_alloc((void **)&host, t1_count, sizeof(float), "precomputed tables");
+        if (s == SIMIL_OK) {
+#pragma omp parallel for schedule(static)
+            for (int64_t l = 0; l < ivf->nlist; l++)
+                for (int64_t i = 0; i < pq->m; i++)
+                    for (int64_t j = 0; j < pq->ksub; j++) {
+                        const float *q = pq->centroids + (i * pq->ksub + j) * pq->dsub;
+                        const float *c = ivf->centroids + l * ivf->dim + i * pq->dsub;
+                        double v = 0;
+                        for (int64_t t = 0; t < pq->dsub; t++)
+                            v += (double)q[t] * q[t] + 2.0 * (double)c[t] * q[t];
+                        host[(l * pq->m + i) * pq->ksub + j] = (float)v;
+                    }
+            s = b->ops->mem_alloc(b, t1_count * sizeof(float), (void **)&t1);
+        }
+        if (s == SIMIL_OK) s = b->ops->mem_upload(b, t1, host, t1_count * sizeof(float));
+    }
+    sml_free(host);
+    if (s != SIMIL_OK) {
+        b->ops->mem_free(b, cb);
+        b->ops->mem_free(b, t1);
+        return s;
+    }
+    b->ops->mem_free(b, x->codebooks_mem);
+    b->ops->mem_free(b, x->term1_mem);
+    x->codebooks_mem = cb;
+    x->term1_mem = t1;
+    return SIMIL_OK;
+}
+
+static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float *xs)
+{
+    sml_ivf_pq *x = sml_ivf_pq_of(index);
+    sml_backend *b = index->backend;
+    SML_TRY(sml_ivf_train(b, &x->ivf, n, xs));
+    /* residuals against the nearest coarse centroid */
+    int64_t *lists = NULL;
+    float *res = NULL;
+    simil_status s = sml_alloc((void **)&lists, (size_t)n, sizeof *lists, "list assignments");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&res, (size_t)(n * index->dim), sizeof *res, "residuals");
+    if (s == SIMIL_OK) s = sml_ivf_probe(b, &x->ivf, n, xs, 1, lists, NULL);
+    if (s == SIMIL_OK) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t t = 0; t < index->dim; t++)
+                res[r * index->dim + t] =
+                    xs[r * index->dim + t] - x->ivf.centroids[lists[r] * index->dim + t];
+        s = sml_pq_train(b, &x->pq, n, res, 4321);
+    }
+    if (s == SIMIL_OK) s = sml_ivf_pq_upload(b, x);
+    sml_free(res);
+    sml_free(lists);
+    return s;
+}
+
+static simil_status sml_ivf_pq_add(simil_index *index, int64_t n, const float *xs,
+                                   const int64_t *ids)
+{
+    sml_ivf_pq *x = sml_ivf_pq_of(index);
+    sml_backend *b = index->backend;
+    const size_t code_size = x->ivf.code_size;
+    int64_t *lists = NULL;
+    uint8_t *codes = NULL;
+    simil_status s = sml_alloc((void **)&lists, (size_t)n, sizeof *lists, "list assignments");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&codes, (size_t)n, code_size, "codes");
+    const int64_t chunk = (int64_t)1 << 20;
+    for (int64_t i = 0; i < n && s == SIMIL_OK; i += chunk) {
+        const int64_t m = n - i < chunk ? n - i : chunk;
+        const float *part = xs + i * index->dim;
+        s = sml_ivf_probe(b, &x->ivf, m, part, 1, lists + i, NULL);
+        sml_pq_encode_args enc = {
+            .x = part,
+            .n = m,
+            .dim = index->dim,
+            .lists = lists + i,
+            .coarse = x->ivf.centroids_mem,
+            .codebooks = x->codebooks_mem,
+            .m = x->pq.m,
+            .ksub = x->pq.ksub,
+            .dsub = x->pq.dsub,
+            .codes = codes + (size_t)i * code_size,
+            .code_size = code_size,
+        };
+        if (s == SIMIL_OK) s = b->ops->pq_encode(b, &enc);
+        sml_progress("add", i + m, n);
+    }
+    if (s == SIMIL_OK) s = sml_ivf_append(b, &x->ivf, n, lists, codes, ids);
+    sml_free(codes);
+    sml_free(lists);
+    return s;
+}
+
+static simil_status sml_ivf_pq_search(const simil_index *index, const sml_search_call *call)
+{
+    const sml_ivf_pq *x = sml_ivf_pq_of(index);
+    sml_backend *b = index->backend;
+    const sml_ivf *ivf = &x->ivf;
+    int64_t nprobe = call->params.nprobe > 0 ? call->params.nprobe : 1;
+    if (nprobe > ivf->nlist) nprobe = ivf->nlist;
+    const size_t pairs = (size_t)(call->nq * nprobe);
+    const size_t bytes = sizeof(float) * (size_t)(call->nq * index->dim);
+    int64_t *probes = NULL;
+    float *keys = NULL, *queries = (float *)call->queries;
+    simil_status s = sml_alloc((void **)&probes, pairs, sizeof *probes, "probes");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&keys, pairs, sizeof *keys, "coarse distances");
+    if (s == SIMIL_OK && b->gpu >= 0) {
+        s = b->ops->mem_alloc(b, bytes, (void **)&queries);
+        if (s == SIMIL_OK) s = b->ops->mem_upload(b, queries, call->queries, bytes);
+    }
+    if (s == SIMIL_OK) s = sml_ivf_probe(b, ivf, call->nq, queries, nprobe, probes, keys);
+    if (s == SIMIL_OK) {
+        if (ivf->metric != SIMIL_METRIC_L2)
+            for (size_t i = 0; i < pairs; i++) keys[i] = -keys[i]; /* similarity to key */
+        const int64_t lut_bytes = x->pq.m * x->pq.ksub * (int64_t)sizeof(float);
+        sml_ivf_scan_args args = {
+            .queries = queries,
+            .nq = call->nq,
+            .dim = index->dim,
+            .probes = probes,
+            .nprobe = nprobe,
+            .list_offset = ivf->offset,
+            .list_size = ivf->size,
+            .nlist = ivf->nlist,
+            .codes = ivf->codes_mem,
+            .code_size = ivf->code_size,
+            .ids = ivf->ids_mem,
+            .k = call->k,
+            .metric = ivf->metric,
+            .distances = call->distances,
+            .labels = call->labels,
+            .threads = call->params.threads,
+            .pq_m = x->pq.m,
+            .pq_ksub = x->pq.ksub,
+            .pq_dsub = x->pq.dsub,
+            .pq_codebooks = x->codebooks_mem,
+            .coarse = ivf->centroids_mem,
+            .coarse_keys = keys,
+            .pq_term1 = call->params.precomputed_tables ? x->term1_mem : NULL,
+            .lut_fp16 = call->params.lut == SIMIL_LUT_FP16 ||
+                        (call->params.lut == SIMIL_LUT_AUTO && lut_bytes > 48 * 1024),
+        };
+        s = b->ops->ivf_pq_scan(b, &args);
+    }
+    if (queries != call->queries) b->ops->mem_free(b, queries);
+    sml_free(keys);
+    sml_free(probes);
+    return s;
+}
+
+static simil_status sml_ivf_pq_remove(simil_index *index, int64_t n_sorted, const int64_t *sorted,
+                                      int64_t *removed)
+{
+    return sml_ivf_remove(index->backend, &sml_ivf_pq_of(index)->ivf, n_sorted, sorted, removed);
+}
+
+/* The coarse centroid plus the decoded residual. */
+static simil_status sml_ivf_pq_reconstruct(const simil_index *index, int64_t id, float *out)
+{
+    const sml_ivf_pq *x = sml_ivf_pq_of(index);
+    const sml_ivf *ivf = &x->ivf;
+    const int64_t at = sml_ivf_find(ivf, id);
+    SML_RETURN_IF(at < 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "reconstruct: id %" PRId64 " is not in the index", id);
+    uint8_t code[128];
+    sml_backend *b = index->backend;
+    SML_TRY(b->ops->mem_download(b, code, ivf->codes_mem + (size_t)at * ivf->code_size,
+                                 ivf->code_size));
+    sml_pq_decode(&x->pq, 1, code, ivf->code_size, out);
+    const int64_t l = sml_ivf_list_of(ivf, at);
+    for (int64_t t = 0; t < index->dim; t++) out[t] += ivf->centroids[l * index->dim + t];
+    return SIMIL_OK;
+}
+
+static void sml_ivf_pq_reset(simil_index *index)
+{
+    sml_ivf_reset(index->backend, &sml_ivf_pq_of(index)->ivf);
+}
+
+static simil_status sml_ivf_pq_save(const simil_index *index, sml_writer *w)
+{
+    if (!index->trained) return SIMIL_OK;
+    const sml_ivf_pq *x = sml_ivf_pq_of(index);
+    SML_TRY(sml_section_write(w, sml_tag_codebooks, x->pq.centroids,
+                              sizeof(float) * (uint64_t)(x->pq.m * x->pq.ksub * x->pq.dsub)));
+    return sml_ivf_save(index->backend, &x->ivf, w);
+}
+
+static simil_status sml_ivf_pq_load(simil_index *index, sml_reader *r)
+{
+    if (!index->trained) {
+        SML_RETURN_IF(index->ntotal != 0, SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: an untrained index with vectors", r->path);
+        return SIMIL_OK;
+    }
+    sml_ivf_pq *x = sml_ivf_pq_of(index);
+    uint64_t bytes;
+    SML_TRY(sml_section_open(r, sml_tag_codebooks, &bytes));
+    SML_RETURN_IF(bytes != sizeof(float) * (uint64_t)(x->pq.m * x->pq.ksub * x->pq.dsub),
+                  SIMIL_ERR_CORRUPT, "'%s' is damaged: PQ codebooks of %llu bytes", r->path,
+                  (unsigned long long)bytes);
+    SML_TRY(sml_section_read(r, x->pq.centroids, (size_t)bytes));
+    SML_TRY(sml_section_close(r));
+    SML_TRY(sml_ivf_load(index->backend, &x->ivf, r, index->ntotal));
+    return sml_ivf_pq_upload(index->backend, x);
+}
+
+static void sml_ivf_pq_destroy(simil_index *index)
+{
+    sml_ivf_pq *x = sml_ivf_pq_of(index);
+    sml_backend *b = index->backend;
+    b->ops->mem_free(b, x->codebooks_mem);
+    b->ops->mem_free(b, x->term1_mem);
+    sml_ivf_free(b, &x->ivf);
+    sml_pq_free(&x->pq);
+    sml_free(x);
+}
+
+static const sml_index_vtable sml_ivf_pq_vtable = {
+    .train = sml_ivf_pq_train,
+    .add = sml_ivf_pq_add,
+    .search = sml_ivf_pq_search,
+    .remove = sml_ivf_pq_remove,
+    .reconstruct = sml_ivf_pq_reconstruct,
+    .reset = sml_ivf_pq_reset,
+    .save = sml_ivf_pq_save,
+    .load = sml_ivf_pq_load,
+    .destroy = sml_ivf_pq_destroy,
+};
+
+simil_status sml_ivf_pq_init(simil_index *index)
+{
+    const sml_backend_ops *ops = index->backend->ops;
+    SML_RETURN_IF(ops->ivf_pq_scan == NULL || ops->pq_encode == NULL, SIMIL_ERR_UNSUPPORTED,
+                  "IVF-PQ is not built for %s yet; use --device cpu", index->backend->name);
+    sml_ivf_pq *x;
+    SML_TRY(sml_calloc((void **)&x, 1, sizeof *x, "an IVF-PQ index"));
+    const sml_index_spec *spec = &index->spec;
+    simil_status s = sml_pq_init(&x->pq, index->dim, spec->pq_m, spec->pq_bits);
+    if (s == SIMIL_OK)
+        s = sml_ivf_init(&x->ivf, spec->ivf_nlist > 0 ? spec->ivf_nlist : 1, index->dim,
+                         sml_kernel_metric(index->metric), index->metric == SIMIL_METRIC_COSINE,
+                         sml_pq_code_size(&x->pq));
+    if (s != SIMIL_OK) {
+        sml_pq_free(&x->pq);
+        sml_free(x);
+        return s;
+    }
+    index->impl = x;
+    index->vt = &sml_ivf_pq_vtable;
+    index->trained = 0;
+    return SIMIL_OK;
+}
