@@ -1,8 +1,8 @@
 /* bench_gpu_ivf.c: IVF-Flat and k-means on the GPU, on the BENCHMARKS.md
  * workloads, as a program (not a test).
  *
- *   bench_gpu_ivf fashion-mnist [NPROBE ...]
- *   bench_gpu_ivf mix10M [NPROBE ...]
+ *   bench_gpu_ivf fashion-mnist DESC [NPROBE ...]   (e.g. IVF1024,Flat or IVF256,PQ56)
+ *   bench_gpu_ivf mix10M DESC [NPROBE ...]          (e.g. IVF4096,Flat or IVF4096,PQ32)
  *   bench_gpu_ivf kmeans            (first 1M vectors of mix10M, k=4096, 20 iterations)
  *
  * Reports train and add seconds, then for each nprobe the median of 3 timed
@@ -94,7 +94,8 @@ static void sweep(const char *name, const char *desc, int64_t n, int64_t dim, co
 int main(int argc, char **argv)
 {
     if (argc < 2 || simil_gpu_count() == 0) {
-        fprintf(stderr, "usage: bench_gpu_ivf fashion-mnist|mix10M|kmeans [NPROBE ...] (needs a GPU)\n");
+        fprintf(stderr, "usage: bench_gpu_ivf fashion-mnist|mix10M DESC [NPROBE ...] | kmeans "
+                        "(needs a GPU)\n");
         return 2;
     }
     if (strcmp(argv[1], "fashion-mnist") == 0) {
@@ -104,18 +105,20 @@ int main(int argc, char **argv)
             simil_matrix_read_float("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz",
                                     0, -1, &q))
             die("read");
-        sweep("fashion-mnist", "IVF1024,Flat", b.rows, b.cols, b.data, b.data, b.rows, q.rows,
-              q.data, argc - 2, argv + 2);
+        if (argc < 3) return 2;
+        sweep("fashion-mnist", argv[2], b.rows, b.cols, b.data, b.data, b.rows, q.rows, q.data,
+              argc - 3, argv + 3);
         return 0;
     }
     if (strcmp(argv[1], "mix10M") == 0) {
+        if (argc < 3) return 2;
         double t0 = now();
         float *base = generate("mix", 10000000, 96, 11);
         float *q = generate("mix", 10000, 96, 12);
         float *train = generate("mix", 500000, 96, 13);
         printf("mix10M generated in %.1f s\n", now() - t0);
-        sweep("mix10M", "IVF4096,Flat", 10000000, 96, base, train, 500000, 10000, q, argc - 2,
-              argv + 2);
+        if (argc < 3) return 2;
+        sweep("mix10M", argv[2], 10000000, 96, base, train, 500000, 10000, q, argc - 3, argv + 3);
         return 0;
     }
     if (strcmp(argv[1], "kmeans") == 0) {

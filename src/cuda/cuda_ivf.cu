@@ -1,12 +1,14 @@
-// cuda_ivf.cu: IVF-Flat scans on the GPU (the GPU paper, section 5.2, with the
-// lists read list by list rather than query by query).
+// cuda_ivf.cu: inverted-list scans on the GPU (the GPU paper, section 5.2):
+// IVF-Flat, and the driver IVF-PQ shares (its distances: cuda_ivf_pq.cu).
 //
 // For a batch of queries and their probes (from the coarse search):
-//  1. The (query, probe) pairs are grouped by list on the host.  Each list is
-//     then read once per 32 of its queries: a tiled kernel computes the exact
-//     distances of those queries to the list's vectors, like a small GEMM in
-//     shared memory (queries x vectors x dimensions), so the lists stream from
-//     memory about nq * nprobe / (32 nlist) times instead of nq * nprobe.
+//  1. The (query, probe) pairs are grouped by list on the host.  IVF-Flat
+//     reads each list once per 32 of its queries: a tiled kernel computes the
+//     exact distances of those queries to the list's vectors, like a small
+//     GEMM in shared memory (queries x vectors x dimensions), so the lists
+//     stream from memory about nq * nprobe / (32 nlist) times instead of
+//     nq * nprobe.  IVF-PQ builds one lookup table per pair and adds it up
+//     over the pair's codes.
 //  2. The distances are laid out query by query: query q owns one segment per
 //     probe, each padded to a multiple of 4 floats.
 //  3. k <= 2048: every segment keeps its k best (WarpSelect / BlockSelect over
@@ -21,6 +23,7 @@
 #include "core/alloc.h"
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_kernels.cuh"
+#include "cuda/cuda_ivf.cuh"
 #include "cuda/cuda_util.cuh"
 #include "cuda/select.cuh"
 
@@ -31,14 +34,6 @@ constexpr int kTileQueries = 32;
 constexpr int kTileVectors = 64;
 constexpr int kTileDims = 32;
 constexpr size_t kCandidateBudget = (size_t)2 << 30;  // bytes of distances per batch
-
-// One block of work: up to 32 pairs of one list against up to 64 of its vectors.
-struct ScanTile {
-    int list;
-    int pair0;    // first pair (in the list-grouped pair order)
-    int npairs;
-    int vector0;  // first vector of the list
-};
 
 // Tiled distances: 128 threads, each 4 queries x 4 vectors; shared memory
 // holds 32 query rows and 64 vector rows, 32 dimensions at a time.
@@ -116,8 +111,11 @@ struct ScanPlan {
     int *pair_list;
     int *pair_cols;
     int *pair_base;
-    ScanTile *tiles;
+    float *pair_key;         // the coarse key of each pair (IVF-PQ)
+    ScanTile *tiles;         // IVF-Flat work
     int ntiles;
+    PqItem *items;           // IVF-PQ work
+    int nitems;
     long long *query_start;  // per query: start of its segments, and (k > 2048) length
     int *query_cols;
     long long total;         // floats of distances
@@ -127,14 +125,54 @@ void plan_free(ScanPlan *p)
 {
     sml_free(p->pair_query);
     sml_free(p->tiles);
+    sml_free(p->items);
     sml_free(p->query_start);
     memset(p, 0, sizeof *p);
 }
 
 long long pad4(long long x) { return (x + 3) / 4 * 4; }
 
-// Group the pairs of queries [q0, q0 + nq) by list; lay out their segments.
-simil_status plan_batch(const sml_ivf_scan_args *a, long long q0, int nq, ScanPlan *p)
+// IVF-Flat work: runs of up to 32 pairs of one list, times chunks of 64 vectors.
+simil_status plan_tiles(ScanPlan *p)
+{
+    long long tiles = 0;
+    for (int i = 0; i < p->npairs;) {
+        int j = i;
+        while (j < p->npairs && j - i < kTileQueries && p->pair_list[j] == p->pair_list[i]) ++j;
+        tiles += (p->pair_cols[i] + kTileVectors - 1) / kTileVectors;
+        i = j;
+    }
+    SML_TRY(sml_alloc(reinterpret_cast<void **>(&p->tiles), (size_t)(tiles > 0 ? tiles : 1),
+                      sizeof(ScanTile), "IVF plan"));
+    p->ntiles = (int)tiles;
+    long long t = 0;
+    for (int i = 0; i < p->npairs;) {
+        int j = i;
+        while (j < p->npairs && j - i < kTileQueries && p->pair_list[j] == p->pair_list[i]) ++j;
+        for (int v = 0; v < p->pair_cols[i]; v += kTileVectors)
+            p->tiles[t++] = ScanTile{p->pair_list[i], i, j - i, v};
+        i = j;
+    }
+    return SIMIL_OK;
+}
+
+// IVF-PQ work: each pair in chunks of kPqItemVectors vectors.
+simil_status plan_items(ScanPlan *p)
+{
+    long long items = 0;
+    for (int i = 0; i < p->npairs; ++i) items += (p->pair_cols[i] + kPqItemVectors - 1) / kPqItemVectors;
+    SML_TRY(sml_alloc(reinterpret_cast<void **>(&p->items), (size_t)(items > 0 ? items : 1),
+                      sizeof(PqItem), "IVF-PQ plan"));
+    p->nitems = (int)items;
+    long long t = 0;
+    for (int i = 0; i < p->npairs; ++i)
+        for (int v = 0; v < p->pair_cols[i]; v += kPqItemVectors) p->items[t++] = PqItem{i, v};
+    return SIMIL_OK;
+}
+
+// Group the pairs of queries [q0, q0 + nq) by list; lay out their segments;
+// cut the work into blocks for the flat or the PQ distance kernel.
+simil_status plan_batch(const sml_ivf_scan_args *a, long long q0, int nq, bool pq, ScanPlan *p)
 {
     memset(p, 0, sizeof *p);
     p->nq = nq;
@@ -149,9 +187,9 @@ simil_status plan_batch(const sml_ivf_scan_args *a, long long q0, int nq, ScanPl
     for (int64_t l = 0; l < a->nlist; ++l) count[l + 1] += count[l];
     p->npairs = (int)count[a->nlist];
     const size_t pairs = (size_t)(p->npairs > 0 ? p->npairs : 1);
-    // one block: query, out, row, list, cols, base
+    // one block: query, out, row, list, cols, base, key
     simil_status s = sml_alloc(reinterpret_cast<void **>(&p->pair_query), pairs,
-                               sizeof(int) * 5 + sizeof(long long), "IVF plan");
+                               sizeof(int) * 6 + sizeof(long long) + sizeof(float), "IVF plan");
     if (s == SIMIL_OK)
         s = sml_alloc(reinterpret_cast<void **>(&p->query_start), (size_t)nq,
                       sizeof(long long) + sizeof(int), "IVF plan");
@@ -165,9 +203,9 @@ simil_status plan_batch(const sml_ivf_scan_args *a, long long q0, int nq, ScanPl
     p->pair_list = p->pair_row + pairs;
     p->pair_cols = p->pair_list + pairs;
     p->pair_base = p->pair_cols + pairs;
+    p->pair_key = reinterpret_cast<float *>(p->pair_base + pairs);
     p->query_cols = reinterpret_cast<int *>(p->query_start + nq);
     long long at = 0;
-    long long tiles = 0;
     for (int q = 0; q < nq; ++q) {
         p->query_start[q] = at;
         for (int64_t j = 0; j < np; ++j) {
@@ -180,37 +218,26 @@ simil_status plan_batch(const sml_ivf_scan_args *a, long long q0, int nq, ScanPl
             p->pair_list[slot] = (int)l;
             p->pair_cols[slot] = (int)a->list_size[l];
             p->pair_base[slot] = (int)a->list_offset[l];
+            p->pair_key[slot] = a->coarse_keys ? a->coarse_keys[(q0 + q) * np + j] : 0.0f;
             at += pad4(a->list_size[l]);
         }
         p->query_cols[q] = (int)(at - p->query_start[q]);
     }
     p->total = at;
     sml_free(count);
-    // tiles: runs of up to 32 pairs of one list, times chunks of 64 vectors
-    for (int i = 0; i < p->npairs;) {
-        int j = i;
-        while (j < p->npairs && j - i < kTileQueries && p->pair_list[j] == p->pair_list[i]) ++j;
-        tiles += (p->pair_cols[i] + kTileVectors - 1) / kTileVectors;
-        i = j;
-    }
-    p->ntiles = (int)tiles;
-    SML_TRY(sml_alloc(reinterpret_cast<void **>(&p->tiles), (size_t)(tiles > 0 ? tiles : 1),
-                      sizeof(ScanTile), "IVF plan"));
-    long long t = 0;
-    for (int i = 0; i < p->npairs;) {
-        int j = i;
-        while (j < p->npairs && j - i < kTileQueries && p->pair_list[j] == p->pair_list[i]) ++j;
-        for (int v = 0; v < p->pair_cols[i]; v += kTileVectors)
-            p->tiles[t++] = ScanTile{p->pair_list[i], i, j - i, v};
-        i = j;
-    }
-    return SIMIL_OK;
+    const simil_status w = pq ? plan_items(p) : plan_tiles(p);
+    if (w != SIMIL_OK) plan_free(p);
+    return w;
 }
 
 size_t up(size_t x) { return (x + 255) / 256 * 256; }
 
 struct Scratch {
     int *pair_query;
+    int *pair_list;
+    float *pair_key;
+    PqItem *items;
+    float *pq_scratch;
     long long *pair_out;
     int *pair_row;
     int *pair_cols;
@@ -233,7 +260,8 @@ struct Scratch {
     size_t total;
 };
 
-Scratch carve(const sml_ivf_scan_args *a, const ScanPlan &p, int k1, bool radix, char *base)
+Scratch carve(const sml_ivf_scan_args *a, const ScanPlan &p, int k1, bool radix, bool pq,
+              char *base)
 {
     Scratch s{};
     size_t at = 0;
@@ -249,6 +277,12 @@ Scratch carve(const sml_ivf_scan_args *a, const ScanPlan &p, int k1, bool radix,
     s.pair_cols = reinterpret_cast<int *>(take(4 * pairs));
     s.pair_base = reinterpret_cast<int *>(take(4 * pairs));
     s.tiles = reinterpret_cast<ScanTile *>(take(sizeof(ScanTile) * (size_t)(p.ntiles + 1)));
+    if (pq) {
+        s.pair_list = reinterpret_cast<int *>(take(4 * pairs));
+        s.pair_key = reinterpret_cast<float *>(take(4 * pairs));
+        s.items = reinterpret_cast<PqItem *>(take(sizeof(PqItem) * (size_t)(p.nitems + 1)));
+        s.pq_scratch = reinterpret_cast<float *>(take(4 * pq_scratch_floats(a, p.nq)));
+    }
     s.list_offset = reinterpret_cast<long long *>(take(8 * (size_t)a->nlist));
     s.list_size = reinterpret_cast<int *>(take(4 * (size_t)a->nlist));
     s.query_start = reinterpret_cast<long long *>(take(8 * nq));
@@ -281,8 +315,15 @@ simil_status upload_plan(const sml_ivf_scan_args *a, const ScanPlan &p, const Sc
     SML_CUDA_TRY(cudaMemcpyAsync(s.pair_row, p.pair_row, 4 * pairs, cudaMemcpyHostToDevice, st));
     SML_CUDA_TRY(cudaMemcpyAsync(s.pair_cols, p.pair_cols, 4 * pairs, cudaMemcpyHostToDevice, st));
     SML_CUDA_TRY(cudaMemcpyAsync(s.pair_base, p.pair_base, 4 * pairs, cudaMemcpyHostToDevice, st));
-    SML_CUDA_TRY(cudaMemcpyAsync(s.tiles, p.tiles, sizeof(ScanTile) * (size_t)p.ntiles,
-                                 cudaMemcpyHostToDevice, st));
+    if (p.tiles)
+        SML_CUDA_TRY(cudaMemcpyAsync(s.tiles, p.tiles, sizeof(ScanTile) * (size_t)p.ntiles,
+                                     cudaMemcpyHostToDevice, st));
+    if (p.items) {
+        SML_CUDA_TRY(cudaMemcpyAsync(s.pair_list, p.pair_list, 4 * pairs, cudaMemcpyHostToDevice, st));
+        SML_CUDA_TRY(cudaMemcpyAsync(s.pair_key, p.pair_key, 4 * pairs, cudaMemcpyHostToDevice, st));
+        SML_CUDA_TRY(cudaMemcpyAsync(s.items, p.items, sizeof(PqItem) * (size_t)p.nitems,
+                                     cudaMemcpyHostToDevice, st));
+    }
     SML_CUDA_TRY(cudaMemcpyAsync(s.query_start, p.query_start, 8 * (size_t)p.nq,
                                  cudaMemcpyHostToDevice, st));
     SML_CUDA_TRY(cudaMemcpyAsync(s.query_cols, p.query_cols, 4 * (size_t)p.nq,
@@ -346,19 +387,19 @@ simil_status select_batch(const sml_ivf_scan_args *a, const ScanPlan &p, const S
     return select_rows(merge, ScoreType::f32, st);
 }
 
-simil_status scan_batch(Device *dev, const sml_ivf_scan_args *a, long long q0, int nq)
+simil_status scan_batch(Device *dev, const sml_ivf_scan_args *a, bool pq, long long q0, int nq)
 {
     cudaStream_t st = dev->stream[0];
     const bool radix = a->k > kMaxWarpSelectK;
     const int k1 = (int)(a->k < kMaxWarpSelectK ? a->k : kMaxWarpSelectK);
     ScanPlan p;
-    SML_TRY(plan_batch(a, q0, nq, &p));
-    const Scratch need = carve(a, p, k1, radix, nullptr);
+    SML_TRY(plan_batch(a, q0, nq, pq, &p));
+    const Scratch need = carve(a, p, k1, radix, pq, nullptr);
     char *ws = nullptr;
     simil_status s = device_workspace(dev, need.total, reinterpret_cast<void **>(&ws));
     Scratch sc{};
     if (s == SIMIL_OK) {
-        sc = carve(a, p, k1, radix, ws);
+        sc = carve(a, p, k1, radix, pq, ws);
         s = upload_plan(a, p, sc, q0, st);
     }
     if (s == SIMIL_OK) {
@@ -381,7 +422,13 @@ simil_status scan_batch(Device *dev, const sml_ivf_scan_args *a, long long q0, i
     if (s == SIMIL_OK && radix)
         s = cuda_status(cudaMemsetAsync(sc.rows, 0xff, 4 * (size_t)(p.total + 4), st),
                         "IVF rows", __FILE__, __LINE__);
-    if (s == SIMIL_OK && p.ntiles > 0) {
+    if (s == SIMIL_OK && pq) {
+        PqBatch batch{sc.items,    p.nitems,    sc.pair_query, sc.pair_list, sc.pair_cols,
+                      sc.pair_base, sc.pair_out, sc.pair_key,  nq,
+                      a->queries + q0 * a->dim};
+        if (p.nitems > 0)
+            s = launch_pq_distances(a, batch, sc.pq_scratch, sc.distances, sc.rows, st);
+    } else if (s == SIMIL_OK && p.ntiles > 0) {
         const auto kernel = a->metric == SIMIL_METRIC_L2 ? ivf_distance_kernel<true>
                                                          : ivf_distance_kernel<false>;
         kernel<<<p.ntiles, 128, 0, st>>>(sc.tiles, sc.pair_query, sc.pair_out,
@@ -428,9 +475,7 @@ int batch_queries(const sml_ivf_scan_args *a, long long q0)
     return n;
 }
 
-}  // namespace
-
-simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
+simil_status ivf_scan(sml_backend *b, const sml_ivf_scan_args *a, bool pq)
 {
     SML_RETURN_IF(a->k >= INT32_MAX || a->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
                   "IVF scan on the GPU: k and dim must be below 2^31");
@@ -439,12 +484,24 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
     simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
     for (long long q0 = 0; s == SIMIL_OK && q0 < a->nq;) {
         const int n = batch_queries(a, q0);
-        s = scan_batch(dev, a, q0, n);
+        s = scan_batch(dev, a, pq, q0, n);
         q0 += n;
     }
     if (s != SIMIL_OK) cudaStreamSynchronize(dev->stream[0]);
     pthread_mutex_unlock(&dev->lock);
     return s;
+}
+
+}  // namespace
+
+simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
+{
+    return ivf_scan(b, a, false);
+}
+
+simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_scan_args *a)
+{
+    return ivf_scan(b, a, true);
 }
 
 }  // namespace sml

@@ -214,6 +214,127 @@ static void test_kmeans_objective_agrees(void **state)
     free(x);
 }
 
+/* GPU against CPU for approximate distances: equal within rel at each rank,
+ * labels equal except where the CPU's neighbouring distances tie. */
+static void compare_approx(const char *what, const simil_index *cpu, const simil_index *gpu,
+                           const simil_search_params *pc, const simil_search_params *pg,
+                           const float *q, int64_t nq, int64_t k, double rel)
+{
+    size_t out = (size_t)(nq * k);
+    float *dc = sml_test_malloc(4 * out), *dg = sml_test_malloc(4 * out);
+    int64_t *lc = sml_test_malloc(8 * out), *lg = sml_test_malloc(8 * out);
+    SML_ASSERT_OK(simil_index_search(cpu, nq, q, k, pc, dc, lc));
+    SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, pg, dg, lg));
+    for (int64_t i = 0; i < nq; i++) {
+        const float *r = dc + i * k;
+        double scale = fmax(fabs(r[0]), fabs(r[k - 1]));
+        for (int64_t j = 0; j < k; j++) {
+            size_t o = (size_t)(i * k + j);
+            if (fabs(dg[o] - dc[o]) > rel * scale)
+                fail_msg("%s query %lld rank %lld: GPU %.7g, CPU %.7g", what, (long long)i,
+                         (long long)j, dg[o], dc[o]);
+            int tie = (j > 0 && fabs(r[j] - r[j - 1]) <= rel * scale) ||
+                      (j + 1 < k && fabs(r[j] - r[j + 1]) <= rel * scale) || j + 1 == k;
+            if (!tie && lg[o] != lc[o])
+                fail_msg("%s query %lld rank %lld: GPU id %lld, CPU id %lld", what, (long long)i,
+                         (long long)j, (long long)lg[o], (long long)lc[o]);
+        }
+    }
+    free(dc);
+    free(dg);
+    free(lc);
+    free(lg);
+}
+
+static void test_ivf_pq_same_as_cpu(void **state)
+{
+    (void)state;
+    const int64_t n = 20000, dim = 32, nq = 200, k = 20;
+    float *x = sml_test_malloc(4 * n * dim), *q = sml_test_malloc(4 * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 51, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 52, q));
+    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP};
+    for (int m = 0; m < 2; m++) {
+        simil_index *cpu, *gpu;
+        twin("IVF32,PQ8", dim, metrics[m], n, x, &cpu, &gpu);
+        simil_search_params pc, pg;
+        simil_search_params_init(&pc);
+        pc.nprobe = 8;
+        for (int pre = 0; pre <= 1; pre++) {
+            pc.precomputed_tables = pre;
+            pg = pc;
+            pg.lut = SIMIL_LUT_FP32;
+            compare_approx("IVF32,PQ8 fp32", cpu, gpu, &pc, &pg, q, nq, k, 1e-4);
+            /* fp16 tables: entries off by 2^-11 of the table's range at most */
+            pg.lut = SIMIL_LUT_FP16;
+            compare_approx("IVF32,PQ8 fp16", cpu, gpu, &pc, &pg, q, nq, k, 2e-2);
+        }
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+    }
+    /* large raw values: fp16 tables must not overflow */
+    for (int64_t i = 0; i < n * dim; i++) x[i] *= 3000.0f;
+    for (int64_t i = 0; i < nq * dim; i++) q[i] *= 3000.0f;
+    simil_index *cpu, *gpu;
+    twin("IVF16,PQ16", dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
+    simil_search_params pc, pg;
+    simil_search_params_init(&pc);
+    pc.nprobe = 4;
+    pg = pc;
+    pg.lut = SIMIL_LUT_FP16;
+    compare_approx("large values fp16", cpu, gpu, &pc, &pg, q, nq, k, 2e-2);
+    simil_index_destroy(cpu);
+    simil_index_destroy(gpu);
+    free(x);
+    free(q);
+}
+
+static void test_ivf_pq_fashion_56_bytes(void **state)
+{
+    (void)state;
+    const char *bp = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+    const char *qp = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+    struct stat st;
+    if (stat(bp, &st) != 0) skip();
+    simil_matrix b, q;
+    SML_ASSERT_OK(simil_matrix_read_float(bp, 0, -1, &b));
+    SML_ASSERT_OK(simil_matrix_read_float(qp, 0, 2000, &q));
+    const int64_t k = 10, nq = q.rows;
+    simil_index *ivf, *flat;
+    SML_ASSERT_OK(simil_index_create(&ivf, b.cols, "IVF256,PQ56", SIMIL_METRIC_L2, "gpu"));
+    SML_ASSERT_OK(simil_index_train(ivf, b.rows, b.data));
+    SML_ASSERT_OK(simil_index_add(ivf, b.rows, b.data, NULL));
+    SML_ASSERT_OK(simil_index_create(&flat, b.cols, "Flat", SIMIL_METRIC_L2, "gpu"));
+    SML_ASSERT_OK(simil_index_add(flat, b.rows, b.data, NULL));
+    float *d = sml_test_malloc(4 * nq * k), *dt = sml_test_malloc(4 * nq * k);
+    int64_t *l = sml_test_malloc(8 * nq * k), *lt = sml_test_malloc(8 * nq * k);
+    SML_ASSERT_OK(simil_index_search(flat, nq, q.data, k, NULL, dt, lt));
+    const simil_lut_precision luts[] = {SIMIL_LUT_FP16, SIMIL_LUT_FP32};
+    for (int u = 0; u < 2; u++) {
+        simil_search_params p;
+        simil_search_params_init(&p);
+        p.nprobe = 16;
+        p.lut = luts[u];
+        SML_ASSERT_OK(simil_index_search(ivf, nq, q.data, k, &p, d, l));
+        int64_t hits = 0;
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t j = 0; j < k; j++)
+                for (int64_t t = 0; t < k; t++) hits += l[i * k + j] == lt[i * k + t];
+        double r = (double)hits / (double)(nq * k);
+        printf("GPU Fashion-MNIST IVF256,PQ56 nprobe=16 %s tables: recall10@10 %.4f\n",
+               u == 0 ? "fp16" : "fp32", r);
+        assert_true(r >= 0.70);
+    }
+    simil_index_destroy(ivf);
+    simil_index_destroy(flat);
+    simil_matrix_free(&b);
+    simil_matrix_free(&q);
+    free(d);
+    free(dt);
+    free(l);
+    free(lt);
+}
+
 int main(void)
 {
     sml_test_require_gpu();
@@ -223,6 +344,8 @@ int main(void)
         cmocka_unit_test(test_remove_readd_files),
         cmocka_unit_test(test_fashion_mnist_recall),
         cmocka_unit_test(test_kmeans_objective_agrees),
+        cmocka_unit_test(test_ivf_pq_same_as_cpu),
+        cmocka_unit_test(test_ivf_pq_fashion_56_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,49 @@
+// cuda_ivf.cuh: what the IVF scan driver (cuda_ivf.cu) shares with the
+// IVF-PQ distance kernels (cuda_ivf_pq.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/backend.h"
+
+namespace sml {
+
+// IVF-Flat work: up to 32 pairs of one list against up to 64 of its vectors.
+struct ScanTile {
+    int list;
+    int pair0;    // first pair (in the list-grouped pair order)
+    int npairs;
+    int vector0;  // first vector of the list
+};
+
+// IVF-PQ work: one (query, list) pair against up to kPqItemVectors vectors.
+struct PqItem {
+    int pair;
+    int vector0;
+};
+
+constexpr int kPqItemVectors = 1024;
+
+// A batch's pairs and work in device memory, for the PQ kernels.
+struct PqBatch {
+    const PqItem *items;
+    int nitems;
+    const int *pair_query;      // query of each pair, within the batch
+    const int *pair_list;
+    const int *pair_cols;       // vectors in the pair's list
+    const int *pair_base;       // first arena row of the list
+    const long long *pair_out;  // where the pair's distances start
+    const float *pair_key;      // coarse key (term 2)
+    int nq;
+    const float *queries;       // the batch's first query (device)
+};
+
+// Scratch floats the PQ distances need for a batch of nq queries.
+size_t pq_scratch_floats(const sml_ivf_scan_args *a, int nq);
+
+// Distances of every pair's vectors into distances (and, when rows is not
+// null, their arena rows), through lookup tables.
+simil_status launch_pq_distances(const sml_ivf_scan_args *a, const PqBatch &batch,
+                                 float *scratch, float *distances, int *rows, cudaStream_t st);
+
+}  // namespace sml
