@@ -12,6 +12,7 @@
 #include "algo/kmeans.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -33,6 +34,12 @@ static double sml_kmeans_uniform(uint64_t *state)
     return (double)(sml_kmeans_rand(state) >> 11) * 0x1p-53;
 }
 
+static int sml_kmeans_cmp_index(const void *pa, const void *pb)
+{
+    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return (a > b) - (a < b);
+}
+
 /* The first `count` entries of a seeded shuffle of 0..n-1, sorted. */
 static simil_status sml_kmeans_sample(int64_t n, int64_t count, uint64_t *rng, int64_t *out)
 {
@@ -48,14 +55,7 @@ static simil_status sml_kmeans_sample(int64_t n, int64_t count, uint64_t *rng, i
     memcpy(out, perm, sizeof *out * (size_t)count);
     sml_free(perm);
     /* ascending, for locality when the rows are copied */
-    for (int64_t i = 1; i < count; i++) {
-        int64_t v = out[i], j = i;
-        while (j > 0 && out[j - 1] > v) {
-            out[j] = out[j - 1];
-            j--;
-        }
-        out[j] = v;
-    }
+    qsort(out, (size_t)count, sizeof *out, sml_kmeans_cmp_index);
     return SIMIL_OK;
 }
 

@@ -22,7 +22,9 @@ struct PqItem {
     int vector0;
 };
 
-constexpr int kPqItemVectors = 1024;
+// Large enough that one block usually covers a whole list, so that each
+// pair's table is built once.
+constexpr int kPqItemVectors = 8192;
 
 // A batch's pairs and work in device memory, for the PQ kernels.
 struct PqBatch {
