@@ -29,6 +29,7 @@ int cmd_build(int argc, char **argv);
 int cmd_search(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_kmeans(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Name used in messages: "search" gives "simil search: ...". */
 void cli_set_command(const char *name);

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 
+
 static const struct {
     const char *name;
     cli_command_fn run;
@@ -15,6 +16,7 @@ static const struct {
     {"build", cmd_build, "train an index on a vector file, add the vectors, save it"},
     {"search", cmd_search, "search a saved index; time it and measure recall"},
     {"info", cmd_info, "describe a saved index and this build"},
+    {"bench", cmd_bench, "recall-QPS sweeps over index settings: table, CSV, JSON, plot"},
     {"kmeans", cmd_kmeans, "cluster vectors with k-means and write the centroids"},
 };
 

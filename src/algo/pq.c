@@ -28,7 +28,8 @@ void sml_pq_free(sml_pq *pq)
 
 size_t sml_pq_code_size(const sml_pq *pq) { return ((size_t)pq->m + 3) / 4 * 4; }
 
-simil_status sml_pq_train(sml_backend *b, sml_pq *pq, int64_t n, const float *x, uint64_t seed)
+simil_status sml_pq_train(sml_backend *b, sml_pq *pq, int64_t n, const float *x, uint64_t seed,
+                          int iterations)
 {
     SML_RETURN_IF(n < pq->ksub, SIMIL_ERR_INVALID_ARGUMENT,
                   "PQ with %d-bit codes needs at least %" PRId64 " training vectors, got %" PRId64,
@@ -38,7 +39,7 @@ simil_status sml_pq_train(sml_backend *b, sml_pq *pq, int64_t n, const float *x,
     simil_kmeans_params p;
     simil_kmeans_params_init(&p);
     p.k = pq->ksub;
-    p.iterations = 25;
+    p.iterations = iterations;
     simil_status s = SIMIL_OK;
     for (int64_t i = 0; i < pq->m && s == SIMIL_OK; i++) {
 #pragma omp parallel for schedule(static) if (n * pq->dsub > (1 << 16))

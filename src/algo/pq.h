@@ -27,8 +27,10 @@ void sml_pq_free(sml_pq *pq);
 /* Bytes of one code in an arena: m, rounded up to a multiple of 4. */
 size_t sml_pq_code_size(const sml_pq *pq);
 
-/* One k-means per sub-space (on the backend), over n vectors (host). */
-simil_status sml_pq_train(sml_backend *b, sml_pq *pq, int64_t n, const float *x, uint64_t seed);
+/* One k-means of `iterations` per sub-space (on the backend), over n vectors
+ * (host). */
+simil_status sml_pq_train(sml_backend *b, sml_pq *pq, int64_t n, const float *x, uint64_t seed,
+                          int iterations);
 
 /* The vectors that codes stand for (n x dim floats). */
 void sml_pq_decode(const sml_pq *pq, int64_t n, const uint8_t *codes, size_t code_size,

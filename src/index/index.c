@@ -1,6 +1,7 @@
 /* index.c: the public index API.  Checks every argument, prepares vectors,
  * keeps the counters, and dispatches to the index type (index_internal.h). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,12 +64,17 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
     sml_index_spec spec;
     SML_TRY(sml_index_spec_parse(description, dim, &spec));
     simil_status (*init)(simil_index *) = NULL;
-    if (spec.opq_m == 0 && spec.encoding == SML_ENCODING_FLAT && !spec.refine)
+    if (spec.refine) {
+        init = sml_refine_init;
+    } else if (spec.opq_m) {
+        init = sml_opq_init;
+    } else if (spec.encoding == SML_ENCODING_FLAT) {
         init = spec.ivf_nlist ? sml_ivf_flat_init : sml_flat_init;
-    if (spec.opq_m == 0 && spec.encoding == SML_ENCODING_PQ && !spec.refine) init = sml_ivf_pq_init;
+    } else if (spec.encoding == SML_ENCODING_PQ) {
+        init = sml_ivf_pq_init;
+    }
     SML_RETURN_IF(init == NULL, SIMIL_ERR_UNSUPPORTED,
-                  "index '%s' is valid, but this version of simil builds only Flat, "
-                  "IVF<n>,Flat and IVF<n>,PQ<m>",
+                  "index '%s' is valid, but this version of simil does not build XFBQ yet",
                   description);
     simil_index *index;
     SML_TRY(sml_calloc((void **)&index, 1, sizeof *index, "an index"));
@@ -76,6 +82,7 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
     sml_index_spec_format(&spec, index->description, sizeof index->description);
     index->dim = dim;
     index->metric = metric;
+    snprintf(index->device, sizeof index->device, "%s", device ? device : "auto");
     simil_status s = sml_device_open(device, &index->backend);
     if (s == SIMIL_OK) s = init(index);
     if (s != SIMIL_OK) {
@@ -84,6 +91,17 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
         return s;
     }
     *out = index;
+    return SIMIL_OK;
+}
+
+simil_status sml_index_inner(const simil_index *outer, const sml_index_spec *spec, int64_t dim,
+                             simil_metric metric, simil_index **inner)
+{
+    char desc[96];
+    sml_index_spec_format(spec, desc, sizeof desc);
+    SML_TRY(sml_index_new(inner, dim, desc, metric, outer->device));
+    (*inner)->ntotal = outer->ntotal;
+    (*inner)->next_id = outer->next_id;
     return SIMIL_OK;
 }
 

@@ -46,6 +46,7 @@ struct simil_index {
     int64_t dim;
     simil_metric metric;
     sml_backend *backend;
+    char device[48];   /* the device string it was created with, for inner indexes */
     int64_t ntotal;
     int64_t next_id;   /* one past the largest id ever added */
     int trained;
@@ -62,6 +63,13 @@ static inline simil_metric sml_kernel_metric(simil_metric m)
 simil_status sml_flat_init(simil_index *index);
 simil_status sml_ivf_flat_init(simil_index *index);
 simil_status sml_ivf_pq_init(simil_index *index);
+simil_status sml_opq_init(simil_index *index);
+simil_status sml_refine_init(simil_index *index);
+
+/* The index a wrapper type (OPQ, Refine) holds: spec without the wrapper's
+ * part, on the same device, with the counters of the outer index. */
+simil_status sml_index_inner(const simil_index *outer, const sml_index_spec *spec, int64_t dim,
+                             simil_metric metric, simil_index **inner);
 
 /* Open the backend a device string names: "auto" (NULL), "cpu", "gpu", "gpu:N". */
 simil_status sml_device_open(const char *device, sml_backend **backend);

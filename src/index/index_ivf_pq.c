@@ -91,7 +91,7 @@ static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float 
             for (int64_t t = 0; t < index->dim; t++)
                 res[r * index->dim + t] =
                     xs[r * index->dim + t] - x->ivf.centroids[lists[r] * index->dim + t];
-        s = sml_pq_train(b, &x->pq, n, res, 4321);
+        s = sml_pq_train(b, &x->pq, n, res, 4321, 25);
     }
     if (s == SIMIL_OK) s = sml_ivf_pq_upload(b, x);
     sml_free(res);

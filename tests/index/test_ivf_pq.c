@@ -216,6 +216,99 @@ static void test_ids_remove_files(void **state)
     free(x);
 }
 
+static double reconstruction_error(const simil_index *index, const float *x, int64_t n,
+                                   int64_t dim)
+{
+    float *rec = sml_test_malloc(4 * dim);
+    double err = 0;
+    for (int64_t i = 0; i < n; i++) {
+        SML_ASSERT_OK(simil_index_reconstruct(index, i, rec));
+        err += sml_test_distance(x + i * dim, rec, dim, SIMIL_METRIC_L2);
+    }
+    free(rec);
+    return err / (double)n;
+}
+
+static void test_opq_lowers_the_error(void **state)
+{
+    (void)state;
+    /* correlated components: OPQ's rotation spreads them across sub-spaces */
+    const int64_t n = 5000, dim = 16;
+    float *x = sml_test_malloc(4 * n * dim), *z = sml_test_malloc(4 * n * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 31, z));
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < dim; j++)
+            x[i * dim + j] = z[i * dim + j] + (j < 8 ? 3.0f * z[i * dim] : 0.0f);
+    simil_index *pq = build("PQ4", dim, SIMIL_METRIC_L2, n, x);
+    simil_index *opq = build("OPQ4,PQ4", dim, SIMIL_METRIC_L2, n, x);
+    double e_pq = reconstruction_error(pq, x, n, dim), e_opq = reconstruction_error(opq, x, n, dim);
+    printf("reconstruction error: PQ4 %.4g, OPQ4,PQ4 %.4g\n", e_pq, e_opq);
+    assert_true(e_opq < e_pq);
+    /* saved and loaded, the rotation comes back */
+    const char *path = sml_test_path("opq.simil");
+    SML_ASSERT_OK(simil_index_save(opq, path));
+    simil_index *loaded;
+    SML_ASSERT_OK(simil_index_load(&loaded, path, "cpu"));
+    assert_string_equal(simil_index_description(loaded), "OPQ4_16,PQ4x8");
+    assert_true(fabs(reconstruction_error(loaded, x, n, dim) - e_opq) < 1e-6 * e_opq);
+    simil_index_destroy(loaded);
+    simil_index_destroy(pq);
+    simil_index_destroy(opq);
+    free(x);
+    free(z);
+}
+
+static void test_refine_gives_exact_distances(void **state)
+{
+    (void)state;
+    const int64_t n = 6000, nq = 40, dim = 32, k = 10;
+    float *x = sml_test_malloc(4 * n * dim), *q = sml_test_malloc(4 * nq * dim);
+    float *d = sml_test_malloc(4 * nq * k);
+    int64_t *l = sml_test_malloc(8 * nq * k);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 41, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 42, q));
+    simil_index *plain = build("IVF16,PQ4", dim, SIMIL_METRIC_L2, n, x);
+    simil_index *refined = build("IVF16,PQ4,Refine", dim, SIMIL_METRIC_L2, n, x);
+    search(plain, nq, q, k, 16, 1, d, l);
+    double r_plain = recall_vs_exact(x, n, q, nq, dim, l, k, 0);
+    simil_search_params p;
+    simil_search_params_init(&p);
+    p.nprobe = 16;
+    p.refine_factor = 10;
+    SML_ASSERT_OK(simil_index_search(refined, nq, q, k, &p, d, l));
+    double r_refined = recall_vs_exact(x, n, q, nq, dim, l, k, 0);
+    printf("recall10@10: IVF16,PQ4 %.3f, with Refine (x10) %.3f\n", r_plain, r_refined);
+    assert_true(r_refined > r_plain);
+    assert_true(r_refined >= 0.9);
+    for (int64_t i = 0; i < nq * k; i++) {
+        double want = sml_test_distance(q + (i / k) * dim, x + l[i] * dim, dim, SIMIL_METRIC_L2);
+        assert_true(fabs(d[i] - want) <= 1e-5 * want + 1e-6);
+    }
+    /* remove, reconstruct, files */
+    int64_t gone[1] = {l[0]};
+    SML_ASSERT_OK(simil_index_remove(refined, 1, gone, NULL));
+    SML_ASSERT_OK(simil_index_search(refined, 1, q, k, &p, d, l));
+    for (int j = 0; j < k; j++) assert_true(l[j] != gone[0]);
+    float v[32];
+    SML_ASSERT_OK(simil_index_reconstruct(refined, 5, v));
+    assert_memory_equal(v, x + 5 * dim, sizeof v);
+    const char *path = sml_test_path("refine.simil");
+    SML_ASSERT_OK(simil_index_save(refined, path));
+    simil_index *loaded;
+    SML_ASSERT_OK(simil_index_load(&loaded, path, "cpu"));
+    float d2[10];
+    int64_t l2[10];
+    SML_ASSERT_OK(simil_index_search(loaded, 1, q, k, &p, d2, l2));
+    assert_memory_equal(l, l2, sizeof l2);
+    simil_index_destroy(loaded);
+    simil_index_destroy(plain);
+    simil_index_destroy(refined);
+    free(x);
+    free(q);
+    free(d);
+    free(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +317,8 @@ int main(void)
         cmocka_unit_test(test_recall_mix),
         cmocka_unit_test(test_recall_fashion),
         cmocka_unit_test(test_ids_remove_files),
+        cmocka_unit_test(test_opq_lowers_the_error),
+        cmocka_unit_test(test_refine_gives_exact_distances),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

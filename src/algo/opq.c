@@ -1,0 +1,149 @@
+/* opq.c: optimized product quantization (Ge et al.): a rotation R, trained by
+ * alternating a product quantizer on the rotated data with an orthogonal
+ * Procrustes step.
+ *
+ * With Y = X R^T (n x d_out) and Yq its PQ reconstruction, the best R for a
+ * fixed Yq maximizes trace(R X^T Yq): for the SVD X^T Yq = U S V^T, R^T = U V^T
+ * (d x d_out, orthonormal columns).  The SVD is LAPACK's sgesvd from OpenBLAS.
+ * Training runs on the host: the sample is at most 65,536 vectors and the
+ * matrices are d x d. */
+#include "algo/opq.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "algo/pq.h"
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/progress.h"
+
+/* LAPACK, from OpenBLAS (column-major). */
+void sgesvd_(const char *jobu, const char *jobvt, const int *m, const int *n, float *a,
+             const int *lda, float *s, float *u, const int *ldu, float *vt, const int *ldvt,
+             float *work, const int *lwork, int *info);
+
+enum { SML_OPQ_ITERATIONS = 20, SML_OPQ_PQ_ITERATIONS = 4, SML_OPQ_MAX_TRAIN = 65536 };
+
+/* R^T = U V^T for the SVD of the d x d_out matrix a (row-major). */
+static simil_status sml_opq_procrustes(int d, int dout, const float *a, float *rt)
+{
+    /* Column-major view of row-major a (d x dout) is its transpose (dout x d):
+     * SVD of A^T = V S U^T gives U V^T from the transposed factors. */
+    const int m = dout, n = d, lda = dout, ldu = dout, ldvt = d;
+    float *copy = NULL, *s = NULL, *u = NULL, *vt = NULL, *work = NULL;
+    simil_status st = sml_alloc((void **)&copy, (size_t)m * n, sizeof(float), "OPQ SVD");
+    if (st == SIMIL_OK) st = sml_alloc((void **)&s, (size_t)(m < n ? m : n), sizeof(float), "OPQ SVD");
+    if (st == SIMIL_OK) st = sml_alloc((void **)&u, (size_t)m * m, sizeof(float), "OPQ SVD");
+    if (st == SIMIL_OK) st = sml_alloc((void **)&vt, (size_t)n * n, sizeof(float), "OPQ SVD");
+    int info = 0, lwork = -1;
+    float query = 0;
+    if (st == SIMIL_OK) {
+        memcpy(copy, a, sizeof(float) * (size_t)m * n);
+        sgesvd_("A", "A", &m, &n, copy, &lda, s, u, &ldu, vt, &ldvt, &query, &lwork, &info);
+        lwork = (int)query + 1;
+        st = sml_alloc((void **)&work, (size_t)lwork, sizeof(float), "OPQ SVD");
+    }
+    if (st == SIMIL_OK) {
+        sgesvd_("A", "A", &m, &n, copy, &lda, s, u, &ldu, vt, &ldvt, work, &lwork, &info);
+        if (info != 0) st = sml_error(SIMIL_ERR_INTERNAL, "OPQ: the SVD failed (info %d)", info);
+    }
+    if (st == SIMIL_OK) {
+        /* column-major: A^T = u (m x m) s vt (n x n); A = vt^T s u^T, so
+         * U_A = vt^T (first dout columns) and V_A = u.  R^T = U_A V_A^T:
+         * rt[i][j] = sum_t vt[t][i] * u[j][t] over t < dout (column-major). */
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < dout; j++) {
+                double acc = 0;
+                for (int t = 0; t < dout; t++)
+                    acc += (double)vt[i * ldvt + t] * (double)u[t * ldu + j];
+                rt[i * dout + j] = (float)acc;
+            }
+    }
+    sml_free(copy);
+    sml_free(s);
+    sml_free(u);
+    sml_free(vt);
+    sml_free(work);
+    return st;
+}
+
+void sml_opq_apply(int64_t n, int64_t d, int64_t dout, const float *rt, const float *x, float *y)
+{
+    if (n == 0) return;
+    /* y (n x dout) = x (n x d) . rt (d x dout) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)dout, (int)d, 1.0f, x,
+                (int)d, rt, (int)dout, 0.0f, y, (int)dout);
+}
+
+void sml_opq_unapply(int64_t n, int64_t d, int64_t dout, const float *rt, const float *y, float *x)
+{
+    if (n == 0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)d, (int)dout, 1.0f, y,
+                (int)dout, rt, (int)dout, 0.0f, x, (int)d);
+}
+
+/* PQ codes of y through the backend's encoder (a single list with a zero
+ * centroid), decoded back into yq. */
+static simil_status sml_opq_quantize(sml_backend *b, const sml_pq *pq, int64_t n, const float *y,
+                                     uint8_t *codes, const int64_t *lists, float *yq)
+{
+    const size_t code_size = sml_pq_code_size(pq);
+    const size_t cb_bytes = sizeof(float) * (size_t)(pq->m * pq->ksub * pq->dsub);
+    const size_t zero_bytes = sizeof(float) * (size_t)pq->dim;
+    float *mem = NULL;
+    simil_status s = b->ops->mem_alloc(b, cb_bytes + zero_bytes, (void **)&mem);
+    float *zero = mem ? mem + pq->m * pq->ksub * pq->dsub : NULL;
+    if (s == SIMIL_OK) s = b->ops->mem_upload(b, mem, pq->centroids, cb_bytes);
+    if (s == SIMIL_OK) {
+        float *host_zero;
+        s = sml_calloc((void **)&host_zero, (size_t)pq->dim, sizeof(float), "OPQ");
+        if (s == SIMIL_OK) s = b->ops->mem_upload(b, zero, host_zero, zero_bytes);
+        sml_free(host_zero);
+    }
+    sml_pq_encode_args enc = {
+        .x = y, .n = n, .dim = pq->dim, .lists = lists, .coarse = zero, .codebooks = mem,
+        .m = pq->m, .ksub = pq->ksub, .dsub = pq->dsub, .codes = codes, .code_size = code_size,
+    };
+    if (s == SIMIL_OK) s = b->ops->pq_encode(b, &enc);
+    if (s == SIMIL_OK) sml_pq_decode(pq, n, codes, code_size, yq);
+    b->ops->mem_free(b, mem);
+    return s;
+}
+
+simil_status sml_opq_train(sml_backend *b, int64_t n, int64_t d, int64_t dout, int64_t m,
+                           const float *x, float *rt)
+{
+    if (n > SML_OPQ_MAX_TRAIN) n = SML_OPQ_MAX_TRAIN; /* the data's first rows */
+    /* start from the identity's first dout columns */
+    memset(rt, 0, sizeof(float) * (size_t)(d * dout));
+    for (int64_t i = 0; i < dout; i++) rt[i * dout + i] = 1.0f;
+    sml_pq pq;
+    SML_TRY(sml_pq_init(&pq, dout, m, 8));
+    float *y = NULL, *yq = NULL, *xty = NULL;
+    uint8_t *codes = NULL;
+    int64_t *lists = NULL;
+    simil_status s = sml_alloc((void **)&y, (size_t)(n * dout), sizeof(float), "OPQ");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&yq, (size_t)(n * dout), sizeof(float), "OPQ");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&xty, (size_t)(d * dout), sizeof(float), "OPQ");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&codes, (size_t)n, sml_pq_code_size(&pq), "OPQ");
+    if (s == SIMIL_OK) s = sml_calloc((void **)&lists, (size_t)n, sizeof *lists, "OPQ");
+    for (int it = 0; it < SML_OPQ_ITERATIONS && s == SIMIL_OK; it++) {
+        sml_opq_apply(n, d, dout, rt, x, y);
+        s = sml_pq_train(b, &pq, n, y, 1234 + (uint64_t)it, SML_OPQ_PQ_ITERATIONS);
+        if (s == SIMIL_OK) s = sml_opq_quantize(b, &pq, n, y, codes, lists, yq);
+        if (s != SIMIL_OK) break;
+        /* X^T Yq: d x dout */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)d, (int)dout, (int)n, 1.0f, x,
+                    (int)d, yq, (int)dout, 0.0f, xty, (int)dout);
+        s = sml_opq_procrustes((int)d, (int)dout, xty, rt);
+        sml_progress("train OPQ", it + 1, SML_OPQ_ITERATIONS);
+    }
+    sml_free(y);
+    sml_free(yq);
+    sml_free(xty);
+    sml_free(codes);
+    sml_free(lists);
+    sml_pq_free(&pq);
+    return s;
+}

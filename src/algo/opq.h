@@ -1,0 +1,16 @@
+/* opq.h: the OPQ rotation (opq.c).  rt is d x dout, row-major: vectors are
+ * rotated by y = x . rt and mapped back by x = y . rt^T. */
+#ifndef SML_ALGO_OPQ_H
+#define SML_ALGO_OPQ_H
+
+#include "core/backend.h"
+
+/* Train rt for a PQ of m sub-quantizers on (the first 65,536 of) n vectors. */
+simil_status sml_opq_train(sml_backend *b, int64_t n, int64_t d, int64_t dout, int64_t m,
+                           const float *x, float *rt);
+
+void sml_opq_apply(int64_t n, int64_t d, int64_t dout, const float *rt, const float *x, float *y);
+void sml_opq_unapply(int64_t n, int64_t d, int64_t dout, const float *rt, const float *y,
+                     float *x);
+
+#endif
