@@ -5,7 +5,7 @@
  * a gnuplot child process, since simil links no plotting library. */
 #define _XOPEN_SOURCE 700
 
-#include "bench_report.h"
+#include "bench.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -322,7 +322,7 @@ static void gp_header(FILE *f, const char *title, int64_t k, double x0, double y
     fprintf(f, "\nset xlabel 'recall%" PRId64 "@%" PRId64 "'\n", k, k);
     fputs("set ylabel 'queries per second (log scale)'\n"
           "set logscale y\nset format y '%.0s%c'\nset grid xtics ytics mytics\n"
-          "set key outside right top\n",
+          "set key below left Left reverse maxcols 3 width 2\n",
           f);
     fprintf(f, "set xrange [%.2f:1.005]\nset yrange [%g:%g]\n", x0, y0, y1);
 }
@@ -366,23 +366,30 @@ static void gp_script(FILE *f, const char *title, int64_t k, const bench_point *
     fputs("\n", f);
 }
 
-/* Absolute path of gnuplot on PATH into out, or 0 if there is none. */
+/* Absolute path of gnuplot on PATH into out, or 0 if there is none.  An
+ * empty PATH entry means the current folder, as for execvp. */
 static int gp_find(char *out, size_t size)
 {
+    static const char name[] = "/gnuplot";
     const char *path = getenv("PATH");
-    char cwd[4096];
-    if (!path) return 0;
-    for (const char *p = path;; p += strcspn(p, ":") + 1) {
-        int len = (int)strcspn(p, ":");
-        const char *base = len ? p : ".";
+    char cwd[2048];
+    size_t ncwd = getcwd(cwd, sizeof cwd) ? strlen(cwd) : 0;
+    for (const char *p = path; p; p = strchr(p, ':') ? strchr(p, ':') + 1 : NULL) {
+        size_t len = strcspn(p, ":"), at = 0;
+        const char *dir = len ? p : ".";
         if (!len) len = 1;
-        if (base[0] != '/' && getcwd(cwd, sizeof cwd))
-            snprintf(out, size, "%s/%.*s/gnuplot", cwd, len, base);
-        else
-            snprintf(out, size, "%.*s/gnuplot", len, base);
+        if (dir[0] != '/') {
+            if (!ncwd || ncwd + 1 >= size) continue;
+            memcpy(out, cwd, ncwd);
+            out[ncwd] = '/';
+            at = ncwd + 1;
+        }
+        if (at + len + sizeof name > size) continue;
+        memcpy(out + at, dir, len);
+        memcpy(out + at + len, name, sizeof name);
         if (access(out, X_OK) == 0) return 1;
-        if (!p[strcspn(p, ":")]) return 0;
     }
+    return 0;
 }
 
 /* Run gnuplot in dir on plot.gp, drawing into plot.png.tmp. */

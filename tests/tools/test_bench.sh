@@ -118,9 +118,10 @@ bench_args() { BENCH=("$SIMIL" bench --data "$TMP/base.fvecs" --queries "$TMP/q.
 # An index description the library accepts but does not build, or "".
 unsupported_index() {
     local d
-    for d in "IVF8,PQ4" "OPQ4,IVF8,PQ4" "IVF8,XFBQ" "XFBQ"; do
+    for d in "XFBQ" "IVF8,XFBQ" "IVF8,PQ4,Refine" "OPQ4,IVF8,PQ4" "IVF8,PQ4"; do
         run "$SIMIL" build --data "$TMP/base.fvecs" --index "$d" --device cpu --out "$TMP/probe.idx"
-        if [ "$RC" -eq 1 ] && grep -qiE "unsupported|not built|builds only|only Flat" "$TMP/err"; then
+        if [ "$RC" -eq 1 ] &&
+            grep -qiE "unsupported|not built|does not build|builds only|only Flat" "$TMP/err"; then
             echo "$d"
             return
         fi
@@ -325,6 +326,7 @@ test_errors() {
     expect 2 "${BENCH[@]}" --index Flat;                        err_has "--out"
     expect 2 "${D[@]}" --data "$TMP/base.fvecs";                err_has "--queries"
     expect 2 "${D[@]}";                                         err_has "--dataset"
+    expect 2 "${D[@]}" --data "$TMP/base.hdf5:train";          err_has "--queries"
     expect 2 "${D[@]}" --dataset bogus;                         err_has "bogus"
     expect 2 "${D[@]}" --dataset fashion-mnist --data "$TMP/base.fvecs"; err_has "--data"
     expect 2 "${D[@]}" --dataset uniform1M --queries "$TMP/q.fvecs";     err_has "--queries"

@@ -1,0 +1,109 @@
+/* tools/bench.h: the pieces of "simil bench".  cmd_bench.c parses the
+ * command line and runs the sweeps; bench_data.c loads or generates the
+ * vectors and finds the ground truth; bench_report.c writes the results
+ * files (results.csv, results.json), reads anchor points and draws the
+ * recall-QPS plot with gnuplot. */
+#ifndef SIMIL_TOOLS_BENCH_H
+#define SIMIL_TOOLS_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simil/simil.h"
+
+int cmd_bench(int argc, char **argv);
+
+/* ---- data (bench_data.c) ---- */
+
+/* The named datasets of BENCHMARKS.md that --dataset accepts, NULL-ended. */
+extern const char *const bench_dataset_names[];
+
+/* Where the vectors come from: a named dataset, or files. */
+typedef struct bench_source {
+    const char *dataset;  /* one of bench_dataset_names, or NULL for files */
+    const char *data;     /* base file; FILE.hdf5 alone: train/test/neighbors */
+    const char *queries;  /* query file; may be NULL for a named set or .hdf5 */
+    const char *gt;       /* ground truth file, or NULL */
+    const char *train;    /* training file, or NULL for the dataset's own */
+} bench_source;
+
+typedef struct bench_data {
+    char name[64];                      /* "fashion-mnist", or the base file's name */
+    simil_matrix base, queries, train;  /* float32; train.data NULL: train on base */
+    int generated[3];                   /* data from malloc, not from the library */
+    const char *gt;                     /* ground truth file, or NULL */
+    char paths[3][4096];                /* FILE.hdf5:train, :test, :neighbors */
+} bench_data;
+
+/* 1 if path names a whole ann-benchmarks file (FILE.hdf5 or FILE.h5, no
+ * :DATASET), which holds its own queries and ground truth. */
+int bench_is_ann_file(const char *path);
+
+/* Read or generate the vectors into *d (zeroed first), checking that the
+ * dimensions agree.  Returns a CLI exit code, having named what failed. */
+int bench_data_load(const bench_source *src, bench_data *d);
+void bench_data_free(bench_data *d);
+
+/* What the ground truth is computed with when no file is given. */
+typedef struct bench_truth_opts {
+    int64_t k;
+    simil_metric metric;
+    const char *device;
+    int threads;     /* 0: all */
+    const char *dir; /* where the computed ground truth is cached */
+} bench_truth_opts;
+
+/* The true neighbours, nq x *cols (>= k) ids into *truth (free() it): from
+ * d->gt; else from DIR/gt-NAME-METRIC-kK.ivecs when it fits the queries;
+ * else by exact search with Flat, saved to that file. */
+int bench_truth(const bench_data *d, const bench_truth_opts *o, int64_t **truth, int64_t *cols);
+
+/* ---- results (bench_report.c) ---- */
+
+/* One measured point of a sweep: one index at one setting of the search
+ * parameters. */
+typedef struct bench_point {
+    char index[128];       /* normalized description, e.g. "IVF1024,Flat" */
+    char params[128];      /* e.g. "nprobe=16", or "" for the index's defaults */
+    int64_t k;
+    double build_seconds;  /* train + add */
+    int64_t memory_bytes;  /* size of the saved index file; -1 if unknown */
+    double qps, r_at_1, recall_at_k;
+    char backend[128];     /* simil_backend_name() */
+    char device[128];      /* the GPU's or CPU's model name */
+} bench_point;
+
+/* A point measured elsewhere (e.g. Faiss), drawn for comparison. */
+typedef struct bench_anchor {
+    char label[128];
+    double recall, qps;
+} bench_anchor;
+
+/* The names of the columns of results.csv, in order, and of the keys of each
+ * object of results.json. */
+extern const char bench_csv_header[];
+
+/* Read FILE.csv of label,recall,qps lines.  A first line whose recall is not a
+ * number is a header; blank lines and lines starting with '#' are skipped; a
+ * label holding commas is double-quoted ("" is a quote).  recall must lie in
+ * [0, 1] and qps be > 0.  On success *out (free() it) holds *n anchors.
+ * Returns CLI_EXIT_OK, or CLI_EXIT_FAIL after naming the file and line. */
+int bench_anchors_read(const char *path, bench_anchor **out, size_t *n);
+
+/* Write DIR/results.csv and DIR/results.json for n points of dataset,
+ * each atomically (temporary file, fsync, rename).  Returns a CLI exit code. */
+int bench_results_write(const char *dir, const char *dataset, const bench_point *points,
+                        size_t n);
+
+/* Write DIR/plot.gp and run gnuplot on it to draw DIR/plot.png (1000 x 700):
+ * recall@k against QPS (log scale), one line per index in the order the
+ * points come, one point series per anchor label.  If gnuplot is not on PATH,
+ * warns and returns CLI_EXIT_OK without drawing; a failing gnuplot gives
+ * CLI_EXIT_FAIL.  title names the dataset. */
+int bench_plot(const char *dir, const char *title, int64_t k, const bench_point *points,
+               size_t n, const bench_anchor *anchors, size_t nanchors);
+
+/* dir + "/" + name into out (size bytes); 0 if it does not fit. */
+int bench_path(char *out, size_t size, const char *dir, const char *name);
+
+#endif

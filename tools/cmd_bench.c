@@ -1,0 +1,539 @@
+/* tools/cmd_bench.c: "simil bench", recall-QPS sweeps in the manner of
+ * ann-benchmarks.  For each index description: build it (train, add), then
+ * search the queries at every point of the sweep (one warm-up, then the
+ * median of 3 timed searches), and measure recall against ground truth
+ * (given, or computed once with Flat and cached in the output folder).  The
+ * results go to a table on stdout and, through bench_report.c, to
+ * results.csv, results.json and plot.png; the vectors and the ground truth
+ * come from bench_data.c.
+ *
+ * Nothing here knows an index type: an index that the library does not build
+ * (SIMIL_ERR_UNSUPPORTED) is skipped, and a sweep parameter applies to the
+ * indexes its row of bench_params says it does. */
+#define _XOPEN_SOURCE 700
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "cli.h"
+
+static const char bench_usage[] =
+    "usage: simil bench (--data BASE --queries Q | --data FILE.hdf5 | --dataset NAME)\n"
+    "                   --index DESC [--index DESC ...] --out DIR [OPTIONS]\n"
+    "\n"
+    "Build each index, search the queries at every point of the sweep, and\n"
+    "report QPS and recall: a table on stdout, and in DIR results.csv,\n"
+    "results.json and plot.png (recall against QPS, drawn by gnuplot).\n"
+    "\n"
+    "  --data BASE       base vectors (.fvecs .bvecs .npy idx[.gz] FILE.hdf5:train);\n"
+    "                    an ann-benchmarks FILE.hdf5 alone means its train, test\n"
+    "                    and neighbors datasets\n"
+    "  --queries Q       query vectors\n"
+    "  --dataset NAME    fashion-mnist (from /usr/share/datasets/fashion-mnist/),\n"
+    "                    or uniform1M, uniform10M, mix10M, generated as in\n"
+    "                    BENCHMARKS.md (mix10M trains on mix(500000, 96, seed 13))\n"
+    "  --gt FILE         true neighbour ids (.ivecs .npy FILE.hdf5:neighbors);\n"
+    "                    default: exact search with Flat, cached in\n"
+    "                    DIR/gt-DATASET-METRIC-kK.ivecs and reused while its shape fits\n"
+    "  --train FILE      training vectors (default: the dataset's, else the base)\n"
+    "  --index DESC      index description, e.g. Flat or IVF1024,Flat; repeatable.\n"
+    "                    One the library does not build is skipped with a message\n"
+    "  --sweep P=V,V,... search parameter values to try, e.g. nprobe=1,2,4,8;\n"
+    "                    repeatable (all combinations); P is nprobe (indexes with\n"
+    "                    an inverted file) or threads.  An index that P does not\n"
+    "                    apply to runs once.  Default: the index's own settings\n"
+    "  -k, --k K         neighbours per query (default 10)\n"
+    "  --metric M        l2 (default), ip or cosine\n"
+    "  --device D        auto (default), cpu, gpu or gpu:N\n"
+    "  --threads T       CPU threads for searching (default: all)\n"
+    "  --anchors FILE    CSV of label,recall,qps points to draw for comparison\n"
+    "  --out DIR         output folder, created if missing\n"
+    "\n"
+    "Each point is timed as one warm-up search, then the median of 3 searches of\n"
+    "all queries in one call.  build_seconds is train + add; memory_bytes is the\n"
+    "size of the index saved to a file (simil_index_save), not resident memory.\n"
+    "Exit status: 0 if every index ran or was skipped as not built (and at least\n"
+    "one ran), 1 on a failure, 2 on a usage mistake.\n";
+
+/* ---- sweep parameters ---- */
+
+static void set_nprobe(simil_search_params *p, int64_t v) { p->nprobe = v; }
+static void set_threads(simil_search_params *p, int64_t v) { p->threads = (int)v; }
+static int applies_always(const char *description)
+{
+    (void)description;
+    return 1;
+}
+
+/* 1 if one of the comma-separated components is an inverted file, "IVF<n>". */
+static int applies_ivf(const char *description)
+{
+    for (const char *c = description; c; c = strchr(c, ',') ? strchr(c, ',') + 1 : NULL)
+        if (!strncmp(c, "IVF", 3) && c[3] >= '0' && c[3] <= '9') return 1;
+    return 0;
+}
+
+/* A search parameter that --sweep can vary: a new one is a row here. */
+typedef struct bench_param {
+    const char *name;
+    int64_t min, max;
+    void (*set)(simil_search_params *params, int64_t value);
+    int (*applies)(const char *description);
+} bench_param;
+
+static const bench_param bench_params[] = {
+    {"nprobe", 1, INT64_C(1) << 30, set_nprobe, applies_ivf},
+    {"threads", 1, 4096, set_threads, applies_always},
+};
+enum { BENCH_NPARAMS = sizeof bench_params / sizeof bench_params[0] };
+
+typedef struct bench_sweep {
+    const bench_param *param;
+    int64_t *values;
+    int n;
+} bench_sweep;
+
+/* ---- arguments ---- */
+
+typedef struct bench_args {
+    const char *data, *queries, *dataset, *gt, *train, *index, *sweep, *metric, *device,
+        *anchors, *out;
+    int64_t k, threads;
+    const char **indexes;
+    int nindexes;
+    bench_sweep sweeps[BENCH_NPARAMS];
+    int nsweeps;
+} bench_args;
+
+/* The option of opts that arg ("--name[=v]" or "-s[v]") names, or NULL. */
+static const cli_opt *bench_find_opt(const cli_opt *opts, const char *arg)
+{
+    size_t len = strcspn(arg + 2, "=");
+    for (const cli_opt *o = opts; o->name; o++)
+        if (arg[1] == '-' ? strlen(o->name) == len && !strncmp(o->name, arg + 2, len)
+                          : o->short_name && o->short_name == arg[1])
+            return o;
+    return NULL;
+}
+
+/* cli_parse keeps the last value of an option, but --index and --sweep may
+ * repeat: collect every value of option name into out (room for argc),
+ * after cli_parse has accepted the line.  Values of the other options are
+ * stepped over, so that a value spelled "--index" is not taken for one. */
+static int bench_collect(int argc, char **argv, const cli_opt *opts, const char *name,
+                         const char **out)
+{
+    int n = 0;
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        const char *arg = argv[i], *value;
+        const cli_opt *o = arg[0] == '-' && arg[1] ? bench_find_opt(opts, arg) : NULL;
+        if (!o || o->kind == CLI_FLAG) continue;
+        if (arg[1] == '-' && strchr(arg, '=')) value = strchr(arg, '=') + 1;
+        else if (arg[1] != '-' && arg[2]) value = arg + 2;
+        else value = argv[++i];
+        if (!strcmp(o->name, name)) out[n++] = value;
+    }
+    return n;
+}
+
+/* Parse "name=v1,v2,..." into s (s->values to free); a usage error gives 0. */
+static int bench_parse_sweep(const char *spec, const bench_args *a, bench_sweep *s)
+{
+    const char *eq = strchr(spec, '=');
+    char what[64], *copy, *v, *next;
+    s->param = NULL;
+    s->values = NULL;
+    for (int i = 0; i < BENCH_NPARAMS && eq; i++)
+        if (strlen(bench_params[i].name) == (size_t)(eq - spec) &&
+            !strncmp(bench_params[i].name, spec, (size_t)(eq - spec)))
+            s->param = &bench_params[i];
+    if (!s->param) {
+        char names[128] = "";
+        for (int i = 0; i < BENCH_NPARAMS; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                     i ? (i + 1 < BENCH_NPARAMS ? ", " : " or ") : "", bench_params[i].name);
+        cli_usage_error("--sweep: '%s' is not P=V,V,... with P %s", spec, names);
+        return 0;
+    }
+    for (int i = 0; i < a->nsweeps; i++)
+        if (a->sweeps[i].param == s->param) {
+            cli_usage_error("--sweep: %s is given twice", s->param->name);
+            return 0;
+        }
+    snprintf(what, sizeof what, "--sweep %s", s->param->name);
+    s->n = 0;
+    s->values = malloc((strlen(eq) / 2 + 1) * sizeof *s->values);
+    copy = malloc(strlen(eq));
+    int ok = s->values && copy;
+    if (!ok) cli_usage_error("out of memory");
+    if (ok) strcpy(copy, eq + 1);
+    for (v = copy; ok; v = next + 1) {
+        next = v + strcspn(v, ",");
+        int last = !*next;
+        *next = '\0';
+        ok = cli_parse_int(what, v, s->param->min, s->param->max, &s->values[s->n++]);
+        if (last) break;
+    }
+    free(copy);
+    if (!ok) {
+        free(s->values);
+        s->values = NULL;
+    }
+    return ok;
+}
+
+/* ---- running ---- */
+
+/* One benchmark run: what every index is measured on, and the points so far. */
+typedef struct bench_run {
+    const bench_args *a;
+    simil_metric metric;
+    const bench_data *d;
+    const int64_t *truth;
+    int64_t truth_cols;
+    float *dist;     /* nq x k, scratch for every search */
+    int64_t *labels; /* nq x k */
+    bench_point *points;
+    size_t npoints, cap;
+    int failed;      /* something failed other than an index not being built */
+} bench_run;
+
+/* 0 if st is SIMIL_OK.  Else says why desc stops, and returns 1: an index
+ * this library does not build is skipped; other failures mark the run. */
+static int bench_stop(bench_run *r, simil_status st, const char *desc)
+{
+    if (st == SIMIL_OK) return 0;
+    if (st == SIMIL_ERR_UNSUPPORTED) {
+        const char *msg = simil_last_error();
+        fprintf(stderr, "simil bench: skipping %s: %s\n", desc,
+                *msg ? msg : simil_status_name(st));
+    } else {
+        cli_fail(st, desc);
+        r->failed = 1;
+    }
+    return 1;
+}
+
+/* The model name of the hardware behind a backend name such as
+ * "cuda:0 (NVIDIA H200)" or "cpu (2 threads)". */
+static void bench_device_name(const char *backend, char *out, size_t size)
+{
+    const char *open = strchr(backend, '('), *close = strrchr(backend, ')');
+    snprintf(out, size, "%s", backend);
+    if (strncmp(backend, "cpu", 3) != 0) {
+        if (open && close > open) snprintf(out, size, "%.*s", (int)(close - open - 1), open + 1);
+        return;
+    }
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            const char *v = strchr(line, ':') + 1;
+            v += strspn(v, " \t");
+            snprintf(out, size, "%.*s", (int)strcspn(v, "\n"), v);
+            break;
+        }
+    if (f) fclose(f);
+}
+
+/* Size of the index saved to a file in dir, or -1 (with a warning). */
+static int64_t bench_index_bytes(const simil_index *index, const char *dir)
+{
+    char name[64], path[4096];
+    struct stat sb;
+    int64_t bytes = -1;
+    snprintf(name, sizeof name, ".bench-size-%ld.simil", (long)getpid());
+    if (!bench_path(path, sizeof path, dir, name)) return -1;
+    simil_status st = simil_index_save(index, path);
+    if (st == SIMIL_OK && stat(path, &sb) == 0) bytes = (int64_t)sb.st_size;
+    else
+        fprintf(stderr, "simil bench: warning: no size for %s: %s\n",
+                simil_index_description(index), st ? simil_last_error() : strerror(errno));
+    unlink(path);
+    return bytes;
+}
+
+/* Create, train (unless the index needs none) and fill an index. */
+static int bench_build(bench_run *r, const char *desc, simil_index **index, double *seconds)
+{
+    const simil_matrix *t = r->d->train.data ? &r->d->train : &r->d->base;
+    simil_status st = simil_index_create(index, r->d->base.cols, desc, r->metric, r->a->device);
+    double t0 = cli_now();
+    if (!st && !simil_index_is_trained(*index)) st = simil_index_train(*index, t->rows, t->data);
+    if (!st) st = simil_index_add(*index, r->d->base.rows, r->d->base.data, NULL);
+    *seconds = cli_now() - t0;
+    return bench_stop(r, st, desc);
+}
+
+/* One warm-up search, the median of 3 timed ones, and the recall. */
+static int bench_measure(bench_run *r, const simil_index *index,
+                         const simil_search_params *params, bench_point *p)
+{
+    int64_t nq = r->d->queries.rows;
+    double times[3];
+    for (int i = -1; i < 3; i++) {
+        double t0 = cli_now();
+        simil_status st = simil_index_search(index, nq, r->d->queries.data, r->a->k, params,
+                                             r->dist, r->labels);
+        if (i >= 0) times[i] = cli_now() - t0;
+        if (bench_stop(r, st, p->index)) return 1;
+    }
+    double seconds = cli_median(times, 3);
+    p->qps = seconds > 0 ? (double)nq / seconds : 0.0;
+    if (cli_recall(nq, r->a->k, r->labels, r->truth, r->truth_cols, &p->r_at_1,
+                   &p->recall_at_k)) {
+        cli_error("out of memory computing recall");
+        r->failed = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static void bench_print_header(int64_t k)
+{
+    char recall[32];
+    snprintf(recall, sizeof recall, "recall@%" PRId64, k);
+    printf("%-24s %-20s %9s %9s %12s %7s %10s\n", "index", "params", "build s", "size MiB",
+           "QPS", "R@1", recall);
+    fflush(stdout);
+}
+
+static void bench_print_row(const bench_point *p)
+{
+    char size[32] = "-";
+    if (p->memory_bytes >= 0)
+        snprintf(size, sizeof size, "%.1f", (double)p->memory_bytes / 1048576.0);
+    printf("%-24s %-20s %9.3f %9s %12.0f %7.4f %10.4f\n", p->index, p->params,
+           p->build_seconds, size, p->qps, p->r_at_1, p->recall_at_k);
+    fflush(stdout);
+}
+
+static int bench_append(bench_run *r, const bench_point *p)
+{
+    if (r->npoints == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 16;
+        bench_point *more = realloc(r->points, cap * sizeof *more);
+        if (!more) return cli_error("out of memory");
+        r->points = more;
+        r->cap = cap;
+    }
+    r->points[r->npoints++] = *p;
+    return CLI_EXIT_OK;
+}
+
+/* The search parameters at odometer position at[] of the active sweeps,
+ * and their text, e.g. "nprobe=16". */
+static void bench_point_params(const bench_run *r, const int *active, int nactive,
+                               const int *at, simil_search_params *params, bench_point *p)
+{
+    size_t len = 0;
+    simil_search_params_init(params);
+    params->threads = (int)r->a->threads;
+    p->params[0] = '\0';
+    for (int j = 0; j < nactive; j++) {
+        const bench_sweep *s = &r->a->sweeps[active[j]];
+        s->param->set(params, s->values[at[j]]);
+        if (len < sizeof p->params)
+            len += (size_t)snprintf(p->params + len, sizeof p->params - len, "%s%s=%" PRId64,
+                                    j ? "," : "", s->param->name, s->values[at[j]]);
+    }
+}
+
+/* Build one index and measure it at every combination of the sweeps that
+ * apply to it (one point when none does). */
+static void bench_index(bench_run *r, const char *desc)
+{
+    simil_index *index = NULL;
+    bench_point p = {.k = r->a->k};
+    int active[BENCH_NPARAMS], at[BENCH_NPARAMS] = {0}, nactive = 0, j;
+    if (bench_build(r, desc, &index, &p.build_seconds)) {
+        simil_index_destroy(index);
+        return;
+    }
+    snprintf(p.index, sizeof p.index, "%s", simil_index_description(index));
+    snprintf(p.backend, sizeof p.backend, "%s", simil_backend_name(index));
+    bench_device_name(p.backend, p.device, sizeof p.device);
+    p.memory_bytes = bench_index_bytes(index, r->a->out);
+    for (int i = 0; i < r->a->nsweeps; i++)
+        if (r->a->sweeps[i].param->applies(p.index)) active[nactive++] = i;
+    do {
+        simil_search_params params;
+        bench_point_params(r, active, nactive, at, &params, &p);
+        if (bench_measure(r, index, &params, &p)) break;
+        bench_print_row(&p);
+        if (bench_append(r, &p)) {
+            r->failed = 1;
+            break;
+        }
+        for (j = nactive - 1; j >= 0 && ++at[j] == r->a->sweeps[active[j]].n; j--) at[j] = 0;
+    } while (j >= 0);
+    simil_index_destroy(index);
+}
+
+/* Create each index once before the long part, so that a mistyped
+ * description or a missing GPU fails at once.  Not built is fine here. */
+static int bench_check_indexes(const bench_args *a, simil_metric metric, int64_t dim)
+{
+    for (int i = 0; i < a->nindexes; i++) {
+        simil_index *index = NULL;
+        simil_status st = simil_index_create(&index, dim, a->indexes[i], metric, a->device);
+        simil_index_destroy(index);
+        if (st != SIMIL_OK && st != SIMIL_ERR_UNSUPPORTED) return cli_fail(st, a->indexes[i]);
+    }
+    return CLI_EXIT_OK;
+}
+
+/* mkdir -p dir. */
+static int bench_mkdir(const char *dir)
+{
+    char path[4096];
+    struct stat sb;
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return cli_error("%s: path too long", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p && *p != '/') continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return cli_error("cannot create %s: %s", path, strerror(errno));
+        if (!(*p = c)) break;
+    }
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return cli_error("%s is not a folder", dir);
+    return CLI_EXIT_OK;
+}
+
+/* The sweeps over every index, the results files after each index, and
+ * the plot at the end. */
+static int bench_sweeps(bench_run *r, const bench_anchor *anchors, size_t nanchors)
+{
+    const bench_args *a = r->a;
+    const bench_data *d = r->d;
+    char title[512];
+    int rc = CLI_EXIT_OK;
+    size_t cells = (size_t)(d->queries.rows * a->k);
+    if ((uint64_t)d->queries.rows > SIZE_MAX / sizeof(int64_t) / (uint64_t)a->k)
+        return cli_error("%" PRId64 " x %" PRId64 " results do not fit in memory",
+                         d->queries.rows, a->k);
+    r->dist = malloc(cells * sizeof *r->dist);
+    r->labels = malloc(cells * sizeof *r->labels);
+    if (!r->dist || !r->labels) return cli_error("out of memory for %zu results", cells);
+    printf("# %s: %" PRId64 " base vectors, %" PRId64 " queries, dim %" PRId64
+           ", metric %s, k %" PRId64 "\n",
+           d->name, d->base.rows, d->queries.rows, d->base.cols, simil_metric_name(r->metric),
+           a->k);
+    bench_print_header(a->k);
+    for (int i = 0; i < a->nindexes && !rc; i++) {
+        bench_index(r, a->indexes[i]);
+        rc = bench_results_write(a->out, d->name, r->points, r->npoints);
+    }
+    if (rc) return rc;
+    if (r->npoints == 0) return cli_error("no results: none of the indexes could be run");
+    const bench_point *p = &r->points[0];
+    snprintf(title, sizeof title, "%s (%" PRId64 " x %" PRId64 ", %" PRId64 " queries, %s) on %s%s%s",
+             d->name, d->base.rows, d->base.cols, d->queries.rows, simil_metric_name(r->metric),
+             p->backend, strstr(p->backend, p->device) ? "" : ", ",
+             strstr(p->backend, p->device) ? "" : p->device);
+    return bench_plot(a->out, title, a->k, r->points, r->npoints, anchors, nanchors);
+}
+
+static int bench_main(const bench_args *a, simil_metric metric)
+{
+    const bench_source src = {a->dataset, a->data, a->queries, a->gt, a->train};
+    bench_anchor *anchors = NULL;
+    size_t nanchors = 0;
+    bench_data d;
+    bench_run r = {.a = a, .metric = metric, .d = &d};
+    int64_t *truth = NULL;
+    int rc = bench_mkdir(a->out);
+    memset(&d, 0, sizeof d);
+    if (!rc && a->anchors) rc = bench_anchors_read(a->anchors, &anchors, &nanchors);
+    if (!rc) rc = bench_data_load(&src, &d);
+    if (!rc) rc = bench_check_indexes(a, metric, d.base.cols);
+    if (!rc) {
+        const bench_truth_opts o = {a->k, metric, a->device, (int)a->threads, a->out};
+        rc = bench_truth(&d, &o, &truth, &r.truth_cols);
+        r.truth = truth;
+    }
+    if (!rc) rc = bench_sweeps(&r, anchors, nanchors);
+    if (!rc && r.failed) rc = CLI_EXIT_FAIL;
+    free(r.dist);
+    free(r.labels);
+    free(r.points);
+    free(truth);
+    free(anchors);
+    bench_data_free(&d);
+    return rc;
+}
+
+/* ---- the command ---- */
+
+/* Checks cli_parse cannot make, and the repeated --index and --sweep. */
+static int bench_check_args(bench_args *a, int argc, char **argv, const cli_opt *opts,
+                            simil_metric *metric)
+{
+    const char **sweeps = NULL;
+    int nsweeps, ok = 1;
+    if (!a->data == !a->dataset)
+        return cli_usage_error("give either --data or --dataset"), 0;
+    if (a->dataset && !cli_check_choice("--dataset", a->dataset, bench_dataset_names)) return 0;
+    if (a->dataset && a->queries)
+        return cli_usage_error("--queries goes with --data, not with --dataset"), 0;
+    if (a->data && !a->queries && !bench_is_ann_file(a->data))
+        return cli_usage_error("--data %s needs --queries (only an ann-benchmarks .hdf5 "
+                               "file holds its own queries)", a->data), 0;
+    if (simil_metric_parse(a->metric, metric) != SIMIL_OK)
+        return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a->metric), 0;
+    if (!cli_check_device("--device", a->device)) return 0;
+    if (!*a->out) return cli_usage_error("--out: empty folder name"), 0;
+    if (!(a->indexes = malloc((size_t)argc * sizeof *a->indexes)) ||
+        !(sweeps = malloc((size_t)argc * sizeof *sweeps)))
+        return cli_usage_error("out of memory"), 0;
+    a->nindexes = bench_collect(argc, argv, opts, "index", a->indexes);
+    for (int i = 0; i < a->nindexes && ok; i++)
+        if (!*a->indexes[i]) ok = 0, cli_usage_error("--index: empty description");
+    nsweeps = bench_collect(argc, argv, opts, "sweep", sweeps);
+    for (int i = 0; i < nsweeps && ok; i++)
+        if ((ok = bench_parse_sweep(sweeps[i], a, &a->sweeps[a->nsweeps])))
+            a->nsweeps++;
+    free(sweeps);
+    return ok;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_args a = {.metric = "l2", .device = "auto", .k = 10};
+    const cli_opt opts[] = {
+        {"data", 0, CLI_STRING, &a.data, 0, 0, 0},
+        {"queries", 0, CLI_STRING, &a.queries, 0, 0, 0},
+        {"dataset", 0, CLI_STRING, &a.dataset, 0, 0, 0},
+        {"gt", 0, CLI_STRING, &a.gt, 0, 0, 0},
+        {"train", 0, CLI_STRING, &a.train, 0, 0, 0},
+        {"index", 0, CLI_STRING, &a.index, 1, 0, 0},
+        {"sweep", 0, CLI_STRING, &a.sweep, 0, 0, 0},
+        {"k", 'k', CLI_INT, &a.k, 0, 1, INT64_C(1) << 20},
+        {"metric", 0, CLI_STRING, &a.metric, 0, 0, 0},
+        {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
+        {"threads", 't', CLI_INT, &a.threads, 0, 1, 4096},
+        {"anchors", 0, CLI_STRING, &a.anchors, 0, 0, 0},
+        {"out", 'o', CLI_STRING, &a.out, 1, 0, 0},
+        {NULL, 0, CLI_FLAG, NULL, 0, 0, 0},
+    };
+    simil_metric metric;
+    int rc;
+    if (!cli_parse(argc, argv, opts, bench_usage, NULL, 0, &rc)) return rc;
+    if (!bench_check_args(&a, argc, argv, opts, &metric)) {
+        rc = CLI_EXIT_USAGE;
+    } else {
+        cli_progress_install();
+        rc = bench_main(&a, metric);
+    }
+    for (int i = 0; i < a.nsweeps; i++) free(a.sweeps[i].values);
+    free(a.indexes);
+    return rc;
+}
