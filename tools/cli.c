@@ -96,15 +96,40 @@ int cli_check_choice(const char *option, const char *text, const char *const *ch
     return 0;
 }
 
+/* The forms of include/simil/index.h: auto, cpu, gpu, gpu:N, gpus, gpu:0,1,...,
+ * cpu:N, each list optionally ending in /rR.  The library checks the rest
+ * (how many GPUs there are, replicas that divide the list). */
+/* "/rR" at p, R >= 1, ending the string; or the end of the string. */
+static int cli_replicas_end(const char *p)
+{
+    if (*p == '\0') return 1;
+    if (p[0] != '/' || p[1] != 'r' || !isdigit((unsigned char)p[2])) return 0;
+    for (p += 2; isdigit((unsigned char)*p); p++) {}
+    return *p == '\0';
+}
+
 int cli_check_device(const char *option, const char *text)
 {
     if (!strcmp(text, "auto") || !strcmp(text, "cpu") || !strcmp(text, "gpu")) return 1;
-    if (!strncmp(text, "gpu:", 4) && text[4]) {
-        const char *p = text + 4;
-        while (isdigit((unsigned char)*p)) p++;
-        if (!*p && p - text <= 8) return 1;
+    const char *p = NULL;
+    if (!strncmp(text, "gpus", 4)) {
+        p = text + 4;
+    } else if (!strncmp(text, "gpu:", 4) || !strncmp(text, "cpu:", 4)) {
+        /* one number for cpu:N, a comma-separated list for gpu: */
+        const int list = text[0] == 'g';
+        p = text + 4;
+        do {
+            if (!isdigit((unsigned char)*p)) {
+                p = NULL;
+                break;
+            }
+            while (isdigit((unsigned char)*p)) p++;
+        } while (list && *p == ',' && p++);
     }
-    cli_usage_error("%s: '%s' is not auto, cpu, gpu or gpu:N", option, text);
+    if (p != NULL && cli_replicas_end(p) && strlen(text) < 48) return 1;
+    cli_usage_error("%s: '%s' is not a device: use auto, cpu, gpu, gpu:N, gpus, gpu:0,1,... or "
+                    "cpu:N (lists may end in /rR for R replicas)",
+                    option, text);
     return 0;
 }
 

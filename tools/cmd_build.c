@@ -3,6 +3,7 @@
  * then prints a one-line summary with the timings on stderr. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli.h"
 
@@ -19,11 +20,17 @@ static const char build_usage[] =
     "  --metric M       l2 (default), ip or cosine\n"
     "  --train FILE     training vectors (default: the data itself)\n"
     "  --max-train N    train on at most the first N training vectors\n"
-    "  --device D       auto (default), cpu, gpu or gpu:N\n";
+    "  --device D       auto (default), cpu, gpu, gpu:N, gpus, gpu:0,1, cpu:N\n"
+    "                   (several devices shard the index; /rR adds R replicas)\n"
+    "  --part I/N       add only part I (0-based) of N equal parts of the data, with\n"
+    "                   their row numbers as ids: a shard for 'search --distributed'.\n"
+    "                   Every part trains on the same vectors, so IVF parts share\n"
+    "                   their quantizer when built on the same kind of device\n";
 
 typedef struct build_args {
-    const char *data, *desc, *out, *metric, *train, *device;
+    const char *data, *desc, *out, *metric, *train, *device, *part;
     int64_t max_train;
+    int64_t part_index, parts;
 } build_args;
 
 /* Train the index unless it needs none; *seconds gets the time taken. */
@@ -68,10 +75,19 @@ static int build_run(const build_args *a, simil_metric metric)
     if (st != SIMIL_OK) rc = cli_fail(st, NULL);
     if (!rc) rc = build_train(index, a, &data, &train_s);
     if (!rc) {
+        /* the whole data, or one part of it with global row numbers as ids */
+        const int64_t lo = data.rows * a->part_index / a->parts;
+        const int64_t hi = data.rows * (a->part_index + 1) / a->parts;
+        int64_t *ids = a->parts > 1 ? malloc(sizeof *ids * (size_t)(hi - lo + 1)) : NULL;
+        if (a->parts > 1 && ids == NULL) rc = cli_error("out of memory for ids");
+        for (int64_t i = lo; ids && i < hi; i++) ids[i - lo] = i;
         double t0 = cli_now();
-        st = simil_index_add(index, data.rows, data.data, NULL);
+        if (!rc) {
+            st = simil_index_add(index, hi - lo, (const float *)data.data + lo * data.cols, ids);
+            if (st != SIMIL_OK) rc = cli_fail(st, NULL);
+        }
         add_s = cli_now() - t0;
-        if (st != SIMIL_OK) rc = cli_fail(st, NULL);
+        free(ids);
     }
     if (!rc && (st = simil_index_save(index, a->out)) != SIMIL_OK) rc = cli_fail(st, a->out);
     if (!rc)
@@ -86,7 +102,7 @@ static int build_run(const build_args *a, simil_metric metric)
 
 int cmd_build(int argc, char **argv)
 {
-    build_args a = {NULL, NULL, NULL, "l2", NULL, "auto", 0};
+    build_args a = {NULL, NULL, NULL, "l2", NULL, "auto", NULL, 0, 0, 1};
     const cli_opt opts[] = {
         {"data", 0, CLI_STRING, &a.data, 1, 0, 0},
         {"index", 0, CLI_STRING, &a.desc, 1, 0, 0},
@@ -95,6 +111,7 @@ int cmd_build(int argc, char **argv)
         {"train", 0, CLI_STRING, &a.train, 0, 0, 0},
         {"max-train", 0, CLI_INT, &a.max_train, 0, 1, INT64_MAX},
         {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
+        {"part", 0, CLI_STRING, &a.part, 0, 0, 0},
         {NULL, 0, CLI_FLAG, NULL, 0, 0, 0},
     };
     simil_metric metric;
@@ -103,6 +120,15 @@ int cmd_build(int argc, char **argv)
     if (simil_metric_parse(a.metric, &metric) != SIMIL_OK)
         return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a.metric);
     if (!cli_check_device("--device", a.device)) return CLI_EXIT_USAGE;
+    if (a.part) {
+        char tail;
+        long long i, n;
+        if (sscanf(a.part, "%lld/%lld%c", &i, &n, &tail) != 2 || n < 1 || i < 0 || i >= n)
+            return cli_usage_error("--part: write I/N with 0 <= I < N, e.g. 0/4, got '%s'",
+                                   a.part);
+        a.part_index = i;
+        a.parts = n;
+    }
     cli_progress_install();
     return build_run(&a, metric);
 }

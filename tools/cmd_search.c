@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "cli.h"
+#ifdef SIMIL_HAVE_MPI
+#include "simil/dist.h"
+#endif
 
 static const char search_usage[] =
     "usage: simil search --index INDEX --queries FILE -k K [OPTIONS]\n"
@@ -25,12 +28,15 @@ static const char search_usage[] =
     "  --threads T        CPU threads (default: all)\n"
     "  --device D         auto (default), cpu, gpu or gpu:N\n"
     "  --repeat R         run the search R times and report the median time\n"
-    "  --json             print one JSON object on stdout\n";
+    "  --json             print one JSON object on stdout\n"
+    "  --distributed      under mpirun: every rank loads its shard (\"{rank}\" in INDEX\n"
+    "                     becomes the rank number), rank 0 reads the queries and\n"
+    "                     reports; needs a build with MPI (docs/distributed.md)\n";
 
 typedef struct search_args {
     const char *index, *queries, *gt, *out, *dist, *device;
     int64_t k, nprobe, threads, repeat;
-    int json;
+    int json, distributed;
 } search_args;
 
 typedef struct search_result {
@@ -66,6 +72,17 @@ static int search_read_truth(const search_args *a, int64_t nq, int64_t **truth, 
     return rc;
 }
 
+/* Searches finished by search_time: in a distributed search, rank 0 tells
+ * the other ranks to stop when it fails before finishing them all. */
+static int64_t searches_done;
+
+static void search_params(const search_args *a, simil_search_params *params)
+{
+    simil_search_params_init(params);
+    if (a->nprobe > 0) params->nprobe = a->nprobe;
+    if (a->threads > 0) params->threads = (int)a->threads;
+}
+
 /* Run the search a->repeat times; r->seconds gets the median. */
 static int search_time(const search_args *a, const simil_index *index, const simil_matrix *q,
                        float *dist, int64_t *labels, search_result *r)
@@ -73,18 +90,24 @@ static int search_time(const search_args *a, const simil_index *index, const sim
     simil_search_params params;
     double *times = malloc((size_t)a->repeat * sizeof *times);
     if (!times) return cli_error("out of memory");
-    simil_search_params_init(&params);
-    if (a->nprobe > 0) params.nprobe = a->nprobe;
-    if (a->threads > 0) params.threads = (int)a->threads;
+    search_params(a, &params);
     for (int64_t i = 0; i < a->repeat; i++) {
         double t0 = cli_now();
+#ifdef SIMIL_HAVE_MPI
+        simil_status st = a->distributed ? simil_dist_search(index, q->rows, q->data, a->k,
+                                                             &params, dist, labels)
+                                         : simil_index_search(index, q->rows, q->data, a->k,
+                                                              &params, dist, labels);
+#else
         simil_status st =
             simil_index_search(index, q->rows, q->data, a->k, &params, dist, labels);
+#endif
         times[i] = cli_now() - t0;
         if (st != SIMIL_OK) {
             free(times);
             return cli_fail(st, NULL);
         }
+        searches_done++;
     }
     r->seconds = cli_median(times, (int)a->repeat);
     free(times);
@@ -172,11 +195,75 @@ static int search_run(const search_args *a, simil_index *index, const simil_matr
     return rc;
 }
 
+#ifdef SIMIL_HAVE_MPI
+/* INDEX with "{rank}" replaced by the rank number. */
+static void search_shard_path(const char *pattern, int rank, char *out, size_t size)
+{
+    const char *at = strstr(pattern, "{rank}");
+    if (at == NULL) {
+        snprintf(out, size, "%s", pattern);
+        return;
+    }
+    snprintf(out, size, "%.*s%d%s", (int)(at - pattern), pattern, rank, at + 6);
+}
+
+/* Failure on this rank, or a peer's failure: say which, return 1. */
+static int search_dist_failed(simil_status local, simil_status agreed, const char *path)
+{
+    if (local != SIMIL_OK) return cli_fail(local, path);
+    return cli_error("%s", simil_dist_last_error());
+    (void)agreed;
+}
+
+/* Every rank: load its shard; rank 0 reads the queries and reports, the
+ * others join each collective search.  Each step is agreed on by all ranks
+ * (simil_dist_agree), so a failure anywhere stops every rank cleanly. */
+static int search_distributed(const search_args *a, int argc, char **argv)
+{
+    int rank, ranks, rc = CLI_EXIT_OK;
+    simil_status st = simil_dist_begin(&argc, &argv, &rank, &ranks);
+    if (st != SIMIL_OK) return cli_error("%s", simil_dist_last_error());
+    char path[4096];
+    search_shard_path(a->index, rank, path, sizeof path);
+    simil_index *index = NULL;
+    simil_matrix q = {0, 0, SIMIL_DTYPE_FLOAT32, NULL};
+    st = simil_index_load(&index, path, a->device);
+    simil_status agreed = simil_dist_agree(st, "loading the shards");
+    if (agreed != SIMIL_OK) rc = search_dist_failed(st, agreed, path);
+    if (!rc && rank == 0) {
+        st = cli_read_float(a->queries, 0, -1, &q) ? SIMIL_ERR_IO : SIMIL_OK;
+        if (st == SIMIL_OK && q.cols != simil_index_dim(index))
+            st = cli_error("%s has dimension %" PRId64 ", the index %" PRId64, a->queries,
+                           q.cols, simil_index_dim(index)) ? SIMIL_ERR_INVALID_ARGUMENT
+                                                           : SIMIL_OK;
+    }
+    if (!rc) {
+        agreed = simil_dist_agree(rank == 0 ? st : SIMIL_OK, "reading the queries");
+        if (agreed != SIMIL_OK) rc = rank == 0 ? CLI_EXIT_FAIL : search_dist_failed(SIMIL_OK, agreed, NULL);
+    }
+    if (!rc && rank == 0) {
+        rc = search_run(a, index, &q);
+        if (rc && searches_done < a->repeat) /* the others wait in a search: release them */
+            simil_dist_search(index, -1, NULL, 0, NULL, NULL, NULL);
+    } else if (!rc) {
+        simil_search_params params;
+        search_params(a, &params);
+        for (int64_t i = 0; i < a->repeat && !rc; i++)
+            if ((st = simil_dist_search(index, 0, NULL, 0, &params, NULL, NULL)) != SIMIL_OK)
+                rc = search_dist_failed(st == SIMIL_ERR_REMOTE ? SIMIL_OK : st, st, NULL);
+    }
+    simil_matrix_free(&q);
+    simil_index_destroy(index);
+    simil_dist_end();
+    return rc;
+}
+#endif
+
 int cmd_search(int argc, char **argv)
 {
     static const char *const id_formats[] = {".ivecs", ".npy", NULL};
     static const char *const dist_formats[] = {".fvecs", ".npy", NULL};
-    search_args a = {NULL, NULL, NULL, NULL, NULL, "auto", 0, 0, 0, 1, 0};
+    search_args a = {NULL, NULL, NULL, NULL, NULL, "auto", 0, 0, 0, 1, 0, 0};
     const cli_opt opts[] = {
         {"index", 0, CLI_STRING, &a.index, 1, 0, 0},
         {"queries", 0, CLI_STRING, &a.queries, 1, 0, 0},
@@ -189,6 +276,7 @@ int cmd_search(int argc, char **argv)
         {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
         {"repeat", 0, CLI_INT, &a.repeat, 0, 1, 100000},
         {"json", 0, CLI_FLAG, &a.json, 0, 0, 0},
+        {"distributed", 0, CLI_FLAG, &a.distributed, 0, 0, 0},
         {NULL, 0, CLI_FLAG, NULL, 0, 0, 0},
     };
     simil_matrix q = {0, 0, SIMIL_DTYPE_FLOAT32, NULL};
@@ -200,6 +288,14 @@ int cmd_search(int argc, char **argv)
         (a.out && !cli_check_suffix("--out", a.out, id_formats)) ||
         (a.dist && !cli_check_suffix("--distances", a.dist, dist_formats)))
         return CLI_EXIT_USAGE;
+    if (a.distributed) {
+#ifdef SIMIL_HAVE_MPI
+        return search_distributed(&a, argc, argv);
+#else
+        return cli_error("--distributed: this simil was built without MPI; install "
+                         "libopenmpi-dev and rebuild");
+#endif
+    }
     cli_progress_install();
     if ((st = simil_index_load(&index, a.index, a.device)) != SIMIL_OK)
         return cli_fail(st, a.index);

@@ -8,5 +8,7 @@
 #include "simil/progress.h"
 #include "simil/select.h"
 #include "simil/kmeans.h"
+#include "simil/faiss.h"
+#include "simil/graph.h"
 
 #endif

@@ -34,7 +34,8 @@ typedef enum simil_status {
     SIMIL_ERR_CORRUPT = -6,          /* a file is truncated, damaged or not ours */
     SIMIL_ERR_NOT_TRAINED = -7,      /* the index needs train() first */
     SIMIL_ERR_DEVICE = -8,           /* the GPU driver or runtime failed */
-    SIMIL_ERR_INTERNAL = -9          /* a bug in simil: please report it */
+    SIMIL_ERR_INTERNAL = -9,         /* a bug in simil: please report it */
+    SIMIL_ERR_REMOTE = -10           /* another process of a distributed job failed */
 } simil_status;
 
 /* The code's name, such as "SIMIL_ERR_IO".  Never NULL. */

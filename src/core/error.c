@@ -56,6 +56,7 @@ const char *simil_status_name(simil_status status)
     case SIMIL_ERR_NOT_TRAINED: return "SIMIL_ERR_NOT_TRAINED";
     case SIMIL_ERR_DEVICE: return "SIMIL_ERR_DEVICE";
     case SIMIL_ERR_INTERNAL: return "SIMIL_ERR_INTERNAL";
+    case SIMIL_ERR_REMOTE: return "SIMIL_ERR_REMOTE";
     }
     return "SIMIL_ERR_UNKNOWN";
 }

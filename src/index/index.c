@@ -63,8 +63,19 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
                   SIMIL_ERR_INVALID_ARGUMENT, "unknown metric %d", (int)metric);
     sml_index_spec spec;
     SML_TRY(sml_index_spec_parse(description, dim, &spec));
+    sml_placement placement;
+    SML_TRY(sml_device_placement(device, &placement));
     simil_status (*init)(simil_index *) = NULL;
-    if (spec.refine) {
+    if (spec.shards || placement.count > 1) {
+        const int64_t shards = spec.shards ? spec.shards : placement.count / placement.replicas;
+        SML_RETURN_IF(placement.count != 1 && placement.count != shards * placement.replicas,
+                      SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s' has %" PRId64 " shards, device '%s' names %d devices in %d "
+                      "replica(s); give %" PRId64 " devices per replica, or one device",
+                      description, shards, device, placement.count, placement.replicas, shards);
+        spec.shards = shards;
+        init = sml_shards_init;
+    } else if (spec.refine) {
         init = sml_refine_init;
     } else if (spec.opq_m) {
         init = sml_opq_init;
@@ -83,7 +94,7 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
     index->dim = dim;
     index->metric = metric;
     snprintf(index->device, sizeof index->device, "%s", device ? device : "auto");
-    simil_status s = sml_device_open(device, &index->backend);
+    simil_status s = sml_device_open(placement.device[0], &index->backend);
     if (s == SIMIL_OK) s = init(index);
     if (s != SIMIL_OK) {
         sml_backend_close(index->backend);

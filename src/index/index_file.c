@@ -180,9 +180,10 @@ static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const c
     char desc[128];
     SML_TRY(sml_index_read_head(r, &h, desc, sizeof desc));
     simil_index *index;
-    simil_status s = sml_index_new(&index, h.dim, desc, (simil_metric)h.metric, device);
-    if (s == SIMIL_ERR_INVALID_ARGUMENT)
+    sml_index_spec spec;
+    if (h.dim > ((int64_t)1 << 24) || sml_index_spec_parse(desc, h.dim, &spec) != SIMIL_OK)
         return sml_error_context(SIMIL_ERR_CORRUPT, "'%s' is damaged", r->path);
+    simil_status s = sml_index_new(&index, h.dim, desc, (simil_metric)h.metric, device);
     SML_TRY(s);
     index->ntotal = h.ntotal;
     index->next_id = h.next_id;
@@ -204,6 +205,7 @@ static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const c
 
 simil_status sml_index_file_load(simil_index **out, const char *path, const char *device)
 {
+    if (sml_faiss_file(path)) return sml_faiss_load(path, device, out);
     sml_reader r;
     SML_TRY(sml_reader_open(&r, path));
     simil_status s = sml_index_read_all(out, &r, device);

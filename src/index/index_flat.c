@@ -242,6 +242,13 @@ static void sml_flat_destroy(simil_index *index)
     sml_free(index->impl);
 }
 
+void sml_flat_data(const simil_index *index, const float **vectors, const int64_t **host_ids)
+{
+    const sml_flat *f = index->impl;
+    *vectors = f->vectors;
+    *host_ids = f->host_ids;
+}
+
 static const sml_index_vtable sml_flat_vtable = {
     .train = NULL,
     .add = sml_flat_add,

@@ -65,14 +65,45 @@ simil_status sml_ivf_flat_init(simil_index *index);
 simil_status sml_ivf_pq_init(simil_index *index);
 simil_status sml_opq_init(simil_index *index);
 simil_status sml_refine_init(simil_index *index);
+simil_status sml_shards_init(simil_index *index);
+
+/* Reading and writing other libraries' files (faiss_io.c) needs the
+ * insides of three types.  Flat: its vectors (backend memory, ntotal x dim)
+ * and host ids.  IVF-PQ: its inverted file and product quantizer; set_trained
+ * makes a fresh, untrained IVF-PQ index trained with these coarse centroids
+ * (nlist x dim) and codebooks (m x ksub x dsub), uploading both; if it fails,
+ * the caller destroys the index. */
+struct sml_ivf;
+struct sml_pq;
+void sml_flat_data(const simil_index *index, const float **vectors, const int64_t **host_ids);
+simil_status sml_ivf_pq_set_trained(simil_index *index, const float *coarse,
+                                    const float *codebooks);
+void sml_ivf_pq_parts(const simil_index *index, struct sml_ivf **ivf, struct sml_pq **pq);
+
+/* Load a Faiss index file (faiss_read.c) when sml_faiss_file(path) says it
+ * looks like one (its first four bytes are a Faiss type code). */
+int sml_faiss_file(const char *path);
+simil_status sml_faiss_load(const char *path, const char *device, simil_index **index);
 
 /* The index a wrapper type (OPQ, Refine) holds: spec without the wrapper's
  * part, on the same device, with the counters of the outer index. */
 simil_status sml_index_inner(const simil_index *outer, const sml_index_spec *spec, int64_t dim,
                              simil_metric metric, simil_index **inner);
 
-/* Open the backend a device string names: "auto" (NULL), "cpu", "gpu", "gpu:N". */
+/* Open the backend a single-device string names: "auto" (NULL), "cpu", "gpu",
+ * "gpu:N". */
 simil_status sml_device_open(const char *device, sml_backend **backend);
+
+/* Where the parts of an index go: count single-device strings, grouped into
+ * replicas (count / replicas shards each).  See device_select.c. */
+#define SML_MAX_PARTS 64
+typedef struct sml_placement {
+    int count;
+    int replicas;
+    char device[SML_MAX_PARTS][16];
+} sml_placement;
+
+simil_status sml_device_placement(const char *device, sml_placement *placement);
 
 /* Index files: the common header, and streaming backend memory to sections. */
 simil_status sml_index_file_save(const simil_index *index, const char *path);

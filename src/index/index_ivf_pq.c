@@ -261,6 +261,25 @@ static void sml_ivf_pq_destroy(simil_index *index)
     sml_free(x);
 }
 
+simil_status sml_ivf_pq_set_trained(simil_index *index, const float *coarse,
+                                    const float *codebooks)
+{
+    sml_ivf_pq *x = sml_ivf_pq_of(index);
+    sml_backend *b = index->backend;
+    SML_TRY(sml_ivf_set_centroids(b, &x->ivf, coarse));
+    memcpy(x->pq.centroids, codebooks, sizeof(float) * (size_t)(x->pq.m * x->pq.ksub * x->pq.dsub));
+    SML_TRY(sml_ivf_pq_upload(b, x));
+    index->trained = 1;
+    return SIMIL_OK;
+}
+
+void sml_ivf_pq_parts(const simil_index *index, sml_ivf **ivf, sml_pq **pq)
+{
+    sml_ivf_pq *x = sml_ivf_pq_of(index);
+    *ivf = &x->ivf;
+    *pq = &x->pq;
+}
+
 static const sml_index_vtable sml_ivf_pq_vtable = {
     .train = sml_ivf_pq_train,
     .add = sml_ivf_pq_add,

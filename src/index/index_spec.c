@@ -135,8 +135,16 @@ simil_status sml_index_spec_parse(const char *desc, int64_t dim, sml_index_spec 
     char *parts[SML_SPEC_MAX_COMPONENTS];
     int count = 0, i = 0;
     SML_TRY(sml_spec_split(desc, buf, parts, &count));
-    if (strcmp(parts[i], "IDMap") == 0) i++;
     int64_t a = 0, b = 0;
+    if (strncmp(parts[i], "Shards", 6) == 0) {
+        SML_RETURN_IF(!sml_spec_numbers(parts[i], "Shards", '\0', &a, &b) || a > 1024 ||
+                          i + 1 == count,
+                      SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s': write Shards<parts>,<index>, e.g. Shards2,IVF4096,Flat", desc);
+        spec->shards = a;
+        i++;
+    }
+    if (strcmp(parts[i], "IDMap") == 0) i++;
     if (i < count && strncmp(parts[i], "OPQ", 3) == 0) {
         SML_RETURN_IF(!sml_spec_numbers(parts[i], "OPQ", '_', &a, &b), SIMIL_ERR_INVALID_ARGUMENT,
                       "index '%s': write OPQ<m> or OPQ<m>_<dim>, got '%s'", desc, parts[i]);
@@ -172,6 +180,7 @@ void sml_index_spec_format(const sml_index_spec *spec, char *out, size_t size)
     do {                                                                         \
         if (n >= 0 && (size_t)n < size) n += snprintf(out + n, size - (size_t)n, __VA_ARGS__); \
     } while (0)
+    if (spec->shards) SML_APPEND("Shards%" PRId64 ",", spec->shards);
     if (spec->opq_m) SML_APPEND("OPQ%" PRId64 "_%" PRId64 ",", spec->opq_m, spec->opq_dim);
     if (spec->ivf_nlist) SML_APPEND("IVF%" PRId64 ",", spec->ivf_nlist);
     switch (spec->encoding) {

@@ -1,10 +1,12 @@
 /* index_spec.h: Faiss-style index descriptions, parsed.
  *
  * Grammar (components separated by commas, in this order):
- *   [IDMap,] [OPQm[_d],] [IVFn,] (Flat | PQm[xb] | XFBQ[QxB]) [,Refine | ,RFlat]
+ *   [Shardss,] [IDMap,] [OPQm[_d],] [IVFn,] (Flat | PQm[xb] | XFBQ[QxB]) [,Refine | ,RFlat]
  * e.g. "Flat", "IVF4096,Flat", "IVF4096,PQ32x8", "OPQ32_128,IVF4096,PQ32",
  * "XFBQ4x3", "IVF1024,XFBQ", "IVF4096,PQ32,Refine".  IDMap is accepted for
- * Faiss compatibility and ignored: every simil index takes ids. */
+ * Faiss compatibility and ignored: every simil index takes ids.  "Shardss,"
+ * splits the index into s parts on the devices of the device string (what a
+ * device list such as gpu:0,1 also does); saved sharded indexes carry it. */
 #ifndef SML_INDEX_SPEC_H
 #define SML_INDEX_SPEC_H
 
@@ -20,6 +22,7 @@ typedef enum sml_encoding {
 } sml_encoding;
 
 typedef struct sml_index_spec {
+    int64_t shards;       /* 0: not sharded */
     int64_t opq_m;        /* 0: no OPQ */
     int64_t opq_dim;      /* OPQ output dimension (the input dimension unless _d) */
     int64_t ivf_nlist;    /* 0: no inverted file */

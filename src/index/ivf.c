@@ -125,6 +125,25 @@ simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float 
     return s;
 }
 
+simil_status sml_ivf_set_centroids(sml_backend *b, sml_ivf *ivf, const float *centroids)
+{
+    float *copy;
+    SML_TRY(sml_alloc((void **)&copy, (size_t)(ivf->nlist * ivf->dim), sizeof(float),
+                      "coarse centroids"));
+    memcpy(copy, centroids, sizeof(float) * (size_t)(ivf->nlist * ivf->dim));
+    float *old = ivf->centroids;
+    ivf->centroids = copy;
+    simil_status s = sml_ivf_upload_quantizer(b, ivf);
+    if (s != SIMIL_OK) {
+        ivf->centroids = old;
+        sml_free(copy);
+        return s;
+    }
+    sml_free(old);
+    ivf->trained = 1;
+    return SIMIL_OK;
+}
+
 simil_status sml_ivf_probe(sml_backend *b, const sml_ivf *ivf, int64_t n, const float *x,
                            int64_t nprobe, int64_t *lists, float *dists)
 {

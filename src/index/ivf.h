@@ -45,6 +45,10 @@ void sml_ivf_free(sml_backend *b, sml_ivf *ivf);
 /* Train the coarse quantizer with k-means on n vectors (host). */
 simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float *x);
 
+/* Use these nlist x dim centroids (host, copied) as the trained coarse
+ * quantizer, e.g. one read from another library's file. */
+simil_status sml_ivf_set_centroids(sml_backend *b, sml_ivf *ivf, const float *centroids);
+
 /* The nprobe nearest lists of each of n vectors (host): lists n x nprobe,
  * nearest first; dists (may be NULL) the matching coarse distances. */
 simil_status sml_ivf_probe(sml_backend *b, const sml_ivf *ivf, int64_t n, const float *x,

@@ -22,7 +22,7 @@ static void test_status_names_and_version(void **state)
                                 SIMIL_ERR_UNSUPPORTED,      SIMIL_ERR_NO_DEVICE,
                                 SIMIL_ERR_IO,               SIMIL_ERR_CORRUPT,
                                 SIMIL_ERR_NOT_TRAINED,      SIMIL_ERR_DEVICE,
-                                SIMIL_ERR_INTERNAL};
+                                SIMIL_ERR_INTERNAL,         SIMIL_ERR_REMOTE};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         assert_true(all[i] < 0);
         assert_string_not_equal(simil_status_name(all[i]), "SIMIL_ERR_UNKNOWN");

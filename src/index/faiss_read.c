@@ -1,0 +1,615 @@
+/* faiss_read.c: loading index files written by Faiss (faiss::write_index).
+ *
+ * simil reads IndexFlatL2/IP ("IxF2", "IxFI", "IxFl"), IndexIVFFlat ("IwFl",
+ * and the older "IvFl"/"IvFL"), IndexIVFPQ with 8-bit codes and residual
+ * encoding ("IwPQ", and the older "IvPQ"), and IndexIDMap/IndexIDMap2 ("IxMp",
+ * "IxM2") around any of them.  Inverted lists must be ArrayInvertedLists
+ * ("ilar"), with list sizes stored in full or sparse form.
+ *
+ * A Faiss file is a tree of objects, each opening with a four-character code
+ * and then its fields in native (little-endian) byte order: int32 d, int64
+ * ntotal, two unused int64, a bool is_trained, an int32 metric (0 inner
+ * product, 1 L2); a std::vector is a uint64 count followed by its elements.
+ * The reader parses the whole file into host arrays first (sml_faiss_parsed),
+ * checking every count against the bytes left in the file before allocating,
+ * and only then builds the simil index: a damaged file fails with
+ * SIMIL_ERR_CORRUPT before any index exists, and a valid file of a kind simil
+ * cannot represent fails with SIMIL_ERR_UNSUPPORTED naming what is missing. */
+#include <stdio.h>
+#include <string.h>
+
+#include "algo/pq.h"
+#include "core/alloc.h"
+#include "core/error.h"
+#include "index/index_internal.h"
+#include "index/ivf.h"
+
+#define SML_FOURCC(s) SML_TAG((s)[0], (s)[1], (s)[2], (s)[3])
+
+enum { SML_FAISS_FLAT = 1, SML_FAISS_IVF_FLAT = 2, SML_FAISS_IVF_PQ = 3 };
+enum { SML_FAISS_PQ_NBITS = 8, SML_FAISS_KSUB = 256 };
+static const int64_t sml_faiss_max_dim = (int64_t)1 << 24;
+static const char sml_faiss_readable[] =
+    "simil reads IxF2, IxFI, IxFl, IwFl, IvFl, IwPQ, IvPQ, IxMp and IxM2";
+
+/* Faiss types by code, for messages about the ones simil does not read. */
+static const struct {
+    char code[5];
+    const char *name;
+} sml_faiss_names[] = {
+    {"IxF2", "IndexFlatL2"},      {"IxFI", "IndexFlatIP"},       {"IxFl", "IndexFlat"},
+    {"IwFl", "IndexIVFFlat"},     {"IvFl", "IndexIVFFlat, old"}, {"IvFL", "IndexIVFFlat, old"},
+    {"IwPQ", "IndexIVFPQ"},       {"IvPQ", "IndexIVFPQ, old"},   {"IxMp", "IndexIDMap"},
+    {"IxM2", "IndexIDMap2"},      {"IHNf", "HNSW"},              {"IHNp", "HNSW-PQ"},
+    {"IHNs", "HNSW-SQ"},          {"IHN2", "HNSW 2-level"},      {"IxPq", "PQ"},
+    {"IxPQ", "PQ"},               {"IxSQ", "scalar quantizer"},  {"IwSQ", "IVF scalar quantizer"},
+    {"IwSq", "IVF scalar quantizer"}, {"IxPT", "PreTransform"},  {"IxRF", "Refine"},
+    {"IwQR", "IVF-PQR"},          {"IvQR", "IVF-PQR"},           {"IxHe", "LSH"},
+    {"IPfs", "PQ fast scan"},     {"IwPf", "IVF-PQ fast scan"},  {"IwFd", "IVF-Flat dedup"},
+    {"INSf", "NSG"},              {"IBxF", "binary Flat"},       {"IBwF", "binary IVF"},
+    {"IBHf", "binary HNSW"},
+};
+
+/* What a Faiss file holds, in host memory, before it becomes a simil index. */
+typedef struct sml_faiss_parsed {
+    int kind;               /* SML_FAISS_FLAT, _IVF_FLAT or _IVF_PQ */
+    int64_t dim;
+    int64_t ntotal;
+    simil_metric metric;
+    float *vectors;         /* Flat: ntotal x dim */
+    int64_t nlist;          /* IVF */
+    float *coarse;          /* IVF: nlist x dim */
+    int64_t pq_m;           /* IVF-PQ */
+    float *codebooks;       /* IVF-PQ: pq_m x 256 x dim / pq_m */
+    size_t code_size;       /* IVF: bytes per code in the file */
+    size_t row_bytes;       /* IVF: bytes per code in simil's lists (>= code_size) */
+    int64_t *list_sizes;    /* IVF: nlist */
+    uint8_t *codes;         /* IVF: ntotal rows of row_bytes, list after list */
+    int64_t *ids;           /* IVF: ntotal, as codes */
+    int64_t *id_map;        /* IDMap: ntotal external ids; NULL without one */
+} sml_faiss_parsed;
+
+static void sml_faiss_parsed_free(sml_faiss_parsed *p)
+{
+    sml_free(p->vectors);
+    sml_free(p->coarse);
+    sml_free(p->codebooks);
+    sml_free(p->list_sizes);
+    sml_free(p->codes);
+    sml_free(p->ids);
+    sml_free(p->id_map);
+    memset(p, 0, sizeof *p);
+}
+
+static void sml_faiss_code_text(uint32_t code, char text[5])
+{
+    for (int i = 0; i < 4; i++) {
+        char c = (char)(code >> (8 * i));
+        text[i] = (c >= 32 && c < 127) ? c : '?';
+    }
+    text[4] = '\0';
+}
+
+static const char *sml_faiss_name(uint32_t code)
+{
+    for (size_t i = 0; i < sizeof sml_faiss_names / sizeof sml_faiss_names[0]; i++)
+        if (SML_FOURCC(sml_faiss_names[i].code) == code) return sml_faiss_names[i].name;
+    return "an unknown type";
+}
+
+static int sml_faiss_is_alnum(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+
+int sml_faiss_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return 0;
+    unsigned char head[4];
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    /* every Faiss index code is 'I' and three letters or digits; simil's own
+     * files start with "SIMILIDX" */
+    return got == sizeof head && head[0] == 'I' && sml_faiss_is_alnum(head[1]) &&
+           sml_faiss_is_alnum(head[2]) && sml_faiss_is_alnum(head[3]);
+}
+
+static simil_status sml_faiss_unsupported(const char *path, uint32_t code, const char *where)
+{
+    char text[5];
+    sml_faiss_code_text(code, text);
+    return sml_error(SIMIL_ERR_UNSUPPORTED,
+                     "'%s': Faiss index type '%s' (%s)%s is not supported; %s", path, text,
+                     sml_faiss_name(code), where, sml_faiss_readable);
+}
+
+/* ---- primitives: every count is checked against the bytes left ---- */
+
+static uint64_t sml_fr_left(const sml_reader *r) { return r->size - r->offset; }
+
+static simil_status sml_fr_u8(sml_reader *r, uint8_t *v) { return sml_reader_read(r, v, 1); }
+static simil_status sml_fr_u32(sml_reader *r, uint32_t *v) { return sml_reader_read(r, v, 4); }
+static simil_status sml_fr_u64(sml_reader *r, uint64_t *v) { return sml_reader_read(r, v, 8); }
+
+/* The count of a std::vector of elem-byte elements. */
+static simil_status sml_fr_count(sml_reader *r, size_t elem, uint64_t *count, const char *what)
+{
+    SML_TRY(sml_fr_u64(r, count));
+    SML_RETURN_IF(*count > sml_fr_left(r) / elem, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: %s claims %llu elements of %zu bytes at offset %llu, "
+                  "only %llu bytes follow",
+                  r->path, what, (unsigned long long)*count, elem,
+                  (unsigned long long)(r->offset - 8), (unsigned long long)sml_fr_left(r));
+    return SIMIL_OK;
+}
+
+/* count elements (already checked against the file) into a new buffer. */
+static simil_status sml_fr_array(sml_reader *r, size_t elem, uint64_t count, void **out,
+                                 const char *what)
+{
+    SML_TRY(sml_alloc(out, count > 0 ? (size_t)count : 1, elem, what));
+    simil_status s = sml_reader_read(r, *out, (size_t)count * elem);
+    if (s != SIMIL_OK) {
+        sml_free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+static simil_status sml_fr_skip_vector(sml_reader *r, size_t elem, const char *what)
+{
+    uint64_t count;
+    SML_TRY(sml_fr_count(r, elem, &count, what));
+    return sml_reader_seek(r, r->offset + count * elem);
+}
+
+typedef struct sml_fr_head {
+    int64_t dim;
+    int64_t ntotal;
+    int trained;
+    simil_metric metric;
+} sml_fr_head;
+
+/* The fields every Faiss index starts with (after its code). */
+static simil_status sml_fr_header(sml_reader *r, sml_fr_head *h)
+{
+    int32_t d, metric;
+    int64_t ntotal, unused[2];
+    uint8_t trained;
+    SML_TRY(sml_reader_read(r, &d, 4));
+    SML_TRY(sml_reader_read(r, &ntotal, 8));
+    SML_TRY(sml_reader_read(r, unused, sizeof unused));
+    SML_TRY(sml_fr_u8(r, &trained));
+    SML_TRY(sml_reader_read(r, &metric, 4));
+    SML_RETURN_IF(d < 1 || ntotal < 0 || (uint64_t)ntotal > r->size || trained > 1 || metric < 0,
+                  SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: impossible Faiss header (d=%d, ntotal=%" PRId64
+                  ", is_trained=%u, metric=%d) before offset %llu",
+                  r->path, (int)d, ntotal, (unsigned)trained, (int)metric,
+                  (unsigned long long)r->offset);
+    SML_RETURN_IF(metric > 1, SIMIL_ERR_UNSUPPORTED,
+                  "'%s' uses Faiss metric type %d; simil reads L2 (1) and inner product (0)",
+                  r->path, (int)metric);
+    SML_RETURN_IF(d > sml_faiss_max_dim, SIMIL_ERR_UNSUPPORTED,
+                  "'%s' holds vectors of dimension %d; simil takes at most %" PRId64, r->path,
+                  (int)d, sml_faiss_max_dim);
+    h->dim = d;
+    h->ntotal = ntotal;
+    h->trained = trained;
+    h->metric = metric == 1 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP;
+    return SIMIL_OK;
+}
+
+static int sml_fr_is_flat(uint32_t code)
+{
+    return code == SML_FOURCC("IxF2") || code == SML_FOURCC("IxFI") ||
+           code == SML_FOURCC("IxFl");
+}
+
+/* An IndexFlat after its code: header, then ntotal x d floats. */
+static simil_status sml_fr_flat(sml_reader *r, sml_fr_head *h, float **vectors)
+{
+    SML_TRY(sml_fr_header(r, h));
+    uint64_t count;
+    SML_TRY(sml_fr_count(r, sizeof(float), &count, "the vectors of a Flat index"));
+    SML_RETURN_IF(count % (uint64_t)h->dim != 0 || count / (uint64_t)h->dim != (uint64_t)h->ntotal,
+                  SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: a Flat index of %" PRId64 " vectors of dimension %" PRId64
+                  " holds %llu floats",
+                  r->path, h->ntotal, h->dim, (unsigned long long)count);
+    return sml_fr_array(r, sizeof(float), count, (void **)vectors, "Faiss vectors");
+}
+
+/* ---- inverted files ---- */
+
+/* The coarse quantizer: an IndexFlat of nlist centroids in the IVF's metric. */
+static simil_status sml_fr_quantizer(sml_reader *r, sml_faiss_parsed *p, uint64_t nlist)
+{
+    uint32_t code;
+    SML_TRY(sml_fr_u32(r, &code));
+    if (!sml_fr_is_flat(code)) return sml_faiss_unsupported(r->path, code, " as a coarse quantizer");
+    sml_fr_head h;
+    SML_TRY(sml_fr_flat(r, &h, &p->coarse));
+    SML_RETURN_IF(h.dim != p->dim || nlist < 1 || (uint64_t)h.ntotal != nlist, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: an IVF of %llu lists in dimension %" PRId64
+                  " has a quantizer of %" PRId64 " centroids in dimension %" PRId64,
+                  r->path, (unsigned long long)nlist, p->dim, h.ntotal, h.dim);
+    SML_RETURN_IF(h.metric != p->metric, SIMIL_ERR_UNSUPPORTED,
+                  "'%s': the IVF's coarse quantizer uses another metric than the index; "
+                  "simil's IVF probes lists with the index's own metric",
+                  r->path);
+    p->nlist = (int64_t)nlist;
+    return SIMIL_OK;
+}
+
+/* Old IVF files ("Iv..") keep each list's ids in the header, as vectors. */
+static simil_status sml_fr_legacy_ids(sml_reader *r, sml_faiss_parsed *p)
+{
+    SML_RETURN_IF((uint64_t)p->ntotal > sml_fr_left(r) / sizeof(int64_t), SIMIL_ERR_CORRUPT,
+                  "'%s' is truncated: the ids of %" PRId64 " vectors do not fit", r->path,
+                  p->ntotal);
+    SML_TRY(sml_calloc((void **)&p->list_sizes, (size_t)p->nlist, sizeof(int64_t), "list sizes"));
+    SML_TRY(sml_alloc((void **)&p->ids, (size_t)(p->ntotal > 0 ? p->ntotal : 1), sizeof(int64_t),
+                      "Faiss ids"));
+    int64_t total = 0;
+    for (int64_t l = 0; l < p->nlist; l++) {
+        uint64_t n;
+        SML_TRY(sml_fr_count(r, sizeof(int64_t), &n, "a list of ids"));
+        SML_RETURN_IF(n > (uint64_t)(p->ntotal - total), SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: its lists hold more ids than its header's %" PRId64,
+                      r->path, p->ntotal);
+        SML_TRY(sml_reader_read(r, p->ids + total, (size_t)n * sizeof(int64_t)));
+        p->list_sizes[l] = (int64_t)n;
+        total += (int64_t)n;
+    }
+    SML_RETURN_IF(total != p->ntotal, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: its lists hold %" PRId64 " ids, its header says %" PRId64,
+                  r->path, total, p->ntotal);
+    return SIMIL_OK;
+}
+
+/* The direct map (id -> list position) that Faiss may keep: simil has no use
+ * for it, so it is checked and skipped. */
+static simil_status sml_fr_direct_map(sml_reader *r)
+{
+    uint8_t type;
+    SML_TRY(sml_fr_u8(r, &type));
+    SML_RETURN_IF(type > 2, SIMIL_ERR_CORRUPT, "'%s' is damaged: direct map of type %u", r->path,
+                  (unsigned)type);
+    SML_TRY(sml_fr_skip_vector(r, sizeof(int64_t), "a direct map"));
+    if (type == 2) SML_TRY(sml_fr_skip_vector(r, 2 * sizeof(int64_t), "a direct map"));
+    return SIMIL_OK;
+}
+
+/* Header, nlist, nprobe, quantizer, [old: ids,] direct map. */
+static simil_status sml_fr_ivf_header(sml_reader *r, sml_faiss_parsed *p, int legacy)
+{
+    sml_fr_head h;
+    SML_TRY(sml_fr_header(r, &h));
+    SML_RETURN_IF(!h.trained, SIMIL_ERR_UNSUPPORTED,
+                  "'%s' holds an untrained Faiss IVF index; train it in Faiss before saving, "
+                  "or create and train the index in simil",
+                  r->path);
+    p->dim = h.dim;
+    p->ntotal = h.ntotal;
+    p->metric = h.metric;
+    uint64_t nlist, nprobe;
+    SML_TRY(sml_fr_u64(r, &nlist));
+    SML_TRY(sml_fr_u64(r, &nprobe));
+    SML_TRY(sml_fr_quantizer(r, p, nlist));
+    if (legacy) SML_TRY(sml_fr_legacy_ids(r, p));
+    return sml_fr_direct_map(r);
+}
+
+/* Where the codes of rows [at, at + n) go in p->codes, and the codes widened
+ * in place from code_size to row_bytes (zero padding), last row first. */
+static void sml_fr_widen(const sml_faiss_parsed *p, int64_t at, int64_t n)
+{
+    if (p->row_bytes == p->code_size) return;
+    uint8_t *base = p->codes + (size_t)at * p->row_bytes;
+    for (int64_t j = n - 1; j >= 0; j--) {
+        memmove(base + (size_t)j * p->row_bytes, base + (size_t)j * p->code_size, p->code_size);
+        memset(base + (size_t)j * p->row_bytes + p->code_size, 0, p->row_bytes - p->code_size);
+    }
+}
+
+/* The list sizes of "ilar": "full" (nlist sizes) or "sprs" (list, size pairs). */
+static simil_status sml_fr_list_sizes(sml_reader *r, sml_faiss_parsed *p)
+{
+    uint32_t kind;
+    uint64_t count;
+    SML_TRY(sml_fr_u32(r, &kind));
+    SML_RETURN_IF(kind != SML_FOURCC("full") && kind != SML_FOURCC("sprs"), SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: unknown list-size layout", r->path);
+    SML_TRY(sml_calloc((void **)&p->list_sizes, (size_t)p->nlist, sizeof(int64_t), "list sizes"));
+    SML_TRY(sml_fr_count(r, sizeof(uint64_t), &count, "the list sizes"));
+    int full = kind == SML_FOURCC("full");
+    SML_RETURN_IF(full ? count != (uint64_t)p->nlist : count % 2 != 0, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: %llu list sizes for %" PRId64 " lists", r->path,
+                  (unsigned long long)count, p->nlist);
+    uint64_t *v;
+    SML_TRY(sml_fr_array(r, sizeof(uint64_t), count, (void **)&v, "list sizes"));
+    simil_status s = SIMIL_OK;
+    uint64_t limit = sml_fr_left(r) / (p->code_size + sizeof(int64_t)), total = 0;
+    for (uint64_t i = 0; i < (full ? count : count / 2) && s == SIMIL_OK; i++) {
+        uint64_t l = full ? i : v[2 * i], n = full ? v[i] : v[2 * i + 1];
+        if (l >= (uint64_t)p->nlist || p->list_sizes[l] != 0 || n > limit - total)
+            s = sml_error(SIMIL_ERR_CORRUPT,
+                          "'%s' is damaged: list %llu of %llu vectors does not fit the file",
+                          r->path, (unsigned long long)l, (unsigned long long)n);
+        else
+            p->list_sizes[l] = (int64_t)n;
+        total += n;
+    }
+    sml_free(v);
+    SML_TRY(s);
+    SML_RETURN_IF(total != (uint64_t)p->ntotal, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: its lists hold %llu vectors, its header says %" PRId64,
+                  r->path, (unsigned long long)total, p->ntotal);
+    return SIMIL_OK;
+}
+
+/* ArrayInvertedLists ("ilar"): sizes, then codes and ids of each non-empty
+ * list in turn. */
+static simil_status sml_fr_invlists(sml_reader *r, sml_faiss_parsed *p)
+{
+    uint32_t code;
+    uint64_t nlist, code_size;
+    SML_TRY(sml_fr_u32(r, &code));
+    if (code != SML_FOURCC("ilar")) {
+        char text[5];
+        sml_faiss_code_text(code, text);
+        return sml_error(SIMIL_ERR_UNSUPPORTED,
+                         "'%s' keeps its inverted lists as '%s'; simil reads 'ilar' "
+                         "(ArrayInvertedLists, the Faiss default)",
+                         r->path, text);
+    }
+    SML_TRY(sml_fr_u64(r, &nlist));
+    SML_TRY(sml_fr_u64(r, &code_size));
+    SML_RETURN_IF(nlist != (uint64_t)p->nlist || code_size != p->code_size, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: inverted lists of %llu lists and %llu-byte codes in an "
+                  "index of %" PRId64 " lists and %zu-byte codes",
+                  r->path, (unsigned long long)nlist, (unsigned long long)code_size, p->nlist,
+                  p->code_size);
+    SML_TRY(sml_fr_list_sizes(r, p));
+    SML_TRY(sml_alloc((void **)&p->codes, (size_t)(p->ntotal > 0 ? p->ntotal : 1), p->row_bytes,
+                      "Faiss codes"));
+    SML_TRY(sml_alloc((void **)&p->ids, (size_t)(p->ntotal > 0 ? p->ntotal : 1), sizeof(int64_t),
+                      "Faiss ids"));
+    int64_t at = 0;
+    for (int64_t l = 0; l < p->nlist; l++) {
+        int64_t n = p->list_sizes[l];
+        SML_TRY(sml_reader_read(r, p->codes + (size_t)at * p->row_bytes, (size_t)n * p->code_size));
+        SML_TRY(sml_reader_read(r, p->ids + at, (size_t)n * sizeof(int64_t)));
+        sml_fr_widen(p, at, n);
+        at += n;
+    }
+    return SIMIL_OK;
+}
+
+/* The codes of old IVF files: one vector of elem-byte elements per list. */
+static simil_status sml_fr_legacy_codes(sml_reader *r, sml_faiss_parsed *p, size_t elem)
+{
+    SML_RETURN_IF((uint64_t)p->ntotal > sml_fr_left(r) / p->code_size, SIMIL_ERR_CORRUPT,
+                  "'%s' is truncated: %" PRId64 " codes of %zu bytes do not fit", r->path,
+                  p->ntotal, p->code_size);
+    SML_TRY(sml_alloc((void **)&p->codes, (size_t)(p->ntotal > 0 ? p->ntotal : 1), p->row_bytes,
+                      "Faiss codes"));
+    int64_t at = 0;
+    for (int64_t l = 0; l < p->nlist; l++) {
+        int64_t n = p->list_sizes[l];
+        uint64_t count;
+        SML_TRY(sml_fr_count(r, elem, &count, "a list of codes"));
+        SML_RETURN_IF(count * elem != (uint64_t)n * p->code_size, SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: list %" PRId64 " has %" PRId64 " ids but %llu bytes of "
+                      "codes",
+                      r->path, l, n, (unsigned long long)(count * elem));
+        SML_TRY(sml_reader_read(r, p->codes + (size_t)at * p->row_bytes, (size_t)(count * elem)));
+        sml_fr_widen(p, at, n);
+        at += n;
+    }
+    return SIMIL_OK;
+}
+
+/* IndexIVFPQ fields after the IVF header: by_residual, code_size, the PQ. */
+static simil_status sml_fr_pq(sml_reader *r, sml_faiss_parsed *p)
+{
+    uint8_t by_residual;
+    uint64_t code_size, d, m, nbits, count;
+    SML_TRY(sml_fr_u8(r, &by_residual));
+    SML_RETURN_IF(by_residual > 1, SIMIL_ERR_CORRUPT, "'%s' is damaged: by_residual=%u", r->path,
+                  (unsigned)by_residual);
+    SML_RETURN_IF(!by_residual, SIMIL_ERR_UNSUPPORTED,
+                  "'%s' is an IndexIVFPQ with by_residual = false; simil's IVF-PQ encodes "
+                  "residuals (by_residual = true) only",
+                  r->path);
+    SML_TRY(sml_fr_u64(r, &code_size));
+    SML_TRY(sml_fr_u64(r, &d));
+    SML_TRY(sml_fr_u64(r, &m));
+    SML_TRY(sml_fr_u64(r, &nbits));
+    SML_RETURN_IF(d != (uint64_t)p->dim || m < 1 || m > d || d % m != 0 || nbits < 1 ||
+                      nbits > 24 || code_size != (m * nbits + 7) / 8,
+                  SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: a product quantizer of d=%llu, M=%llu, nbits=%llu, "
+                  "code_size=%llu in an index of dimension %" PRId64,
+                  r->path, (unsigned long long)d, (unsigned long long)m,
+                  (unsigned long long)nbits, (unsigned long long)code_size, p->dim);
+    SML_RETURN_IF(nbits != SML_FAISS_PQ_NBITS, SIMIL_ERR_UNSUPPORTED,
+                  "'%s' is an IndexIVFPQ with nbits=%llu; simil reads 8-bit PQ codes only",
+                  r->path, (unsigned long long)nbits);
+    SML_TRY(sml_fr_count(r, sizeof(float), &count, "the PQ codebooks"));
+    SML_RETURN_IF(count != d * SML_FAISS_KSUB, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: PQ codebooks of %llu floats, %llu expected", r->path,
+                  (unsigned long long)count, (unsigned long long)(d * SML_FAISS_KSUB));
+    SML_TRY(sml_fr_array(r, sizeof(float), count, (void **)&p->codebooks, "PQ codebooks"));
+    p->pq_m = (int64_t)m;
+    p->code_size = (size_t)code_size;
+    p->row_bytes = ((size_t)m + 3) / 4 * 4; /* sml_pq_code_size */
+    return SIMIL_OK;
+}
+
+static simil_status sml_fr_index(sml_reader *r, sml_faiss_parsed *p, int depth);
+
+/* IndexIDMap[2]: header, the index inside, then its ntotal external ids. */
+static simil_status sml_fr_idmap(sml_reader *r, sml_faiss_parsed *p)
+{
+    sml_fr_head h;
+    SML_TRY(sml_fr_header(r, &h));
+    SML_TRY(sml_fr_index(r, p, 1));
+    SML_RETURN_IF(h.dim != p->dim || h.ntotal != p->ntotal || h.metric != p->metric,
+                  SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: an IDMap of %" PRId64 " vectors of dimension %" PRId64
+                  " around an index of %" PRId64 " of dimension %" PRId64,
+                  r->path, h.ntotal, h.dim, p->ntotal, p->dim);
+    uint64_t count;
+    SML_TRY(sml_fr_count(r, sizeof(int64_t), &count, "the IDMap's ids"));
+    SML_RETURN_IF(count != (uint64_t)p->ntotal, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: an IDMap of %" PRId64 " vectors holds %llu ids", r->path,
+                  p->ntotal, (unsigned long long)count);
+    return sml_fr_array(r, sizeof(int64_t), count, (void **)&p->id_map, "IDMap ids");
+}
+
+static simil_status sml_fr_index(sml_reader *r, sml_faiss_parsed *p, int depth)
+{
+    uint32_t code;
+    SML_TRY(sml_fr_u32(r, &code));
+    if (code == SML_FOURCC("IxMp") || code == SML_FOURCC("IxM2")) {
+        if (depth > 0) return sml_faiss_unsupported(r->path, code, " inside an IDMap");
+        return sml_fr_idmap(r, p);
+    }
+    if (sml_fr_is_flat(code)) {
+        sml_fr_head h;
+        p->kind = SML_FAISS_FLAT;
+        SML_TRY(sml_fr_flat(r, &h, &p->vectors));
+        p->dim = h.dim;
+        p->ntotal = h.ntotal;
+        p->metric = h.metric;
+        return SIMIL_OK;
+    }
+    int legacy = code == SML_FOURCC("IvFl") || code == SML_FOURCC("IvFL") ||
+                 code == SML_FOURCC("IvPQ");
+    if (code == SML_FOURCC("IwFl") || code == SML_FOURCC("IvFl") || code == SML_FOURCC("IvFL")) {
+        p->kind = SML_FAISS_IVF_FLAT;
+        SML_TRY(sml_fr_ivf_header(r, p, legacy));
+        p->code_size = p->row_bytes = (size_t)p->dim * sizeof(float);
+        if (!legacy) return sml_fr_invlists(r, p);
+        return sml_fr_legacy_codes(r, p, code == SML_FOURCC("IvFl") ? sizeof(float) : 1);
+    }
+    if (code == SML_FOURCC("IwPQ") || code == SML_FOURCC("IvPQ")) {
+        p->kind = SML_FAISS_IVF_PQ;
+        SML_TRY(sml_fr_ivf_header(r, p, legacy));
+        SML_TRY(sml_fr_pq(r, p));
+        return legacy ? sml_fr_legacy_codes(r, p, 1) : sml_fr_invlists(r, p);
+    }
+    return sml_faiss_unsupported(r->path, code, depth > 0 ? " inside an IDMap" : "");
+}
+
+/* ---- building the simil index ---- */
+
+/* The ids the index gets: the IVF's list ids, through the IDMap if any. */
+static simil_status sml_faiss_ids(sml_faiss_parsed *p, const char *path, int64_t *next_id)
+{
+    int64_t max_id = -1;
+    for (int64_t i = 0; i < p->ntotal; i++) {
+        int64_t id = p->ids[i];
+        if (p->id_map != NULL) {
+            SML_RETURN_IF(id < 0 || id >= p->ntotal, SIMIL_ERR_CORRUPT,
+                          "'%s' is damaged: list id %" PRId64 " outside its IDMap of %" PRId64,
+                          path, id, p->ntotal);
+            id = p->ids[i] = p->id_map[id];
+        }
+        SML_RETURN_IF(id < 0, SIMIL_ERR_UNSUPPORTED,
+                      "'%s' holds the negative id %" PRId64 "; simil ids are >= 0", path, id);
+        if (id > max_id) max_id = id;
+    }
+    *next_id = max_id + 1;
+    return SIMIL_OK;
+}
+
+static simil_status sml_faiss_fill_flat(simil_index *index, const sml_faiss_parsed *p,
+                                        const char *path)
+{
+    if (p->id_map != NULL)
+        for (int64_t i = 0; i < p->ntotal; i++)
+            SML_RETURN_IF(p->id_map[i] < 0, SIMIL_ERR_UNSUPPORTED,
+                          "'%s' holds the negative id %" PRId64 "; simil ids are >= 0", path,
+                          p->id_map[i]);
+    simil_status s = simil_index_add(index, p->ntotal, p->vectors, p->id_map);
+    if (s == SIMIL_ERR_INVALID_ARGUMENT)
+        return sml_error_context(SIMIL_ERR_UNSUPPORTED, "'%s' holds vectors simil refuses", path);
+    return s;
+}
+
+/* Quantizer (and codebooks), then every list in one append. */
+static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, const char *path)
+{
+    sml_backend *b = index->backend;
+    sml_ivf *ivf = index->impl;
+    int64_t next_id;
+    SML_TRY(sml_faiss_ids(p, path, &next_id));
+    if (p->kind == SML_FAISS_IVF_PQ) {
+        sml_pq *pq;
+        sml_ivf_pq_parts(index, &ivf, &pq);
+        SML_TRY(sml_ivf_pq_set_trained(index, p->coarse, p->codebooks));
+    } else {
+        SML_TRY(sml_ivf_set_centroids(b, ivf, p->coarse));
+        index->trained = 1;
+    }
+    SML_RETURN_IF(ivf->code_size != p->row_bytes || ivf->nlist != p->nlist, SIMIL_ERR_INTERNAL,
+                  "Faiss codes of %zu bytes, simil's of %zu", p->row_bytes, ivf->code_size);
+    if (p->ntotal > 0) {
+        int64_t *lists;
+        SML_TRY(sml_alloc((void **)&lists, (size_t)p->ntotal, sizeof *lists, "list numbers"));
+        for (int64_t l = 0, at = 0; l < p->nlist; l++)
+            for (int64_t j = 0; j < p->list_sizes[l]; j++) lists[at++] = l;
+        simil_status s = sml_ivf_append(b, ivf, p->ntotal, lists, p->codes, p->ids);
+        sml_free(lists);
+        SML_TRY(s);
+    }
+    index->ntotal = p->ntotal;
+    index->next_id = next_id;
+    return SIMIL_OK;
+}
+
+static simil_status sml_faiss_build(sml_faiss_parsed *p, const char *path, const char *device,
+                                    simil_index **out)
+{
+    char desc[96];
+    if (p->kind == SML_FAISS_FLAT)
+        snprintf(desc, sizeof desc, "Flat");
+    else if (p->kind == SML_FAISS_IVF_FLAT)
+        snprintf(desc, sizeof desc, "IVF%" PRId64 ",Flat", p->nlist);
+    else
+        snprintf(desc, sizeof desc, "IVF%" PRId64 ",PQ%" PRId64 "x8", p->nlist, p->pq_m);
+    simil_index *index;
+    simil_status s = sml_index_new(&index, p->dim, desc, p->metric, device);
+    if (s == SIMIL_ERR_INVALID_ARGUMENT)
+        return sml_error_context(SIMIL_ERR_UNSUPPORTED, "'%s' is a Faiss %s index", path, desc);
+    SML_TRY(s);
+    s = p->kind == SML_FAISS_FLAT ? sml_faiss_fill_flat(index, p, path)
+                                  : sml_faiss_fill_ivf(index, p, path);
+    if (s != SIMIL_OK) {
+        simil_index_destroy(index);
+        return s;
+    }
+    *out = index;
+    return SIMIL_OK;
+}
+
+simil_status sml_faiss_load(const char *path, const char *device, simil_index **out)
+{
+    *out = NULL;
+    sml_reader r;
+    SML_TRY(sml_reader_open(&r, path));
+    sml_faiss_parsed p;
+    memset(&p, 0, sizeof p);
+    simil_status s = sml_fr_index(&r, &p, 0);
+    if (s == SIMIL_OK && r.offset != r.size)
+        s = sml_error(SIMIL_ERR_CORRUPT, "'%s' has %llu unexpected bytes after its Faiss index",
+                      path, (unsigned long long)(r.size - r.offset));
+    sml_reader_close(&r);
+    if (s == SIMIL_OK) s = sml_faiss_build(&p, path, device, out);
+    sml_faiss_parsed_free(&p);
+    return s;
+}

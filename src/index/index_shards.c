@@ -1,0 +1,383 @@
+/* index_shards.c: one index over several devices (the GPU paper, "Multi-GPU"):
+ * S shards x R replicas of an inner index, each part on its own device.
+ *
+ * Shards split the vectors: add gives each shard a contiguous share of every
+ * batch, in parallel; a search goes to every shard of a replica, in parallel,
+ * and one more k-selection, on the first shard's device, merges their lists.
+ * Replicas split the queries.  IVF shards share one coarse quantizer (and PQ
+ * codebooks): the first part is trained, and its trained state is copied to
+ * the others through an index file.  The saved form is "Shards<S>,<inner>",
+ * one replica's shards in order; it loads onto S x R devices, or all onto
+ * one device. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "index/index_internal.h"
+
+typedef struct sml_shards {
+    int shards;
+    int replicas;
+    simil_index **parts;  /* replica r, shard s at parts[r * shards + s] */
+} sml_shards;
+
+static sml_shards *sml_shards_of(const simil_index *index) { return index->impl; }
+
+/* ---- running one job on every part, in parallel ------------------------ */
+
+typedef struct sml_part_job {
+    simil_index *part;
+    simil_status (*run)(struct sml_part_job *job);
+    int64_t n;
+    const float *x;
+    const int64_t *ids;
+    int64_t k;
+    const simil_search_params *params;
+    float *distances;
+    int64_t *labels;
+    int64_t removed;
+    simil_status status;
+    char message[256];
+} sml_part_job;
+
+static void *sml_part_thread(void *arg)
+{
+    sml_part_job *job = arg;
+    job->status = job->run(job);
+    if (job->status != SIMIL_OK)
+        snprintf(job->message, sizeof job->message, "%s", simil_last_error());
+    return NULL;
+}
+
+/* Run jobs[0..n) concurrently; the first failure, with its message, wins. */
+static simil_status sml_parts_run(sml_part_job *jobs, int n)
+{
+    pthread_t threads[SML_MAX_PARTS];
+    int started[SML_MAX_PARTS] = {0};
+    for (int i = 0; i < n; i++)
+        started[i] = pthread_create(&threads[i], NULL, sml_part_thread, &jobs[i]) == 0;
+    for (int i = 0; i < n; i++) {
+        if (started[i]) pthread_join(threads[i], NULL);
+        else sml_part_thread(&jobs[i]);
+    }
+    for (int i = 0; i < n; i++)
+        if (jobs[i].status != SIMIL_OK)
+            return sml_error(jobs[i].status, "part %d: %s", i, jobs[i].message);
+    return SIMIL_OK;
+}
+
+static simil_status sml_job_add(sml_part_job *j) { return simil_index_add(j->part, j->n, j->x, j->ids); }
+
+static simil_status sml_job_search(sml_part_job *j)
+{
+    return simil_index_search(j->part, j->n, j->x, j->k, j->params, j->distances, j->labels);
+}
+
+static simil_status sml_job_remove(sml_part_job *j)
+{
+    return simil_index_remove(j->part, j->n, j->ids, &j->removed);
+}
+
+/* ---- training: the first part, then copies --------------------------- */
+
+/* *copy = part, on device, through a temporary index file. */
+static simil_status sml_part_clone(const simil_index *part, const char *device,
+                                   simil_index **copy)
+{
+    char path[4096];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/simil-shard-XXXXXX", tmp ? tmp : "/tmp");
+    int fd = mkstemp(path);
+    SML_RETURN_IF(fd < 0, SIMIL_ERR_IO,
+                  "cannot create a temporary file in %s to copy an index between devices",
+                  tmp ? tmp : "/tmp");
+    close(fd);
+    simil_status s = simil_index_save(part, path);
+    if (s == SIMIL_OK) s = simil_index_load(copy, path, device);
+    unlink(path);
+    return s;
+}
+
+/* Replace parts [first, count) by copies of parts[i % shards] made on their
+ * own devices: training state to every part, or shards to every replica. */
+static simil_status sml_shards_copy_parts(simil_index *index, int first)
+{
+    sml_shards *sh = sml_shards_of(index);
+    const int parts = sh->shards * sh->replicas;
+    sml_placement where;
+    SML_TRY(sml_device_placement(index->device, &where));
+    simil_index *copies[SML_MAX_PARTS] = {NULL};
+    simil_status s = SIMIL_OK;
+    for (int i = first; i < parts && s == SIMIL_OK; i++) {
+        const simil_index *from = sh->parts[first == 1 ? 0 : i % sh->shards];
+        s = sml_part_clone(from, where.device[where.count == 1 ? 0 : i], &copies[i]);
+    }
+    if (s != SIMIL_OK) {
+        for (int i = first; i < parts; i++) simil_index_destroy(copies[i]);
+        return s;
+    }
+    for (int i = first; i < parts; i++) {
+        simil_index_destroy(sh->parts[i]);
+        sh->parts[i] = copies[i];
+    }
+    return SIMIL_OK;
+}
+
+static simil_status sml_shards_train(simil_index *index, int64_t n, const float *x)
+{
+    sml_shards *sh = sml_shards_of(index);
+    SML_TRY(simil_index_train(sh->parts[0], n, x));
+    return sml_shards_copy_parts(index, 1);
+}
+
+/* ---- add, search, remove --------------------------------------------- */
+
+static simil_status sml_shards_add(simil_index *index, int64_t n, const float *x,
+                                   const int64_t *ids)
+{
+    sml_shards *sh = sml_shards_of(index);
+    const int parts = sh->shards * sh->replicas;
+    sml_part_job jobs[SML_MAX_PARTS];
+    memset(jobs, 0, sizeof jobs);
+    for (int i = 0; i < parts; i++) {
+        const int s = i % sh->shards;
+        const int64_t lo = n * s / sh->shards, hi = n * (s + 1) / sh->shards;
+        jobs[i] = (sml_part_job){.part = sh->parts[i], .run = sml_job_add, .n = hi - lo,
+                                 .x = x + lo * index->dim, .ids = ids + lo};
+    }
+    simil_status s = sml_parts_run(jobs, parts);
+    if (s != SIMIL_OK) {
+        /* take back what the parts that succeeded added */
+        for (int i = 0; i < parts; i++)
+            if (jobs[i].status == SIMIL_OK && jobs[i].n > 0) {
+                int64_t *sorted;
+                if (sml_alloc((void **)&sorted, (size_t)jobs[i].n, sizeof *sorted, "ids") != SIMIL_OK)
+                    continue;
+                memcpy(sorted, jobs[i].ids, sizeof *sorted * (size_t)jobs[i].n);
+                simil_index_remove(sh->parts[i], jobs[i].n, sorted, NULL);
+                sml_free(sorted);
+            }
+    }
+    return s;
+}
+
+/* Merge S lists of k (distances, labels) per query into the best k, with
+ * the k-selection of the first shard's backend. */
+static simil_status sml_shards_merge(const simil_index *index, int64_t nq, int64_t k,
+                                     const float *d, const int64_t *l, float *out_d,
+                                     int64_t *out_l)
+{
+    sml_shards *sh = sml_shards_of(index);
+    sml_backend *b = sh->parts[0]->backend;
+    const int64_t cols = sh->shards * k;
+    const size_t cells = (size_t)(nq * cols), outs = (size_t)(nq * k);
+    const int largest = index->metric != SIMIL_METRIC_L2;
+    float *mem_d = NULL, *sel_d = NULL;
+    int64_t *mem_i = NULL, *sel_i = NULL;
+    simil_status s = sml_alloc((void **)&sel_i, outs, sizeof *sel_i, "merge");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&sel_d, outs, sizeof *sel_d, "merge");
+    if (s == SIMIL_OK) s = b->ops->mem_alloc(b, sizeof(float) * cells, (void **)&mem_d);
+    if (s == SIMIL_OK) s = b->ops->mem_alloc(b, (sizeof(float) + sizeof(int64_t)) * outs,
+                                             (void **)&mem_i);
+    if (s == SIMIL_OK) s = b->ops->mem_upload(b, mem_d, d, sizeof(float) * cells);
+    float *mem_out = mem_i ? (float *)(mem_i + outs) : NULL;
+    if (s == SIMIL_OK) s = b->ops->select_k(b, nq, cols, mem_d, k, largest, mem_out, mem_i);
+    if (s == SIMIL_OK) s = b->ops->mem_download(b, sel_i, mem_i, sizeof(int64_t) * outs);
+    if (s == SIMIL_OK) s = b->ops->mem_download(b, sel_d, mem_out, sizeof(float) * outs);
+    if (s == SIMIL_OK)
+        for (int64_t q = 0; q < nq; q++)
+            for (int64_t j = 0; j < k; j++) {
+                const int64_t c = sel_i[q * k + j];
+                out_l[q * k + j] = c < 0 ? -1 : l[q * cols + c];
+                out_d[q * k + j] = c < 0 ? sel_d[q * k + j] : d[q * cols + c];
+            }
+    b->ops->mem_free(b, mem_d);
+    b->ops->mem_free(b, mem_i);
+    sml_free(sel_i);
+    sml_free(sel_d);
+    return s;
+}
+
+static simil_status sml_shards_search(const simil_index *index, const sml_search_call *call)
+{
+    sml_shards *sh = sml_shards_of(index);
+    const int64_t k = call->k, nq = call->nq;
+    const int64_t cols = sh->shards * k;
+    float *d;
+    int64_t *l;
+    SML_TRY(sml_alloc((void **)&d, (size_t)(nq * cols), sizeof *d, "shard results"));
+    simil_status s = sml_alloc((void **)&l, (size_t)(nq * cols), sizeof *l, "shard results");
+    /* shard s of replica r writes columns [s k, (s+1) k) of the rows of its
+     * replica's queries: one search per part, all in parallel */
+    const int parts = sh->shards * sh->replicas;
+    sml_part_job jobs[SML_MAX_PARTS];
+    memset(jobs, 0, sizeof jobs);
+    float *part_d = NULL;
+    int64_t *part_l = NULL;
+    if (s == SIMIL_OK) s = sml_alloc((void **)&part_d, (size_t)(nq * cols), sizeof *part_d, "shard results");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&part_l, (size_t)(nq * cols), sizeof *part_l, "shard results");
+    if (s == SIMIL_OK) {
+        for (int i = 0; i < parts; i++) {
+            const int r = i / sh->shards, sidx = i % sh->shards;
+            const int64_t lo = nq * r / sh->replicas, hi = nq * (r + 1) / sh->replicas;
+            jobs[i] = (sml_part_job){.part = sh->parts[i], .run = sml_job_search, .n = hi - lo,
+                                     .x = call->queries + lo * index->dim, .k = k,
+                                     .params = &call->params,
+                                     .distances = part_d + (size_t)(lo * cols + sidx * (hi - lo) * k),
+                                     .labels = part_l + (size_t)(lo * cols + sidx * (hi - lo) * k)};
+        }
+        s = sml_parts_run(jobs, parts);
+    }
+    if (s == SIMIL_OK) {
+        /* from [replica block][shard][query][k] to [query][shard][k] */
+        for (int i = 0; i < parts; i++) {
+            const int r = i / sh->shards, sidx = i % sh->shards;
+            const int64_t lo = nq * r / sh->replicas, m = jobs[i].n;
+            for (int64_t q = 0; q < m; q++) {
+                memcpy(d + (lo + q) * cols + sidx * k, jobs[i].distances + q * k, sizeof *d * (size_t)k);
+                memcpy(l + (lo + q) * cols + sidx * k, jobs[i].labels + q * k, sizeof *l * (size_t)k);
+            }
+        }
+        s = sh->shards == 1 ? SIMIL_OK
+                            : sml_shards_merge(index, nq, k, d, l, call->distances, call->labels);
+        if (sh->shards == 1) {
+            memcpy(call->distances, d, sizeof *d * (size_t)(nq * k));
+            memcpy(call->labels, l, sizeof *l * (size_t)(nq * k));
+        }
+    }
+    sml_free(part_d);
+    sml_free(part_l);
+    sml_free(d);
+    sml_free(l);
+    return s;
+}
+
+static simil_status sml_shards_remove(simil_index *index, int64_t n, const int64_t *sorted,
+                                      int64_t *removed)
+{
+    sml_shards *sh = sml_shards_of(index);
+    const int parts = sh->shards * sh->replicas;
+    sml_part_job jobs[SML_MAX_PARTS];
+    memset(jobs, 0, sizeof jobs);
+    for (int i = 0; i < parts; i++)
+        jobs[i] = (sml_part_job){.part = sh->parts[i], .run = sml_job_remove, .n = n, .ids = sorted};
+    SML_TRY(sml_parts_run(jobs, parts));
+    *removed = 0;
+    for (int s = 0; s < sh->shards; s++) *removed += jobs[s].removed;
+    return SIMIL_OK;
+}
+
+static simil_status sml_shards_reconstruct(const simil_index *index, int64_t id, float *out)
+{
+    sml_shards *sh = sml_shards_of(index);
+    for (int s = 0; s < sh->shards; s++)
+        if (simil_index_reconstruct(sh->parts[s], id, out) == SIMIL_OK) return SIMIL_OK;
+    return sml_error(SIMIL_ERR_INVALID_ARGUMENT, "reconstruct: id %" PRId64 " is not in the index",
+                     id);
+}
+
+static void sml_shards_reset(simil_index *index)
+{
+    sml_shards *sh = sml_shards_of(index);
+    for (int i = 0; i < sh->shards * sh->replicas; i++) simil_index_reset(sh->parts[i]);
+}
+
+/* ---- files: per shard, its counters and its type's sections ------------ */
+
+static const uint32_t sml_tag_shard = SML_TAG('S', 'H', 'R', 'D');
+
+static simil_status sml_shards_save(const simil_index *index, sml_writer *w)
+{
+    sml_shards *sh = sml_shards_of(index);
+    for (int s = 0; s < sh->shards; s++) {
+        const simil_index *p = sh->parts[s];
+        int64_t head[3] = {p->ntotal, p->next_id, p->trained};
+        SML_TRY(sml_section_write(w, sml_tag_shard, head, sizeof head));
+        SML_TRY(p->vt->save(p, w));
+    }
+    return SIMIL_OK;
+}
+
+static simil_status sml_shards_load(simil_index *index, sml_reader *r)
+{
+    sml_shards *sh = sml_shards_of(index);
+    int64_t total = 0;
+    for (int s = 0; s < sh->shards; s++) {
+        int64_t head[3];
+        uint64_t bytes;
+        SML_TRY(sml_section_open(r, sml_tag_shard, &bytes));
+        SML_RETURN_IF(bytes != sizeof head, SIMIL_ERR_CORRUPT, "'%s' is damaged: bad shard header",
+                      r->path);
+        SML_TRY(sml_section_read(r, head, sizeof head));
+        SML_TRY(sml_section_close(r));
+        SML_RETURN_IF(head[0] < 0 || head[1] < 0 || head[2] < 0 || head[2] > 1 ||
+                          head[0] > index->ntotal - total,
+                      SIMIL_ERR_CORRUPT, "'%s' is damaged: impossible shard header", r->path);
+        simil_index *p = sh->parts[s];
+        p->ntotal = head[0];
+        p->next_id = head[1];
+        p->trained = (int)head[2];
+        total += head[0];
+        SML_TRY(p->vt->load(p, r));
+    }
+    SML_RETURN_IF(total != index->ntotal, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: shards hold %" PRId64 " vectors, the header says %" PRId64,
+                  r->path, total, index->ntotal);
+    /* replicas: copies of the first replica's shards */
+    return sh->replicas == 1 ? SIMIL_OK : sml_shards_copy_parts(index, sh->shards);
+}
+
+static void sml_shards_destroy(simil_index *index)
+{
+    sml_shards *sh = sml_shards_of(index);
+    for (int i = 0; i < sh->shards * sh->replicas; i++) simil_index_destroy(sh->parts[i]);
+    sml_free(sh->parts);
+    sml_free(sh);
+}
+
+static const sml_index_vtable sml_shards_vtable = {
+    .train = sml_shards_train,
+    .add = sml_shards_add,
+    .search = sml_shards_search,
+    .remove = sml_shards_remove,
+    .reconstruct = sml_shards_reconstruct,
+    .reset = sml_shards_reset,
+    .save = sml_shards_save,
+    .load = sml_shards_load,
+    .destroy = sml_shards_destroy,
+};
+
+simil_status sml_shards_init(simil_index *index)
+{
+    sml_placement where;
+    SML_TRY(sml_device_placement(index->device, &where));
+    sml_shards *sh;
+    SML_TRY(sml_calloc((void **)&sh, 1, sizeof *sh, "a sharded index"));
+    sh->shards = (int)index->spec.shards;
+    sh->replicas = where.count == 1 ? 1 : where.replicas;
+    const int parts = sh->shards * sh->replicas;
+    simil_status s = parts <= SML_MAX_PARTS
+                         ? sml_calloc((void **)&sh->parts, (size_t)parts, sizeof *sh->parts, "parts")
+                         : sml_error(SIMIL_ERR_INVALID_ARGUMENT, "at most %d parts", SML_MAX_PARTS);
+    sml_index_spec inner = index->spec;
+    inner.shards = 0;
+    char desc[96];
+    sml_index_spec_format(&inner, desc, sizeof desc);
+    for (int i = 0; i < parts && s == SIMIL_OK; i++)
+        s = sml_index_new(&sh->parts[i], index->dim, desc, index->metric,
+                          where.device[where.count == 1 ? 0 : i]);
+    if (s != SIMIL_OK) {
+        for (int i = 0; sh->parts && i < parts; i++) simil_index_destroy(sh->parts[i]);
+        sml_free(sh->parts);
+        sml_free(sh);
+        return s;
+    }
+    index->impl = sh;
+    index->vt = &sml_shards_vtable;
+    index->trained = sh->parts[0]->trained;
+    return SIMIL_OK;
+}
