@@ -9,6 +9,7 @@
  * the others through an index file.  The saved form is "Shards<S>,<inner>",
  * one replica's shards in order; it loads onto S x R devices, or all onto
  * one device. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,9 +73,23 @@ static simil_status sml_parts_run(sml_part_job *jobs, int n)
 
 static simil_status sml_job_add(sml_part_job *j) { return simil_index_add(j->part, j->n, j->x, j->ids); }
 
+/* The outer index already checked and prepared the queries: go straight to
+ * the part's type (a second check per part would also start one more OpenMP
+ * team per thread, fighting over the cores the GPU threads need). */
 static simil_status sml_job_search(sml_part_job *j)
 {
-    return simil_index_search(j->part, j->n, j->x, j->k, j->params, j->distances, j->labels);
+    if (j->n == 0) return SIMIL_OK;
+    if (j->part->ntotal == 0) {
+        const float empty = j->part->metric == SIMIL_METRIC_L2 ? INFINITY : -INFINITY;
+        for (int64_t i = 0; i < j->n * j->k; i++) {
+            j->distances[i] = empty;
+            j->labels[i] = -1;
+        }
+        return SIMIL_OK;
+    }
+    sml_search_call call = {.nq = j->n, .queries = j->x, .k = j->k, .params = *j->params,
+                            .distances = j->distances, .labels = j->labels};
+    return j->part->vt->search(j->part, &call);
 }
 
 static simil_status sml_job_remove(sml_part_job *j)
