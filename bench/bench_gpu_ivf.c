@@ -3,6 +3,8 @@
  *
  *   bench_gpu_ivf fashion-mnist DESC [NPROBE ...]   (e.g. IVF1024,Flat or IVF256,PQ56)
  *   bench_gpu_ivf mix10M DESC [NPROBE ...]          (e.g. IVF4096,Flat or IVF4096,PQ32)
+ *   bench_gpu_ivf mix100M DESC [NPROBE ...]         (e.g. IVF16384,PQ16; trains on the
+ *                                                     first 2M vectors; 38 GB of host memory)
  *   bench_gpu_ivf kmeans            (first 1M vectors of mix10M, k=4096, 20 iterations)
  *
  * Reports train and add seconds, then for each nprobe the median of 3 timed
@@ -94,7 +96,7 @@ static void sweep(const char *name, const char *desc, int64_t n, int64_t dim, co
 int main(int argc, char **argv)
 {
     if (argc < 2 || simil_gpu_count() == 0) {
-        fprintf(stderr, "usage: bench_gpu_ivf fashion-mnist|mix10M DESC [NPROBE ...] | kmeans "
+        fprintf(stderr, "usage: bench_gpu_ivf fashion-mnist|mix10M|mix100M DESC [NPROBE ...] | kmeans "
                         "(needs a GPU)\n");
         return 2;
     }
@@ -119,6 +121,15 @@ int main(int argc, char **argv)
         printf("mix10M generated in %.1f s\n", now() - t0);
         if (argc < 3) return 2;
         sweep("mix10M", argv[2], 10000000, 96, base, train, 500000, 10000, q, argc - 3, argv + 3);
+        return 0;
+    }
+    if (strcmp(argv[1], "mix100M") == 0) {
+        if (argc < 3) return 2;
+        double t0 = now();
+        float *base = generate("mix", 100000000, 96, 11);
+        float *q = generate("mix", 10000, 96, 12);
+        printf("mix100M generated in %.1f s\n", now() - t0);
+        sweep("mix100M", argv[2], 100000000, 96, base, base, 2000000, 10000, q, argc - 3, argv + 3);
         return 0;
     }
     if (strcmp(argv[1], "kmeans") == 0) {
