@@ -30,6 +30,8 @@ int cmd_search(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_kmeans(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_knn_graph(int argc, char **argv);
+int cmd_path(int argc, char **argv);
 
 /* Name used in messages: "search" gives "simil search: ...". */
 void cli_set_command(const char *name);

@@ -18,6 +18,8 @@ static const struct {
     {"info", cmd_info, "describe a saved index and this build"},
     {"bench", cmd_bench, "recall-QPS sweeps over index settings: table, CSV, JSON, plot"},
     {"kmeans", cmd_kmeans, "cluster vectors with k-means and write the centroids"},
+    {"knn-graph", cmd_knn_graph, "build the k-NN graph of a vector file; measure its quality"},
+    {"path", cmd_path, "the path through a k-NN graph with the smallest largest step"},
 };
 
 static void usage(FILE *out)
@@ -30,7 +32,7 @@ static void usage(FILE *out)
           "Commands:\n",
           out);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fputs("\nRun 'simil COMMAND --help' for the options of a command.\n", out);
 }
 

@@ -77,7 +77,8 @@ typedef simil_status (*simil_graph_rows_fn)(void *user, int64_t first, int64_t c
  * few lists.
  * stats: may be NULL.  With params->quality, stats->quality is measured as
  * simil_graph_quality() does.
- * Progress: stage "knn-graph", one unit per row queried. */
+ * Progress: stage "knn-graph", one unit per row queried, then with
+ * params->quality "knn-graph quality", one unit per row searched. */
 SIMIL_API simil_status simil_knn_graph(const simil_knn_graph_params *params, int64_t n,
                                        int64_t dim, const float *x, int64_t k, int64_t *ids,
                                        float *distances, simil_knn_graph_stats *stats);
@@ -98,9 +99,10 @@ SIMIL_API simil_status simil_knn_graph_stream(const simil_knn_graph_params *para
  * written chunk by chunk to
  *   ids_path:       .ivecs (int32; fails if an id exceeds INT32_MAX) or .npy (int64);
  *   distances_path: .fvecs or .npy (float32), or NULL to write no distances.
- * Both files are written atomically: on failure no file is left at either path
- * (and a file that was there is untouched).  A gzipped idx file is read from
- * its start for every chunk: give a batch that covers it, or convert it first. */
+ * Each file is written atomically (a temporary file beside it, renamed at the
+ * end): when the build fails, neither path is touched.  A gzipped idx file is
+ * read from its start for every chunk: give a batch that covers it, or
+ * convert it first. */
 SIMIL_API simil_status simil_knn_graph_file(const simil_knn_graph_params *params,
                                             const char *data_path, int64_t k,
                                             const char *ids_path, const char *distances_path,

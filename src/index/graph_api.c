@@ -104,7 +104,7 @@ typedef struct sml_graph_build {
     void *sink_user;
     simil_knn_graph_stats *stats;
     simil_index *index;
-    int64_t *ids;       /* batch: ids to add */
+    int64_t *ids;       /* batch: ids of a streamed chunk to add */
     int64_t *res_ids;   /* batch x (k + 1) search results */
     float *res_dist;
     int64_t *out_ids;   /* batch x k graph rows */
@@ -154,14 +154,15 @@ static simil_status sml_graph_check(const simil_knn_graph_params *p, int64_t n, 
 static simil_status sml_graph_alloc(sml_graph_build *g)
 {
     size_t b = (size_t)g->src.batch, k = (size_t)g->k;
-    SML_TRY(sml_alloc((void **)&g->ids, b, sizeof *g->ids, "k-NN graph ids"));
     SML_TRY(sml_alloc((void **)&g->res_ids, b * (k + 1), sizeof *g->res_ids, "k-NN results"));
     SML_TRY(sml_alloc((void **)&g->res_dist, b * (k + 1), sizeof *g->res_dist, "k-NN results"));
     SML_TRY(sml_alloc((void **)&g->out_ids, b * k, sizeof *g->out_ids, "k-NN graph rows"));
     SML_TRY(sml_alloc((void **)&g->out_dist, b * k, sizeof *g->out_dist, "k-NN graph rows"));
-    if (g->src.x == NULL)
+    if (g->src.x == NULL) {
         SML_TRY(sml_alloc((void **)&g->src.buf, b, sizeof(float) * (size_t)g->src.dim,
                           "a chunk of rows"));
+        SML_TRY(sml_alloc((void **)&g->ids, b, sizeof *g->ids, "k-NN graph ids"));
+    }
     if (!g->p->quality) return SIMIL_OK;
     int64_t n = g->src.n;
     g->m = n < g->p->quality_sample ? n : g->p->quality_sample;
@@ -202,16 +203,19 @@ static simil_status sml_graph_train(sml_graph_build *g)
     return st;
 }
 
+/* Rows in memory go in with one call (numbered 0..n-1 by the fresh index),
+ * streamed rows chunk by chunk with their row numbers as ids. */
 static simil_status sml_graph_add(sml_graph_build *g)
 {
     sml_source *s = &g->src;
+    if (s->x != NULL) return simil_index_add(g->index, s->n, s->x, NULL);
     for (int64_t first = 0; first < s->n; first += s->batch) {
         int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
         const float *rows;
         SML_TRY(sml_source_rows(s, first, count, &rows));
         for (int64_t i = 0; i < count; i++) g->ids[i] = first + i;
         SML_TRY(simil_index_add(g->index, count, rows, g->ids));
-        if (s->x == NULL) sml_progress("knn-graph add", first + count, s->n);
+        sml_progress("knn-graph add", first + count, s->n);
     }
     return SIMIL_OK;
 }
@@ -320,6 +324,7 @@ static simil_status sml_quality_exact(const simil_knn_graph_params *p, sml_sourc
     for (int64_t first = 0; st == SIMIL_OK && first < s->n; first += s->batch) {
         int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
         st = sml_quality_chunk(p, s, flat, first, count, m, sample_x, w, true_ids, true_dist, &q);
+        if (st == SIMIL_OK) sml_progress("knn-graph quality", first + count, s->n);
     }
     simil_index_destroy(flat);
     sml_quality_scratch_free(&q);

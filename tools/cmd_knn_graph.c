@@ -1,0 +1,133 @@
+/* tools/cmd_knn_graph.c: "simil knn-graph" builds the k-NN graph of a vector
+ * file, streaming the data from disk in chunks and the graph to disk, and
+ * prints the build and search times and, if asked, the graph's quality. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char knn_graph_usage[] =
+    "usage: simil knn-graph --data FILE -k K --index DESC --out GRAPH [OPTIONS]\n"
+    "\n"
+    "Build the k-nearest-neighbour graph of the vectors of FILE: every vector is\n"
+    "searched against an index of all of them, and is left out of its own list.\n"
+    "\n"
+    "  --data FILE      vectors: .fvecs .bvecs .ivecs .npy, idx[.gz], FILE.hdf5:NAME;\n"
+    "                   read in chunks of --batch rows (a gzipped idx file is\n"
+    "                   decompressed again for each chunk: convert big ones first)\n"
+    "  -k K             neighbours per vector\n"
+    "  --index DESC     Flat (exact graph) or an approximate index: IVF4096,Flat, ...\n"
+    "  --out GRAPH      the graph, named by its suffix:\n"
+    "                     NAME.ivecs  ids (int32) to NAME.ivecs, distances to NAME.fvecs\n"
+    "                     NAME.npy    ids (int64) to NAME.npy, distances (float32)\n"
+    "                                 to NAME-distances.npy\n"
+    "                   row i lists the K nearest other vectors of vector i, nearest\n"
+    "                   first; L2 distances are squared, ip and cosine give\n"
+    "                   similarities; empty slots have id -1\n"
+    "  --nprobe N       inverted lists visited per query (default 1)\n"
+    "  --metric M       l2 (default), ip or cosine\n"
+    "  --device D       auto (default), cpu, gpu or gpu:N\n"
+    "  --batch B        queries per search call, rows per chunk read (default 200000)\n"
+    "  --max-train N    train on a random sample of at most N vectors (default 500000)\n"
+    "  --threads T      CPU threads (default: all)\n"
+    "  --quality        measure the quality: the fraction of each vector's first 10\n"
+    "                   neighbours that are among its exact 10, averaged over\n"
+    "                   10,000 sampled vectors (the GPU paper's measure)\n"
+    "  --sample S       vectors sampled by --quality (default 10000)\n"
+    "  --seed S         seed of the training and quality samples (default 1234)\n"
+    "\n"
+    "The index must fit in the memory of its device (GPU memory with a GPU); the\n"
+    "data need not fit in memory: it is read once per stage, --batch rows at a time.\n";
+
+typedef struct knn_graph_args {
+    const char *data, *desc, *out, *metric, *device;
+    int64_t k, nprobe, batch, max_train, threads, sample, seed;
+    int quality;
+} knn_graph_args;
+
+/* The distances file that goes with the ids file out (see the usage). */
+static int knn_graph_distances_path(const char *out, char *buf, size_t size)
+{
+    size_t n = strlen(out);
+    int w;
+    if (n >= 6 && !strcmp(out + n - 6, ".ivecs"))
+        w = snprintf(buf, size, "%.*s.fvecs", (int)(n - 6), out);
+    else
+        w = snprintf(buf, size, "%.*s-distances.npy", (int)(n - 4), out);
+    return w > 0 && (size_t)w < size;
+}
+
+static void knn_graph_report(const knn_graph_args *a, int64_t n, int64_t dim,
+                             const simil_knn_graph_stats *s, const char *dist_path)
+{
+    double build = s->train_seconds + s->add_seconds;
+    printf("knn-graph: n=%" PRId64 " dim=%" PRId64 " k=%" PRId64 ", %s", n, dim, a->k, s->index);
+    if (a->nprobe > 0) printf(" nprobe=%" PRId64, a->nprobe);
+    printf(", metric %s, on %s\n", a->metric, s->backend);
+    printf("build %.3f s (train %.3f s, add %.3f s), search %.3f s, total %.3f s\n", build,
+           s->train_seconds, s->add_seconds, s->search_seconds, build + s->search_seconds);
+    if (a->quality)
+        printf("quality %.4f (10-intersection over %" PRId64 " sampled vectors, %.3f s)\n",
+               s->quality, n < a->sample ? n : a->sample, s->quality_seconds);
+    printf("wrote %s (ids) and %s (distances)\n", a->out, dist_path);
+}
+
+static int knn_graph_run(const knn_graph_args *a, simil_metric metric)
+{
+    char dist_path[4096];
+    int64_t n = 0, dim = 0;
+    simil_status st = simil_matrix_info(a->data, &n, &dim, NULL);
+    if (st != SIMIL_OK) return cli_fail(st, a->data);
+    if (!knn_graph_distances_path(a->out, dist_path, sizeof dist_path))
+        return cli_usage_error("--out: '%s' is too long", a->out);
+    simil_knn_graph_params p;
+    simil_knn_graph_params_init(&p);
+    p.index = a->desc;
+    p.metric = metric;
+    p.device = a->device;
+    p.search.nprobe = a->nprobe;
+    p.search.threads = (int)a->threads;
+    p.batch = a->batch;
+    p.max_train = a->max_train;
+    p.quality = a->quality;
+    p.quality_sample = a->sample;
+    p.seed = (uint64_t)a->seed;
+    simil_knn_graph_stats stats;
+    st = simil_knn_graph_file(&p, a->data, a->k, a->out, dist_path, &stats);
+    if (st != SIMIL_OK) return cli_fail(st, a->data);
+    knn_graph_report(a, n, dim, &stats, dist_path);
+    return CLI_EXIT_OK;
+}
+
+int cmd_knn_graph(int argc, char **argv)
+{
+    knn_graph_args a = {NULL, NULL, NULL, "l2", "auto", 0, 0, 200000, 500000, 0, 10000, 1234, 0};
+    const cli_opt opts[] = {
+        {"data", 0, CLI_STRING, &a.data, 1, 0, 0},
+        {"k", 'k', CLI_INT, &a.k, 1, 1, INT32_MAX - 1},
+        {"index", 0, CLI_STRING, &a.desc, 1, 0, 0},
+        {"out", 'o', CLI_STRING, &a.out, 1, 0, 0},
+        {"nprobe", 0, CLI_INT, &a.nprobe, 0, 1, INT32_MAX},
+        {"metric", 0, CLI_STRING, &a.metric, 0, 0, 0},
+        {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
+        {"batch", 0, CLI_INT, &a.batch, 0, 1, INT32_MAX},
+        {"max-train", 0, CLI_INT, &a.max_train, 0, 1, INT64_MAX},
+        {"threads", 0, CLI_INT, &a.threads, 0, 1, 4096},
+        {"quality", 0, CLI_FLAG, &a.quality, 0, 0, 0},
+        {"sample", 0, CLI_INT, &a.sample, 0, 1, INT32_MAX},
+        {"seed", 0, CLI_INT, &a.seed, 0, 0, INT64_MAX},
+        {NULL, 0, CLI_FLAG, NULL, 0, 0, 0},
+    };
+    static const char *const out_suffixes[] = {".ivecs", ".npy", NULL};
+    simil_metric metric;
+    int rc;
+    if (!cli_parse(argc, argv, opts, knn_graph_usage, NULL, 0, &rc)) return rc;
+    if (simil_metric_parse(a.metric, &metric) != SIMIL_OK)
+        return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a.metric);
+    if (!cli_check_device("--device", a.device)) return CLI_EXIT_USAGE;
+    if (!cli_check_suffix("--out", a.out, out_suffixes)) return CLI_EXIT_USAGE;
+    cli_progress_install();
+    return knn_graph_run(&a, metric);
+}
