@@ -16,6 +16,11 @@ extern "C" {
  * except that done == total always goes through. */
 void sml_progress(const char *stage, int64_t done, int64_t total);
 
+/* While muted (calls nest), this thread reports nothing: a long job that
+ * drives other long calls reports its own stage only. */
+void sml_progress_mute(void);
+void sml_progress_unmute(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -214,7 +214,10 @@ static simil_status sml_graph_add(sml_graph_build *g)
         const float *rows;
         SML_TRY(sml_source_rows(s, first, count, &rows));
         for (int64_t i = 0; i < count; i++) g->ids[i] = first + i;
-        SML_TRY(simil_index_add(g->index, count, rows, g->ids));
+        sml_progress_mute();
+        simil_status st = simil_index_add(g->index, count, rows, g->ids);
+        sml_progress_unmute();
+        SML_TRY(st);
         sml_progress("knn-graph add", first + count, s->n);
     }
     return SIMIL_OK;
