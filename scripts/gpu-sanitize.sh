@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
-# On the GPU machine, after a build into build-gpu/: the GPU tests, shrunk
-# (SIMIL_TEST_QUICK), under compute-sanitizer's memcheck and racecheck.
+# On the GPU machine, after a build into build-gpu/: every GPU test program,
+# shrunk (SIMIL_TEST_QUICK), under compute-sanitizer's memcheck and racecheck.
+# Each run is capped at SIMIL_SANITIZE_LIMIT seconds (default 300); a program
+# that hits the cap is reported as such, not as clean.
+#   bash scripts/gpu-sanitize.sh [test program …]
 set -uo pipefail
 export SIMIL_TEST_QUICK=1
+limit=${SIMIL_SANITIZE_LIMIT:-300}
+[ $# -gt 0 ] || set -- build-gpu/tests/cuda/test_cuda_*
 rc=0
-for t in build-gpu/tests/cuda/test_cuda_select build-gpu/tests/cuda/test_cuda_flat; do
+for t in "$@"; do
   for tool in memcheck racecheck; do
-    echo "== $tool $(basename "$t")"
-    compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" > "san-$tool-$(basename "$t").log" 2>&1
+    log="san-$tool-$(basename "$t").log"
+    start=$SECONDS
+    timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" > "$log" 2>&1
     r=$?
-    tail -3 "san-$tool-$(basename "$t").log"
-    [ $r -ne 0 ] && rc=$r
+    case $r in
+      0) verdict="clean" ;;
+      77) verdict="skipped (no GPU)" ;;
+      124) verdict="STOPPED at the ${limit} s cap (not checked to the end)"; rc=1 ;;
+      *) verdict="FAILED (exit $r)"; rc=1 ;;
+    esac
+    echo "== $tool $(basename "$t"): $verdict in $((SECONDS - start)) s"
+    grep -E "ERROR SUMMARY|Error|error" "$log" | head -5
   done
 done
 exit $rc

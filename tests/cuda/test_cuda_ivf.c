@@ -152,7 +152,8 @@ static void test_fashion_mnist_recall(void **state)
     if (stat(base_path, &st) != 0) skip();
     simil_matrix base, queries;
     SML_ASSERT_OK(simil_matrix_read_float(base_path, 0, -1, &base));
-    SML_ASSERT_OK(simil_matrix_read_float(query_path, 0, -1, &queries));
+    /* quick (under compute-sanitizer): the first 1,000 queries */
+    SML_ASSERT_OK(simil_matrix_read_float(query_path, 0, sml_test_quick() ? 1000 : -1, &queries));
     const int64_t k = 10, nq = queries.rows, dim = base.cols;
     simil_index *ivf, *flat;
     SML_ASSERT_OK(simil_index_create(&ivf, dim, "IVF1024,Flat", SIMIL_METRIC_L2, "gpu"));
@@ -298,7 +299,7 @@ static void test_ivf_pq_fashion_56_bytes(void **state)
     if (stat(bp, &st) != 0) skip();
     simil_matrix b, q;
     SML_ASSERT_OK(simil_matrix_read_float(bp, 0, -1, &b));
-    SML_ASSERT_OK(simil_matrix_read_float(qp, 0, 2000, &q));
+    SML_ASSERT_OK(simil_matrix_read_float(qp, 0, sml_test_quick() ? 500 : 2000, &q));
     const int64_t k = 10, nq = q.rows;
     simil_index *ivf, *flat;
     SML_ASSERT_OK(simil_index_create(&ivf, b.cols, "IVF256,PQ56", SIMIL_METRIC_L2, "gpu"));
