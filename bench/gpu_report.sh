@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On the GPU machine, after a build into build-gpu/: the GPU benchmarks of
+# docs/benchmarks.md, by section, with PyTorch's figure in the same run.
+#   bash bench/gpu_report.sh SECTION …
+# Sections:
+#   exact   k-selection alone, uniform1M and uniform10M exact search, PyTorch
+#   ivf     IVF-Flat and IVF-PQ on Fashion-MNIST and mix10M, k-means
+#   graph   k-NN graphs of Fashion-MNIST and mix10M
+#   xfbq    XFBQ against IVF-Flat and exact search
+#   scale   IVF16384,PQ16 on mix100M (38 GB of host memory)
+set -uo pipefail
+b=build-gpu
+torch=${TORCH_KNN:-.device-deps/torch_knn.py}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+for section in "$@"; do
+  echo "==== $section ($(date -u +%FT%TZ))"
+  case $section in
+    exact)
+      $b/bench_gpu_exact select 10000 100000 10 100 1024 2048 16384
+      $b/bench_gpu_exact uniform1M 10 100 1024 2048 16384
+      $b/bench_gpu_exact uniform10M 10 100
+      python3 "$torch" 1000000 128 10000 10 100 1024 2048
+      python3 "$torch" 10000000 96 10000 10 100 ;;
+    ivf)
+      $b/bench_gpu_ivf fashion-mnist IVF1024,Flat 8 12 16 17 20
+      $b/bench_gpu_ivf fashion-mnist IVF256,PQ56 16
+      $b/bench_gpu_ivf mix10M IVF4096,Flat 4 16
+      $b/bench_gpu_ivf mix10M IVF4096,PQ32 4 8 16
+      $b/bench_gpu_ivf mix10M IVF4096,PQ32,Refine 16
+      $b/bench_gpu_ivf kmeans ;;
+    graph)
+      $b/bench_knn_graph fashion-mnist --device gpu --nprobe 4,8,16
+      $b/bench_knn_graph mix10M --device gpu --nprobe 2,4,8 ;;
+    xfbq)
+      $b/bench_gpu_xfbq ;;
+    scale)
+      $b/bench_gpu_ivf mix100M IVF16384,PQ16 4 16 64 ;;
+    *) echo "unknown section $section"; exit 2 ;;
+  esac
+done
