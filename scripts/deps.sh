@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev zlib1g-dev libhdf5-dev libcmocka-dev
   python3 python3-dev python3-venv python3-numpy python3-pytest python3-setuptools
-  python3-wheel dataset-fashion-mnist gnuplot-nox libopenmpi-dev openmpi-bin libpng-dev
+  python3-wheel python3-faiss dataset-fashion-mnist gnuplot-nox libopenmpi-dev openmpi-bin libpng-dev
 )
 missing=()
 for p in "${packages[@]}"; do

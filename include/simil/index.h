@@ -122,7 +122,9 @@ SIMIL_API const char *simil_backend_name(const simil_index *index);
 SIMIL_API simil_status simil_index_save(const simil_index *index, const char *path);
 
 /* Load an index saved by simil_index_save onto device (see create).
- * A truncated, damaged or foreign file gives SIMIL_ERR_CORRUPT. */
+ * Faiss index files of the types in docs/faiss.md load too (one that simil
+ * cannot represent gives SIMIL_ERR_UNSUPPORTED, naming it).  A truncated,
+ * damaged or unknown file gives SIMIL_ERR_CORRUPT. */
 SIMIL_API simil_status simil_index_load(simil_index **index, const char *path,
                                         const char *device);
 

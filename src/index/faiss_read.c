@@ -228,7 +228,8 @@ static simil_status sml_fr_quantizer(sml_reader *r, sml_faiss_parsed *p, uint64_
 {
     uint32_t code;
     SML_TRY(sml_fr_u32(r, &code));
-    if (!sml_fr_is_flat(code)) return sml_faiss_unsupported(r->path, code, " as a coarse quantizer");
+    if (!sml_fr_is_flat(code))
+        return sml_faiss_unsupported(r->path, code, " as a coarse quantizer");
     sml_fr_head h;
     SML_TRY(sml_fr_flat(r, &h, &p->coarse));
     SML_RETURN_IF(h.dim != p->dim || nlist < 1 || (uint64_t)h.ntotal != nlist, SIMIL_ERR_CORRUPT,
@@ -545,7 +546,7 @@ static simil_status sml_faiss_fill_flat(simil_index *index, const sml_faiss_pars
 static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, const char *path)
 {
     sml_backend *b = index->backend;
-    sml_ivf *ivf = index->impl;
+    sml_ivf *ivf;
     int64_t next_id;
     SML_TRY(sml_faiss_ids(p, path, &next_id));
     if (p->kind == SML_FAISS_IVF_PQ) {
@@ -553,6 +554,7 @@ static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, 
         sml_ivf_pq_parts(index, &ivf, &pq);
         SML_TRY(sml_ivf_pq_set_trained(index, p->coarse, p->codebooks));
     } else {
+        ivf = index->impl; /* IVF-Flat's impl is the inverted file itself */
         SML_TRY(sml_ivf_set_centroids(b, ivf, p->coarse));
         index->trained = 1;
     }

@@ -67,7 +67,7 @@ simil_status sml_opq_init(simil_index *index);
 simil_status sml_refine_init(simil_index *index);
 simil_status sml_shards_init(simil_index *index);
 
-/* Reading and writing other libraries' files (faiss_io.c) needs the
+/* Reading and writing Faiss files (faiss_read.c, faiss_write.c) needs the
  * insides of three types.  Flat: its vectors (backend memory, ntotal x dim)
  * and host ids.  IVF-PQ: its inverted file and product quantizer; set_trained
  * makes a fresh, untrained IVF-PQ index trained with these coarse centroids

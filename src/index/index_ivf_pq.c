@@ -46,7 +46,8 @@ static simil_status sml_ivf_pq_upload(sml_backend *b, sml_ivf_pq *x)
     if (s == SIMIL_OK && term1) {
         s = sml_alloc((void **)&host, t1_count, sizeof(float), "precomputed tables");
         if (s == SIMIL_OK) {
-#pragma omp parallel for schedule(static)
+            /* a team costs more than small tables (and spins on busy cores) */
+#pragma omp parallel for schedule(static) if (t1_count * (size_t)pq->dsub > ((size_t)1 << 20))
             for (int64_t l = 0; l < ivf->nlist; l++)
                 for (int64_t i = 0; i < pq->m; i++)
                     for (int64_t j = 0; j < pq->ksub; j++) {
@@ -86,7 +87,7 @@ static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float 
     if (s == SIMIL_OK) s = sml_alloc((void **)&res, (size_t)(n * index->dim), sizeof *res, "residuals");
     if (s == SIMIL_OK) s = sml_ivf_probe(b, &x->ivf, n, xs, 1, lists, NULL);
     if (s == SIMIL_OK) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * index->dim > (1 << 18))
         for (int64_t r = 0; r < n; r++)
             for (int64_t t = 0; t < index->dim; t++)
                 res[r * index->dim + t] =

@@ -1,0 +1,123 @@
+"""simil.load of Faiss index files: the same neighbours as Faiss's own search.
+
+Faiss writes the files here (Debian's python3-faiss); the tests skip where
+faiss does not import.  Flat and IVF-Flat: ids equal except at ties, distances
+within 1e-4 of the row's scale; IVF-PQ: distances within 1e-3, ids equal except
+at ties within that.  Types simil does not read raise UnsupportedError naming
+the Faiss type code; damaged files raise CorruptFileError.
+"""
+import numpy as np
+import pytest
+
+import simil
+from helpers import DEVICES
+
+faiss = pytest.importorskip("faiss")
+
+K, NPROBE = 10, 4
+
+
+def clustered(seed, n, d, centers=20):
+    rng = np.random.default_rng(seed)
+    c = rng.standard_normal((centers, d)).astype(np.float32) * 3
+    return (c[rng.integers(0, centers, n)] + rng.standard_normal((n, d))).astype(np.float32)
+
+
+def assert_same(D, I, Dref, Iref, tol, context):
+    """Distances within tol x the row's largest |distance|; ids equal except
+    where the reference has a near tie at that rank (or at the last rank)."""
+    assert D.shape == Dref.shape and I.shape == Iref.shape, context
+    for q in range(D.shape[0]):
+        valid = Iref[q] >= 0
+        assert np.array_equal(I[q][~valid], Iref[q][~valid]), context
+        scale = max(np.abs(Dref[q][valid]).max(initial=0.0), 1e-6)
+        np.testing.assert_allclose(D[q][valid], Dref[q][valid], rtol=0, atol=tol * scale,
+                                   err_msg=f"{context} query {q}")
+        for r in np.nonzero(valid & (I[q] != Iref[q]))[0]:
+            near = [abs(Dref[q][r] - Dref[q][s]) <= tol * scale
+                    for s in (r - 1, r + 1) if 0 <= s < K]
+            assert r == K - 1 or any(near), f"{context} query {q} rank {r}: {I[q]} vs {Iref[q]}"
+
+
+def faiss_search(index, xq):
+    try:
+        faiss.extract_index_ivf(index).nprobe = NPROBE
+    except (RuntimeError, AttributeError):
+        pass
+    return index.search(xq, K)
+
+
+def ivf(d, nlist, metric, encoding, xt):
+    quantizer = faiss.IndexFlatIP(d) if metric == faiss.METRIC_INNER_PRODUCT else faiss.IndexFlatL2(d)
+    if encoding == "flat":
+        index = faiss.IndexIVFFlat(quantizer, d, nlist, metric)
+    else:
+        index = faiss.IndexIVFPQ(quantizer, d, nlist, 8, 8, metric)
+    index.train(xt)
+    index.referenced_objects = [quantizer]
+    return index
+
+
+def build(kind, metric, xb):
+    d = xb.shape[1]
+    fm = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
+    if kind == "flat":
+        index = faiss.IndexFlatL2(d) if metric == "l2" else faiss.IndexFlatIP(d)
+        index.add(xb)
+    elif kind == "idmap_flat":
+        index = faiss.IndexIDMap2(faiss.IndexFlatL2(d) if metric == "l2" else faiss.IndexFlatIP(d))
+        index.add_with_ids(xb, np.arange(len(xb), dtype=np.int64)[::-1] * 3 + 17)
+    elif kind == "ivf_flat":
+        index = ivf(d, 16, fm, "flat", xb)
+        index.add_with_ids(xb, np.arange(len(xb), dtype=np.int64) * 5 + 2)
+    else:
+        index = ivf(d, 16, fm, "pq", xb)
+        index.add(xb)
+    return index
+
+
+CASES = [  # kind, simil description, tolerance
+    ("flat", "Flat", 1e-4),
+    ("idmap_flat", "Flat", 1e-4),
+    ("ivf_flat", "IVF16,Flat", 1e-4),
+    ("ivf_pq", "IVF16,PQ8x8", 1e-3),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("kind,description,tol", CASES)
+def test_load_faiss_file(tmp_path, device, metric, kind, description, tol):
+    seed, n, nq, d = 11, 3000, 30, 32
+    xb = clustered(seed, n, d)
+    xq = clustered(seed + 1, nq, d) + 0.1 * np.random.default_rng(seed + 2).standard_normal((nq, d)).astype(np.float32)
+    path = tmp_path / f"{kind}.faiss"
+    faiss.write_index(build(kind, metric, xb), str(path))
+    Dref, Iref = faiss_search(faiss.read_index(str(path)), xq)
+    index = simil.load(path, device=device)
+    assert index.description == description and index.metric == metric
+    assert index.ntotal == n and index.dim == d
+    D, I = index.search(xq, K, nprobe=NPROBE)
+    assert_same(D, I, Dref, Iref, tol,
+                f"seed={seed} n={n} nq={nq} d={d} kind={kind} metric={metric} device={device}")
+
+
+def test_unsupported_type_names_its_code(tmp_path):
+    path = tmp_path / "hnsw.faiss"
+    index = faiss.IndexHNSWFlat(16, 8)
+    index.add(np.random.default_rng(0).random((20, 16), dtype=np.float32))
+    faiss.write_index(index, str(path))
+    with pytest.raises(simil.UnsupportedError, match="'IHNf'"):
+        simil.load(path, device="cpu")
+
+
+def test_truncated_faiss_file(tmp_path):
+    xb = np.random.default_rng(1).random((50, 8), dtype=np.float32)
+    good = tmp_path / "flat.faiss"
+    faiss.write_index(build("idmap_flat", "l2", xb), str(good))
+    data = good.read_bytes()
+    bad = tmp_path / "cut.faiss"
+    for cut in range(4, len(data), 7):
+        bad.write_bytes(data[:cut])
+        with pytest.raises(simil.CorruptFileError):
+            simil.load(bad, device="cpu")

@@ -1,0 +1,450 @@
+/* test_faiss_io.c: Faiss index files.  make_faiss_files.py (run with Debian's
+ * python3-faiss) writes Faiss indexes and Faiss's own search results; simil
+ * loads each file and must find the same neighbours: Flat and IVF-Flat ids
+ * equal except at ties (distances within 1e-4 relative to the row's largest),
+ * IVF-PQ distances within 1e-3 and ids equal except at ties within that.
+ * Types simil does not read give SIMIL_ERR_UNSUPPORTED naming the Faiss code;
+ * files cut at every length give SIMIL_ERR_CORRUPT, and flipped bytes never
+ * anything but OK, CORRUPT or UNSUPPORTED.  simil_index_save_faiss is checked
+ * the other way round: Faiss reads the files it writes and its search agrees
+ * with simil's.  Every test skips, saying so, where faiss does not import;
+ * where it does not but SIMIL_FAISS_FILES names a folder of files the script
+ * made (a GPU machine without Faiss, say), the reading tests use those. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util/test_util.h"
+
+#ifndef SML_FAISS_SCRIPT
+#error "SML_FAISS_SCRIPT must name tests/index/make_faiss_files.py"
+#endif
+
+enum { K = 10, NPROBE = 4 }; /* as in make_faiss_files.py */
+static const double flat_tol = 1e-4, pq_tol = 1e-3;
+static int have_faiss;       /* the script runs: files in the temporary folder */
+static const char *files_dir; /* where the Faiss files are, or NULL */
+
+static int script(const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' %s", SML_FAISS_SCRIPT, args);
+    return system(cmd);
+}
+
+static int make_files(void **state)
+{
+    (void)state;
+    have_faiss = script("check >/dev/null 2>&1") == 0;
+    if (!have_faiss) {
+        files_dir = getenv("SIMIL_FAISS_FILES");
+        printf("# /usr/bin/python3 cannot import faiss (Debian: apt install python3-faiss): "
+               "skipping %s\n", files_dir ? "the writing tests" : "every test");
+        return 0;
+    }
+    files_dir = sml_test_tmpdir();
+    char args[1024];
+    snprintf(args, sizeof args, "gen '%s' 2>/dev/null", files_dir);
+    return script(args) == 0 ? 0 : -1;
+}
+
+#define REQUIRE_FAISS()                                     \
+    do {                                                    \
+        if (!have_faiss) skip();                            \
+    } while (0)
+
+#define REQUIRE_FILES()                                     \
+    do {                                                    \
+        if (files_dir == NULL) skip();                      \
+    } while (0)
+
+/* A file the script made. */
+static const char *data_path(const char *name)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/%s", files_dir, name);
+    return path;
+}
+
+static simil_matrix npy(const char *name, const char *suffix)
+{
+    char file[256];
+    snprintf(file, sizeof file, "%s.%s.npy", name, suffix);
+    simil_matrix m;
+    SML_ASSERT_OK(simil_matrix_read(data_path(file), 0, -1, &m));
+    return m;
+}
+
+/* Results against reference results of the same queries: at every rank the
+ * distances agree within tol x the row's largest |distance|, and the ids too
+ * unless the reference has a near tie there (or it is the last rank, tied
+ * with a neighbour the reference did not return). */
+static void check_same(const char *ctx, int64_t nq, const float *d, const int64_t *l,
+                       const float *rd, const int64_t *rl, double tol)
+{
+    for (int64_t q = 0; q < nq; q++) {
+        const float *dq = d + q * K, *rdq = rd + q * K;
+        const int64_t *lq = l + q * K, *rlq = rl + q * K;
+        double scale = 1e-6;
+        for (int r = 0; r < K; r++)
+            if (rlq[r] >= 0 && fabs(rdq[r]) > scale) scale = fabs(rdq[r]);
+        for (int r = 0; r < K; r++) {
+            if (rlq[r] < 0) {
+                if (lq[r] != -1) fail_msg("%s: query %ld rank %d: id %ld, expected none", ctx,
+                                          (long)q, r, (long)lq[r]);
+                continue;
+            }
+            if (fabs((double)dq[r] - rdq[r]) > tol * scale)
+                fail_msg("%s: query %ld rank %d: distance %.7g, Faiss %.7g (tol %g x %g)", ctx,
+                         (long)q, r, (double)dq[r], (double)rdq[r], tol, scale);
+            if (lq[r] == rlq[r]) continue;
+            int tie = r == K - 1 || fabs((double)rdq[r] - rdq[r + 1]) <= tol * scale ||
+                      (r > 0 && fabs((double)rdq[r] - rdq[r - 1]) <= tol * scale);
+            if (!tie)
+                fail_msg("%s: query %ld rank %d: id %ld, Faiss %ld (distance %.7g, no tie)", ctx,
+                         (long)q, r, (long)lq[r], (long)rlq[r], (double)rdq[r]);
+        }
+    }
+}
+
+static void search(const simil_index *index, const simil_matrix *q, float *d, int64_t *l)
+{
+    simil_search_params p;
+    simil_search_params_init(&p);
+    p.nprobe = NPROBE;
+    SML_ASSERT_OK(simil_index_search(index, q->rows, q->data, K, &p, d, l));
+}
+
+/* Load NAME.faiss on device and compare its search with Faiss's. */
+static void check_read_on(const char *name, const char *device, const char *desc,
+                          simil_metric metric, double tol)
+{
+    char file[256], ctx[256];
+    snprintf(file, sizeof file, "%s.faiss", name);
+    snprintf(ctx, sizeof ctx, "%s on %s (K=%d nprobe=%d)", name, device, K, NPROBE);
+    simil_index *index = NULL;
+    SML_ASSERT_OK(simil_index_load(&index, data_path(file), device));
+    assert_string_equal(simil_index_description(index), desc);
+    assert_int_equal(simil_index_metric(index), metric);
+    simil_matrix q = npy(name, "q"), rd = npy(name, "D"), rl = npy(name, "I");
+    assert_int_equal(rl.dtype, SIMIL_DTYPE_INT64);
+    assert_int_equal(rd.cols, K);
+    float *d = sml_test_malloc(sizeof(float) * (size_t)(q.rows * K));
+    int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q.rows * K));
+    search(index, &q, d, l);
+    check_same(ctx, q.rows, d, l, rd.data, rl.data, tol);
+    free(d);
+    free(l);
+    simil_matrix_free(&q);
+    simil_matrix_free(&rd);
+    simil_matrix_free(&rl);
+    simil_index_destroy(index);
+}
+
+static void check_read(const char *name, const char *desc, simil_metric metric, double tol)
+{
+    check_read_on(name, "cpu", desc, metric, tol);
+    if (simil_gpu_count() > 0) check_read_on(name, "gpu", desc, metric, tol);
+}
+
+static void test_read_flat(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    check_read("flat_l2", "Flat", SIMIL_METRIC_L2, flat_tol);
+    check_read("flat_ip", "Flat", SIMIL_METRIC_IP, flat_tol);
+    check_read("idmap_flat", "Flat", SIMIL_METRIC_L2, flat_tol);
+}
+
+static void test_read_ivf_flat(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    check_read("ivfflat_l2", "IVF16,Flat", SIMIL_METRIC_L2, flat_tol);
+    check_read("ivfflat_ip", "IVF16,Flat", SIMIL_METRIC_IP, flat_tol);
+    check_read("ivfflat_sparse", "IVF16,Flat", SIMIL_METRIC_L2, flat_tol);
+    check_read("idmap2_ivfflat", "IVF16,Flat", SIMIL_METRIC_L2, flat_tol);
+    check_read("legacy_ivfflat", "IVF16,Flat", SIMIL_METRIC_L2, flat_tol);
+}
+
+static void test_read_ivf_pq(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    check_read("ivfpq_l2", "IVF16,PQ8x8", SIMIL_METRIC_L2, pq_tol);
+    check_read("ivfpq_ip", "IVF16,PQ8x8", SIMIL_METRIC_IP, pq_tol);
+    check_read("legacy_ivfpq", "IVF16,PQ8x8", SIMIL_METRIC_L2, pq_tol);
+}
+
+static void expect_unsupported(const char *file, const char *words)
+{
+    simil_index *index = (simil_index *)0x1;
+    SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_index_load(&index, data_path(file), "cpu"));
+    assert_null(index);
+    if (strstr(simil_last_error(), words) == NULL)
+        fail_msg("%s: message '%s' does not say '%s'", file, simil_last_error(), words);
+}
+
+static void test_read_unsupported(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    expect_unsupported("unsupported_hnsw.faiss", "Faiss index type 'IHNf' (HNSW)");
+    expect_unsupported("unsupported_idmap_hnsw.faiss", "'IHNf'");
+    expect_unsupported("unsupported_pq.faiss", "'IxPq'");
+    expect_unsupported("unsupported_noresidual.faiss", "by_residual = false");
+    expect_unsupported("unsupported_nbits4.faiss", "nbits=4");
+}
+
+static unsigned char *slurp(const char *path, long *size)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    *size = (long)st.st_size;
+    unsigned char *buf = sml_test_malloc((size_t)*size + 8);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(buf, 1, (size_t)*size, f), (size_t)*size);
+    fclose(f);
+    return buf;
+}
+
+static void spill(const char *path, const unsigned char *buf, long size)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+}
+
+/* The whole file loads; every cut (every step-th length) is CORRUPT; with
+ * flip_step, every flip_step-th byte flipped may give OK, CORRUPT or
+ * UNSUPPORTED only. */
+static void check_damage(const char *file, long step, long flip_step)
+{
+    long size;
+    unsigned char *bytes = slurp(data_path(file), &size);
+    const char *bad = sml_test_path("damaged.faiss");
+    simil_index *index;
+    SML_ASSERT_OK(simil_index_load(&index, data_path(file), "cpu"));
+    simil_index_destroy(index);
+    for (long cut = 0; cut < size; cut += step) {
+        spill(bad, bytes, cut);
+        index = (simil_index *)0x1;
+        simil_status s = simil_index_load(&index, bad, "cpu");
+        if (s != SIMIL_ERR_CORRUPT)
+            fail_msg("%s cut at %ld of %ld: %s (%s)", file, cut, size, simil_status_name(s),
+                     simil_last_error());
+        assert_null(index);
+    }
+    memset(bytes + size, 0, 8);
+    spill(bad, bytes, size + 8);
+    SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_index_load(&index, bad, "cpu"));
+    for (long at = 0; flip_step > 0 && at < size; at += flip_step) {
+        bytes[at] ^= 0x5a;
+        spill(bad, bytes, size);
+        bytes[at] ^= 0x5a;
+        simil_status s = simil_index_load(&index, bad, "cpu");
+        if (s == SIMIL_OK) simil_index_destroy(index);
+        else if (s != SIMIL_ERR_CORRUPT && s != SIMIL_ERR_UNSUPPORTED)
+            fail_msg("%s flipped at %ld of %ld: %s (%s)", file, at, size, simil_status_name(s),
+                     simil_last_error());
+    }
+    free(bytes);
+}
+
+static void test_read_damaged(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    const char *tiny[] = {"tiny_flat.faiss", "tiny_idmap.faiss", "tiny_ivfflat.faiss",
+                          "tiny_ivfflat_sparse.faiss", "tiny_legacy_ivfflat.faiss"};
+    for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) check_damage(tiny[i], 1, 1);
+    /* most bytes of these are PQ codebooks: flip some of those */
+    check_damage("tiny_ivfpq.faiss", 1, 7);
+    check_damage("tiny_legacy_ivfpq.faiss", 1, 7);
+    check_damage("idmap2_ivfflat.faiss", 997, 0);
+    check_damage("ivfpq_l2.faiss", 101, 0);
+}
+
+/* ---- writing ---- */
+
+/* Save index for Faiss as NAME.faiss, let Faiss search it, compare with
+ * simil's own search of index and of the file loaded back. */
+static void check_write(const char *name, const simil_index *index, const simil_matrix *q,
+                        const char *faiss_type, double tol)
+{
+    char file[256], ctx[256], args[1024];
+    snprintf(file, sizeof file, "%s.faiss", name);
+    snprintf(ctx, sizeof ctx, "%s written as %s (K=%d nprobe=%d)", name, faiss_type, K, NPROBE);
+    SML_ASSERT_OK(simil_index_save_faiss(index, sml_test_path(file)));
+    snprintf(file, sizeof file, "%s.q.npy", name);
+    SML_ASSERT_OK(simil_matrix_write(sml_test_path(file), q));
+    snprintf(args, sizeof args, "search '%s' %s %d %d", sml_test_tmpdir(), name, K, NPROBE);
+    assert_int_equal(script(args), 0);
+    snprintf(file, sizeof file, "%s.type.txt", name);
+    char type[64] = "";
+    FILE *f = fopen(sml_test_path(file), "r");
+    assert_non_null(f);
+    assert_non_null(fgets(type, sizeof type, f));
+    fclose(f);
+    if (strncmp(type, faiss_type, strlen(faiss_type)) != 0)
+        fail_msg("%s: Faiss read a %s", ctx, type);
+    simil_matrix rd = npy(name, "D"), rl = npy(name, "I");
+    float *d = sml_test_malloc(sizeof(float) * (size_t)(q->rows * K));
+    int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q->rows * K));
+    search(index, q, d, l);
+    check_same(ctx, q->rows, d, l, rd.data, rl.data, tol);
+    /* and simil reads its own Faiss file back to the same results */
+    simil_index *back;
+    snprintf(file, sizeof file, "%s.faiss", name);
+    SML_ASSERT_OK(simil_index_load(&back, sml_test_path(file), "cpu"));
+    assert_int_equal(simil_index_size(back), simil_index_size(index));
+    float *d2 = sml_test_malloc(sizeof(float) * (size_t)(q->rows * K));
+    int64_t *l2 = sml_test_malloc(sizeof(int64_t) * (size_t)(q->rows * K));
+    search(back, q, d2, l2);
+    check_same(ctx, q->rows, d2, l2, d, l, 1e-6);
+    simil_index_destroy(back);
+    free(d);
+    free(l);
+    free(d2);
+    free(l2);
+    simil_matrix_free(&rd);
+    simil_matrix_free(&rl);
+}
+
+enum { WN = 3000, WD = 24, WQ = 30 };
+
+static simil_index *built_on(const char *device, const char *desc, simil_metric metric,
+                             const float *x, int shuffle_ids)
+{
+    simil_index *index;
+    SML_ASSERT_OK(simil_index_create(&index, WD, desc, metric, device));
+    SML_ASSERT_OK(simil_index_train(index, WN, x));
+    int64_t *ids = sml_test_malloc(sizeof(int64_t) * WN);
+    for (int64_t i = 0; i < WN; i++) ids[i] = shuffle_ids ? (i * 7919) % WN * 3 + 40 : i;
+    SML_ASSERT_OK(simil_index_add(index, WN, x, ids));
+    free(ids);
+    return index;
+}
+
+static simil_index *built(const char *desc, simil_metric metric, const float *x, int shuffle_ids)
+{
+    return built_on("cpu", desc, metric, x, shuffle_ids);
+}
+
+static void test_write(void **state)
+{
+    (void)state;
+    REQUIRE_FAISS();
+    float *x = sml_test_malloc(sizeof(float) * WN * WD);
+    sml_test_fill_uniform(x, WN * WD, 77, -1, 1);
+    simil_matrix q = {.rows = WQ, .cols = WD, .dtype = SIMIL_DTYPE_FLOAT32};
+    q.data = sml_test_malloc(sizeof(float) * WQ * WD);
+    sml_test_fill_uniform(q.data, WQ * WD, 78, -1, 1);
+    struct {
+        const char *name, *desc;
+        simil_metric metric;
+        int shuffle;
+        const char *faiss_type;
+        double tol;
+    } cases[] = {
+        {"w_flat_l2", "Flat", SIMIL_METRIC_L2, 0, "IndexFlat", flat_tol},
+        {"w_flat_ip_ids", "Flat", SIMIL_METRIC_IP, 1, "IndexIDMap2", flat_tol},
+        {"w_ivfflat_ids", "IVF16,Flat", SIMIL_METRIC_L2, 1, "IndexIVFFlat", flat_tol},
+        {"w_ivfflat_ip", "IVF16,Flat", SIMIL_METRIC_IP, 0, "IndexIVFFlat", flat_tol},
+        {"w_ivfpq", "IVF16,PQ8x8", SIMIL_METRIC_L2, 1, "IndexIVFPQ", pq_tol},
+        {"w_ivfpq_ip", "IVF16,PQ8x8", SIMIL_METRIC_IP, 0, "IndexIVFPQ", pq_tol},
+        {"w_pq", "PQ6", SIMIL_METRIC_L2, 0, "IndexIVFPQ", pq_tol},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        simil_index *index = built(cases[i].desc, cases[i].metric, x, cases[i].shuffle);
+        check_write(cases[i].name, index, &q, cases[i].faiss_type, cases[i].tol);
+        simil_index_destroy(index);
+    }
+    /* cosine: written as inner product over the normalized vectors; Faiss
+     * searches normalized queries */
+    simil_index *index = built("Flat", SIMIL_METRIC_COSINE, x, 1);
+    sml_test_normalize(q.data, WQ, WD);
+    check_write("w_flat_cosine", index, &q, "IndexIDMap2", flat_tol);
+    simil_index_destroy(index);
+    free(q.data);
+    free(x);
+}
+
+/* Without Faiss: an index saved for Faiss on each device loads back (on the
+ * CPU) to the same search results. */
+static void test_write_round_trip(void **state)
+{
+    (void)state;
+    float *x = sml_test_malloc(sizeof(float) * WN * WD);
+    float *q = sml_test_malloc(sizeof(float) * WQ * WD);
+    sml_test_fill_uniform(x, WN * WD, 79, -1, 1);
+    sml_test_fill_uniform(q, WQ * WD, 80, -1, 1);
+    simil_matrix qm = {.rows = WQ, .cols = WD, .dtype = SIMIL_DTYPE_FLOAT32, .data = q};
+    const char *devices[] = {"cpu", "gpu"};
+    const char *descs[] = {"Flat", "IVF16,Flat", "IVF16,PQ6", "PQ4"};
+    const char *path = sml_test_path("round.faiss");
+    float d[WQ * K], d2[WQ * K];
+    int64_t l[WQ * K], l2[WQ * K];
+    for (int dev = 0; dev < (simil_gpu_count() > 0 ? 2 : 1); dev++)
+        for (size_t i = 0; i < sizeof descs / sizeof descs[0]; i++) {
+            char ctx[128];
+            snprintf(ctx, sizeof ctx, "%s on %s, saved for Faiss and loaded", descs[i],
+                     devices[dev]);
+            simil_index *index = built_on(devices[dev], descs[i], SIMIL_METRIC_L2, x, 1), *back;
+            SML_ASSERT_OK(simil_index_save_faiss(index, path));
+            SML_ASSERT_OK(simil_index_load(&back, path, "cpu"));
+            const char *want[] = {"Flat", "IVF16,Flat", "IVF16,PQ6x8", "IVF1,PQ4x8"};
+            assert_string_equal(simil_index_description(back), want[i]);
+            search(index, &qm, d, l);
+            search(back, &qm, d2, l2);
+            check_same(ctx, WQ, d2, l2, d, l, i < 2 ? flat_tol : pq_tol);
+            simil_index_destroy(index);
+            simil_index_destroy(back);
+        }
+    free(x);
+    free(q);
+}
+
+static void test_write_errors(void **state)
+{
+    (void)state;
+    simil_index *index;
+    const char *path = sml_test_path("refused.faiss");
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_save_faiss(NULL, path));
+    SML_ASSERT_OK(simil_index_create(&index, 8, "IVF4,Flat", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_save_faiss(index, NULL));
+    SML_ASSERT_STATUS(SIMIL_ERR_NOT_TRAINED, simil_index_save_faiss(index, path));
+    simil_index_destroy(index);
+    const char *refused[] = {"IVF4,PQ4x6", "OPQ4,IVF4,PQ4", "IVF4,PQ4,Refine"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        SML_ASSERT_OK(simil_index_create(&index, 8, refused[i], SIMIL_METRIC_L2, "cpu"));
+        SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_index_save_faiss(index, path));
+        simil_index_destroy(index);
+    }
+    struct stat st;
+    assert_int_not_equal(stat(path, &st), 0); /* nothing was written */
+    /* a folder that does not exist: IO error, nothing left behind */
+    SML_ASSERT_OK(simil_index_create(&index, 8, "Flat", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_STATUS(SIMIL_ERR_IO, simil_index_save_faiss(index, sml_test_path("no/such.faiss")));
+    /* an empty Flat is a valid Faiss file, and loads back empty */
+    SML_ASSERT_OK(simil_index_save_faiss(index, path));
+    simil_index_destroy(index);
+    SML_ASSERT_OK(simil_index_load(&index, path, "cpu"));
+    assert_int_equal(simil_index_size(index), 0);
+    simil_index_destroy(index);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_read_flat),     cmocka_unit_test(test_read_ivf_flat),
+        cmocka_unit_test(test_read_ivf_pq),   cmocka_unit_test(test_read_unsupported),
+        cmocka_unit_test(test_read_damaged),  cmocka_unit_test(test_write),
+        cmocka_unit_test(test_write_round_trip), cmocka_unit_test(test_write_errors),
+    };
+    return cmocka_run_group_tests(tests, make_files, NULL);
+}
