@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -17,6 +18,8 @@ static const char build_usage[] =
     "  --index DESC     index description: Flat, IVF4096,Flat, IVF4096,PQ32,\n"
     "                   OPQ32,IVF4096,PQ32, XFBQ, IVF1024,XFBQ, ...\n"
     "  --out INDEX      index file to write\n"
+    "  --format F       simil (default) or faiss: a Faiss index file that\n"
+    "                   faiss.read_index() loads (Flat, IVFn,Flat, IVFn,PQm)\n"
     "  --metric M       l2 (default), ip or cosine\n"
     "  --train FILE     training vectors (default: the data itself)\n"
     "  --max-train N    train on at most the first N training vectors\n"
@@ -28,7 +31,7 @@ static const char build_usage[] =
     "                   their quantizer when built on the same kind of device\n";
 
 typedef struct build_args {
-    const char *data, *desc, *out, *metric, *train, *device, *part;
+    const char *data, *desc, *out, *format, *metric, *train, *device, *part;
     int64_t max_train;
     int64_t part_index, parts;
 } build_args;
@@ -89,7 +92,11 @@ static int build_run(const build_args *a, simil_metric metric)
         add_s = cli_now() - t0;
         free(ids);
     }
-    if (!rc && (st = simil_index_save(index, a->out)) != SIMIL_OK) rc = cli_fail(st, a->out);
+    if (!rc) {
+        const int faiss = strcmp(a->format, "faiss") == 0;
+        st = faiss ? simil_index_save_faiss(index, a->out) : simil_index_save(index, a->out);
+        if (st != SIMIL_OK) rc = cli_fail(st, a->out);
+    }
     if (!rc)
         fprintf(stderr,
                 "%s: n=%" PRId64 " dim=%" PRId64 " train %.3f s, add %.3f s, backend %s\n",
@@ -102,11 +109,12 @@ static int build_run(const build_args *a, simil_metric metric)
 
 int cmd_build(int argc, char **argv)
 {
-    build_args a = {NULL, NULL, NULL, "l2", NULL, "auto", NULL, 0, 0, 1};
+    build_args a = {NULL, NULL, NULL, "simil", "l2", NULL, "auto", NULL, 0, 0, 1};
     const cli_opt opts[] = {
         {"data", 0, CLI_STRING, &a.data, 1, 0, 0},
         {"index", 0, CLI_STRING, &a.desc, 1, 0, 0},
         {"out", 'o', CLI_STRING, &a.out, 1, 0, 0},
+        {"format", 0, CLI_STRING, &a.format, 0, 0, 0},
         {"metric", 0, CLI_STRING, &a.metric, 0, 0, 0},
         {"train", 0, CLI_STRING, &a.train, 0, 0, 0},
         {"max-train", 0, CLI_INT, &a.max_train, 0, 1, INT64_MAX},
@@ -120,6 +128,8 @@ int cmd_build(int argc, char **argv)
     if (simil_metric_parse(a.metric, &metric) != SIMIL_OK)
         return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a.metric);
     if (!cli_check_device("--device", a.device)) return CLI_EXIT_USAGE;
+    if (strcmp(a.format, "simil") != 0 && strcmp(a.format, "faiss") != 0)
+        return cli_usage_error("--format: '%s' is not simil or faiss", a.format);
     if (a.part) {
         char tail;
         long long i, n;

@@ -267,6 +267,15 @@ class Index:
         """
         self._core.save(os.fspath(path))
 
+    def save_faiss(self, path):
+        """Write the index as a Faiss index file (faiss.read_index reads it), atomically.
+
+        Flat, IVFn,Flat and IVFn,PQmx8 can be written; other types raise
+        UnsupportedError, an untrained IVF NotTrainedError.  Cosine indexes
+        are written as inner product over their normalized vectors.
+        """
+        self._core.save_faiss(os.fspath(path))
+
     @property
     def dim(self):
         """The vector dimension."""
@@ -308,10 +317,12 @@ class Index:
 
 
 def load(path, device="auto"):
-    """Load an index written by Index.save() onto device ("auto", "cpu", "gpu", "gpu:N").
+    """Load an index written by Index.save(), or a Faiss index file, onto device
+    ("auto", "cpu", "gpu", "gpu:N").
 
-    A truncated, damaged or foreign file raises CorruptFileError; a missing
-    or unreadable one FileError.
+    A Faiss type simil cannot represent raises UnsupportedError; a truncated,
+    damaged or unknown file CorruptFileError; a missing or unreadable one
+    FileError.
     """
     return Index._wrap(_core.load(os.fspath(path), _device(device)))
 

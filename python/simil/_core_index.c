@@ -244,19 +244,31 @@ static PyObject *index_reset(IndexObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
-static PyObject *index_save(IndexObject *self, PyObject *arg)
+/* save(path) and save_faiss(path): a writer under the shared lock. */
+static PyObject *index_write(IndexObject *self, PyObject *arg,
+                             simil_status (*writer)(const simil_index *, const char *))
 {
     PyObject *path;
     if (!PyUnicode_FSConverter(arg, &path)) return NULL;
     simil_status s;
     Py_BEGIN_ALLOW_THREADS
     index_lock(self, SHARED);
-    s = simil_index_save(self->index, PyBytes_AS_STRING(path));
+    s = writer(self->index, PyBytes_AS_STRING(path));
     index_unlock(self);
     Py_END_ALLOW_THREADS
     Py_DECREF(path);
     if (s != SIMIL_OK) return pysimil_raise(s);
     Py_RETURN_NONE;
+}
+
+static PyObject *index_save(IndexObject *self, PyObject *arg)
+{
+    return index_write(self, arg, simil_index_save);
+}
+
+static PyObject *index_save_faiss(IndexObject *self, PyObject *arg)
+{
+    return index_write(self, arg, simil_index_save_faiss);
 }
 
 /* ---- properties: dim, metric, description and backend never change after
@@ -314,6 +326,8 @@ static PyMethodDef index_methods[] = {
     {"reconstruct", (PyCFunction)index_reconstruct, METH_O, "reconstruct(id) -> float32 dim"},
     {"reset", (PyCFunction)index_reset, METH_NOARGS, "reset(): remove every vector"},
     {"save", (PyCFunction)index_save, METH_O, "save(path): write the index atomically"},
+    {"save_faiss", (PyCFunction)index_save_faiss, METH_O,
+     "save_faiss(path): write the index as a Faiss index file, atomically"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -121,3 +121,26 @@ def test_truncated_faiss_file(tmp_path):
         bad.write_bytes(data[:cut])
         with pytest.raises(simil.CorruptFileError):
             simil.load(bad, device="cpu")
+
+
+@pytest.mark.parametrize("description", ["Flat", "IVF16,Flat", "IVF16,PQ8x8"])
+def test_save_faiss_reads_back_in_faiss(tmp_path, description):
+    seed, n, nq, d = 21, 3000, 30, 32
+    xb, xq = clustered(seed, n, d), clustered(seed + 1, nq, d)
+    ids = np.arange(n, dtype=np.int64) * 7 + 3
+    index = simil.Index(d, description, metric="l2", device="cpu")
+    index.train(xb)
+    index.add(xb, ids=ids)
+    path = tmp_path / "from_simil.faiss"
+    index.save_faiss(path)
+    D, I = index.search(xq, K, nprobe=NPROBE)
+    Dref, Iref = faiss_search(faiss.read_index(str(path)), xq)
+    assert_same(D, I, Dref, Iref, 1e-3 if "PQ" in description else 1e-4,
+                f"seed={seed} n={n} nq={nq} d={d} description={description}")
+
+
+def test_save_faiss_refuses_what_faiss_cannot_hold(tmp_path):
+    index = simil.Index(16, "IVF4,PQ4,Refine", device="cpu")
+    with pytest.raises(simil.UnsupportedError):
+        index.save_faiss(tmp_path / "refine.faiss")
+    assert not (tmp_path / "refine.faiss").exists()
