@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* mkdtemp */
 #endif
 #include "fuzz_common.h"
+#include "index/index_spec.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -192,4 +193,16 @@ simil_status sml_fuzz_check_matrix(const char *path, const char *roundtrip, int 
     if (sr == SIMIL_OK && roundtrip != NULL) sml_fuzz_check_roundtrip(roundtrip, &m);
     simil_matrix_free(&m);
     return sr;
+}
+
+int sml_fuzz_params_too_large(const char *desc, int64_t dim)
+{
+    const char *strict = getenv("SIMIL_FUZZ_NO_WORKAROUNDS");
+    if (strict != NULL && strict[0] == '1') return 0;
+    sml_index_spec spec;
+    if (sml_index_spec_parse(desc, dim, &spec) != SIMIL_OK) return 0;
+    const double limit = (double)(1 << 20); /* floats: 4 MB */
+    double floats = (double)spec.ivf_nlist * (double)dim;
+    if (spec.encoding == SML_ENCODING_PQ) floats += (double)(1 << spec.pq_bits) * (double)dim;
+    return floats > limit || spec.ivf_nlist > limit;
 }

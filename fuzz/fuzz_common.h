@@ -43,6 +43,14 @@ void sml_fuzz_fail(const char *fmt, ...)
 
 #endif
 
+/* 1 when desc parses for dim as an index whose fixed parameters would take
+ * more than 4 MB (IVF: nlist x dim centroids; PQ: 2^bits x dim codebook
+ * floats), and SIMIL_FUZZ_NO_WORKAROUNDS is not 1.  Creating such an index
+ * allocates all of it at once, whatever the input's size: the known bug
+ * "oversized parameters" (docs/reliability.md), which the targets step
+ * around so that fuzzing goes on past it. */
+int sml_fuzz_params_too_large(const char *desc, int64_t dim);
+
 /* The checks every matrix reader gets, on the file at path:
  *  - simil_matrix_info and simil_matrix_read answer SIMIL_OK, SIMIL_ERR_CORRUPT
  *    or one of the extra statuses (extra_count of them, then the list);

@@ -2,12 +2,22 @@
  *
  * Input: one flags byte, then the file.  Flags bit 0 set: before the file is
  * written, the checksums of every section whose length fits are recomputed,
- * so that mutations get past the CRC checks and reach the header and Flat
- * loaders behind them (without this nearly every mutation dies at a CRC).
+ * so that mutations get past the CRC checks and reach the header and the
+ * index types' loaders behind them (else nearly every mutation dies at a CRC).
  *
- * Load must give SIMIL_OK or SIMIL_ERR_CORRUPT.  A loaded index must then
- * search (every label -1 or a stored id), take one more vector, drop one,
- * save, and load back with the same shape. */
+ * Load must give SIMIL_OK, SIMIL_ERR_CORRUPT, or SIMIL_ERR_UNSUPPORTED for a
+ * well-formed file of an index type this build does not have (e.g. XFBQ).
+ * A loaded, trained index must then search (every label -1 or a stored id),
+ * take one more vector, drop one, save, and load back with the same shape.
+ *
+ * Known bug (docs/reliability.md, "untrained Flat"): the header's trained
+ * flag is taken as it is, so a Flat index can load untrained; then add and
+ * search fail with SIMIL_ERR_NOT_TRAINED and train (a no-op for Flat) cannot
+ * fix it.  Until that is fixed such indexes are not exercised, so that
+ * fuzzing goes on past it; SIMIL_FUZZ_NO_WORKAROUNDS=1 fails on them (the
+ * known-bug replay test).  Likewise files describing an index whose fixed
+ * parameters (IVF centroids, PQ codebooks) would pass 4 MB are not loaded
+ * (known bug "oversized parameters"). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +82,15 @@ static void exercise(simil_index *index)
     int64_t n = simil_index_size(index), dim = simil_index_dim(index);
     if (n < 0 || dim < 1 || simil_index_description(index)[0] == '\0')
         sml_fuzz_fail("loaded index has n=%lld dim=%lld", (long long)n, (long long)dim);
+    if (!simil_index_is_trained(index)) {
+        /* an untrained IVF is legitimate: it needs train() before use */
+        const char *strict = getenv("SIMIL_FUZZ_NO_WORKAROUNDS");
+        if (strict != NULL && strict[0] == '1' &&
+            strcmp(simil_index_description(index), "Flat") == 0)
+            sml_fuzz_fail("index '%s' loaded untrained, and train cannot change that",
+                          simil_index_description(index));
+        return;
+    }
     int64_t label;
     check_search(index, &label);
     if (dim > SML_FUZZ_MAX_SEARCH_DIM && n == 0) return;
@@ -101,6 +120,20 @@ static void exercise(simil_index *index)
     simil_index_destroy(again);
 }
 
+/* The description and dimension in the HEAD section, if the file has one. */
+static int peek_head(const uint8_t *p, size_t n, char *desc, size_t cap, int64_t *dim)
+{
+    enum { AT = 16 + 24 }; /* magic, version, section header */
+    uint32_t len;
+    if (n < AT + 36) return 0;
+    memcpy(dim, p + AT + 8, 8);
+    memcpy(&len, p + AT + 32, 4);
+    if (len >= cap || len > n - AT - 36) return 0;
+    memcpy(desc, p + AT + 36, len);
+    desc[len] = '\0';
+    return 1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
@@ -108,11 +141,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (file == NULL) abort();
     memcpy(file, data + 1, size - 1);
     if (data[0] & 1) repair_checksums(file, size - 1);
+    char desc[128];
+    int64_t dim;
+    if (peek_head(file, size - 1, desc, sizeof desc, &dim) &&
+        sml_fuzz_params_too_large(desc, dim)) {
+        free(file);
+        return 0;
+    }
     const char *path = sml_fuzz_write_file("input.sidx", file, size - 1);
     free(file);
     simil_index *index = NULL;
     simil_status s = simil_index_load(&index, path, "cpu");
-    sml_fuzz_expect("simil_index_load", s, 2, SIMIL_OK, SIMIL_ERR_CORRUPT);
+    sml_fuzz_expect("simil_index_load", s, 3, SIMIL_OK, SIMIL_ERR_CORRUPT, SIMIL_ERR_UNSUPPORTED);
     if (s != SIMIL_OK) {
         if (index != NULL) sml_fuzz_fail("a failed load returned an index");
         return 0;

@@ -4,7 +4,14 @@
  * the description (up to its first NUL).  simil_index_create must give
  * SIMIL_OK (Flat), SIMIL_ERR_UNSUPPORTED (valid, not built yet) or
  * SIMIL_ERR_INVALID_ARGUMENT.  The parser itself must also round-trip: a
- * description it accepts, formatted canonically, parses to the same spec. */
+ * description it accepts, formatted canonically, parses to the same spec.
+ *
+ * Known bug (docs/reliability.md, "oversized parameters"): the parser accepts
+ * up to 2^40 lists, and creating an IVF index allocates nlist x dim centroids
+ * and three nlist-long arrays (zeroed) at once, so "IVF8888888885,Flat" asks
+ * for terabytes.  Until that is bounded, such descriptions are only parsed,
+ * not created (sml_fuzz_params_too_large), so that fuzzing goes on past it;
+ * SIMIL_FUZZ_NO_WORKAROUNDS=1 creates them (the known-bug replay test). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +41,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (desc == NULL) abort();
     memcpy(desc, data + 1, size - 1);
     desc[size - 1] = '\0';
+    if (sml_fuzz_params_too_large(desc, dim)) {
+        check_roundtrip(desc, dim);
+        free(desc);
+        return 0;
+    }
     simil_index *index = NULL;
     simil_status s = simil_index_create(&index, dim, desc, metric, "cpu");
     sml_fuzz_expect("simil_index_create", s, 3, SIMIL_OK, SIMIL_ERR_UNSUPPORTED,
