@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs, through apt-get, the Debian packages that building, testing and the
 # demo need, skipping those already present.  Run as root on Debian 12.
-#   bash scripts/deps.sh            build + test + demo packages
+#   bash scripts/deps.sh              build + test + demo packages
+#   bash scripts/deps.sh reliability  also clang, its sanitizer runtimes and
+#                                     OpenMP, for fuzzing and ThreadSanitizer
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -9,6 +11,7 @@ packages=(
   python3 python3-dev python3-venv python3-numpy python3-pytest python3-setuptools
   python3-wheel python3-faiss dataset-fashion-mnist gnuplot-nox libopenmpi-dev openmpi-bin libpng-dev
 )
+[ "${1:-}" = reliability ] && packages+=(clang-14 libclang-rt-14-dev libomp-14-dev llvm-14)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
