@@ -6,12 +6,10 @@
  * SIMIL_ERR_INVALID_ARGUMENT.  The parser itself must also round-trip: a
  * description it accepts, formatted canonically, parses to the same spec.
  *
- * Known bug (docs/reliability.md, "oversized parameters"): the parser accepts
- * up to 2^40 lists, and creating an IVF index allocates nlist x dim centroids
- * and three nlist-long arrays (zeroed) at once, so "IVF8888888885,Flat" asks
- * for terabytes.  Until that is bounded, such descriptions are only parsed,
- * not created (sml_fuzz_params_too_large), so that fuzzing goes on past it;
- * SIMIL_FUZZ_NO_WORKAROUNDS=1 creates them (the known-bug replay test). */
+ * Descriptions whose fixed parameters would pass 4 MB are only parsed, not
+ * created (sml_fuzz_params_too_large): the library allows up to 4 GiB of
+ * them and 2^24 lists, which is correct but would slow fuzzing to a crawl;
+ * SIMIL_FUZZ_NO_WORKAROUNDS=1 creates them. */
 #include <stdlib.h>
 #include <string.h>
 

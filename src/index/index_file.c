@@ -183,11 +183,18 @@ static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const c
     sml_index_spec spec;
     if (h.dim > ((int64_t)1 << 24) || sml_index_spec_parse(desc, h.dim, &spec) != SIMIL_OK)
         return sml_error_context(SIMIL_ERR_CORRUPT, "'%s' is damaged", r->path);
+    /* a trained inverted file stores its centroids: a file too small for them
+     * is damaged, and is refused before they are allocated */
+    const int64_t coded_dim = spec.opq_m ? spec.opq_dim : h.dim;
+    SML_RETURN_IF(h.trained && (uint64_t)(spec.ivf_nlist * coded_dim) > r->size / sizeof(float),
+                  SIMIL_ERR_CORRUPT, "'%s' is damaged: %" PRId64 " lists cannot fit in %llu bytes",
+                  r->path, spec.ivf_nlist, (unsigned long long)r->size);
     simil_status s = sml_index_new(&index, h.dim, desc, (simil_metric)h.metric, device);
     SML_TRY(s);
     index->ntotal = h.ntotal;
     index->next_id = h.next_id;
-    index->trained = (int)h.trained;
+    /* a type with nothing to train is trained, whatever a damaged header says */
+    index->trained = index->vt->train == NULL ? 1 : (int)h.trained;
     s = index->vt->load(index, r);
     uint64_t length = 0;
     if (s == SIMIL_OK) s = sml_section_open(r, sml_tag_end, &length);

@@ -119,6 +119,23 @@ static simil_status sml_spec_check(const char *desc, int64_t dim, sml_index_spec
                       "index '%s': codes of %" PRId64 " x %d bits exceed %d bytes", desc,
                       spec->pq_m, spec->pq_bits, SML_PQ_MAX_CODE_BYTES);
     }
+    /* Trained parameters are allocated when the index is made: keep each
+     * under 2^30 floats (4 GiB) so that a typo or a damaged file cannot ask
+     * for terabytes. */
+    const int64_t most = (int64_t)1 << 30;
+    SML_RETURN_IF(spec->ivf_nlist > ((int64_t)1 << 24), SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s': at most 16777216 (2^24) lists", desc);
+    SML_RETURN_IF(spec->ivf_nlist > most / coded_dim, SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s': %" PRId64 " lists of dimension %" PRId64
+                  " would take more than 4 GiB of centroids; use fewer lists",
+                  desc, spec->ivf_nlist, coded_dim);
+    SML_RETURN_IF(spec->encoding == SML_ENCODING_PQ && ((int64_t)1 << spec->pq_bits) > most / coded_dim,
+                  SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s': PQ codebooks at dimension %" PRId64 " would take more than 4 GiB",
+                  desc, coded_dim);
+    SML_RETURN_IF(spec->opq_m && dim > most / coded_dim, SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s': an OPQ rotation of %" PRId64 " x %" PRId64
+                  " would take more than 4 GiB", desc, dim, coded_dim);
     SML_RETURN_IF(spec->refine && spec->encoding == SML_ENCODING_FLAT, SIMIL_ERR_INVALID_ARGUMENT,
                   "index '%s': Refine re-ranks a compressed index; Flat is already exact", desc);
     return SIMIL_OK;
