@@ -104,6 +104,15 @@ SIMIL_API simil_status simil_index_remove(simil_index *index, int64_t n, const i
 SIMIL_API simil_status simil_index_reconstruct(const simil_index *index, int64_t id,
                                                float *out);
 
+/* XFBQ and IVFn,XFBQ only: fix the scale alpha that multiplies each unit
+ * vector before it is coded (docs/xfbq.md).  By default train, or the first
+ * add of an index without alpha, picks alpha = 1 / the 0.98 quantile of the
+ * components |x_ij| of (a sample of) its vectors; a value set here is kept by
+ * later train and add calls and saved with the index.  Stored vectors are
+ * recoded from their floats.  alpha: positive and finite.  Other index types:
+ * SIMIL_ERR_INVALID_ARGUMENT.  Needs exclusive access, as add does. */
+SIMIL_API simil_status simil_index_set_xfbq_alpha(simil_index *index, float alpha);
+
 /* Remove all vectors; training is kept. */
 SIMIL_API simil_status simil_index_reset(simil_index *index);
 

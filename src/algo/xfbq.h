@@ -5,11 +5,16 @@
  * Codes.  A vector x (unit norm) is scaled by alpha and each component v is
  * coded greedily with `bits` signs: s_1 = sign(v), each later s_i the sign of
  * what remains, so v ~ sum_i s_i 2^-i, an odd multiple of 2^-bits in (-1, 1)
- * (components beyond +-1 clip to +-(1 - 2^-bits); sign(0) = +1).  Bit plane i
- * holds f(s_i) (f(+1) = 0, f(-1) = 1) of every component, packed into
- * `words` = ceil(dim / 64) 64-bit words, component d at bit d % 64 of word
- * d / 64.  The padding bits past dim are 0 in every plane of every code, so
- * they XOR to 0 and the popcount identity below holds with N = dim exactly.
+ * (components beyond +-1 clip to +-(1 - 2^-bits)).  Where what remains is
+ * exactly 0 (v = 0, or v a multiple of 2^-(bits-1)), the sign is +1 in even
+ * dimensions and -1 in odd ones: v sits halfway between two levels, and
+ * alternating the tie-break keeps exact zeros (background pixels, sparse
+ * data) from adding a bias of 2^-bits per dimension to every inner product;
+ * on Fashion-MNIST it cuts the candidates needed for 0.99 precision by 30%.
+ * Bit plane i holds f(s_i) (f(+1) = 0, f(-1) = 1) of every component, packed
+ * into `words` = ceil(dim / 64) 64-bit words, component d at bit d % 64 of
+ * word d / 64.  The padding bits past dim are 0 in every plane of every code,
+ * so they XOR to 0 and the popcount identity below holds with N = dim exactly.
  *
  * Distance.  With Q query planes X_i and B base planes Y_j,
  *     D = sum_{i,j} 2^{(Q-i)+(B-j)} popcount(X_i XOR Y_j)           (i, j from 1)
@@ -17,10 +22,12 @@
  * so D falls as the quantized inner product grows: top-K similarity is the
  * K smallest D.  D <= dmax = dim (2^Q - 1)(2^B - 1), kept below 2^31.
  *
- * Rows.  A stored vector is one row of row_size bytes: its base code (B
- * planes of `words` words, padded with zero bytes to a multiple of 16), then
- * its dim floats (what re-ranking reads), then zero bytes up to a multiple of
- * 16.  Rows are the same on every backend, so index files move between them. */
+ * Storage.  A stored vector's base code takes code_bytes: B planes of
+ * `words` words, padded with zero bytes to a multiple of 16.  Flat XFBQ keeps
+ * the codes in an array of their own; an inverted list keeps one row of
+ * row_size bytes per vector: the code, its dim floats (what re-ranking
+ * reads), zero bytes up to a multiple of 16.  Both are the same on every
+ * backend, so index files move between them. */
 #ifndef SML_XFBQ_H
 #define SML_XFBQ_H
 
@@ -37,8 +44,8 @@ typedef struct sml_xfbq {
     int query_bits;      /* Q, 1..8 */
     int base_bits;       /* B, 1..8 */
     int64_t words;       /* per bit plane */
-    size_t code_bytes;   /* base code in a row, padded */
-    size_t row_size;     /* bytes per stored row */
+    size_t code_bytes;   /* a base code, padded to a multiple of 16 */
+    size_t row_size;     /* an inverted-list row: code and floats */
     float alpha;         /* the scale; 0 until chosen */
 } sml_xfbq;
 
@@ -57,8 +64,9 @@ uint64_t sml_xfbq_dmax(const sml_xfbq *q);
 
 /* Level of v (already scaled) with bits signs: m in [0, 2^bits), the value
  * being (2m + 1 - 2^bits) / 2^bits; sign s_i = +1 where bit (bits - i) of m
- * is set.  Exactly the greedy code above, for every float. */
-static inline int sml_xfbq_level(float v, int bits)
+ * is set.  Exactly the greedy code above, for every float; down: the tie
+ * rule of odd dimensions. */
+static inline int sml_xfbq_level(float v, int bits, int down)
 {
     const float half = (float)(1 << (bits - 1));
     const float t = v * half;  /* exact: a power-of-two scale */
@@ -66,6 +74,7 @@ static inline int sml_xfbq_level(float v, int bits)
     if (t >= half) return (1 << bits) - 1;
     float f = (float)(int)t;   /* floor, for |t| < 128 */
     if (f > t) f -= 1.0f;
+    if (down && f == t) f -= 1.0f;
     return (int)half + (int)f;
 }
 
@@ -77,8 +86,9 @@ simil_status sml_xfbq_choose_alpha(int64_t n, int64_t dim, const float *x, int n
                                    float *alpha);
 
 /* Codes of n vectors with `bits` planes (the query or the base side):
- * out + i * stride (bytes) receives bits x words words.  Each row is scaled by
- * alpha, after scaling to unit norm when normalize is set (zero rows stay 0). */
+ * out + i * stride (bytes) receives bits x words words (bytes past them are
+ * left alone).  Each row is scaled by alpha, after scaling to unit norm when
+ * normalize is set (zero rows stay 0). */
 void sml_xfbq_encode(const sml_xfbq *q, int bits, int64_t n, const float *x, int normalize,
                      uint64_t *out, size_t stride);
 
@@ -90,13 +100,15 @@ void sml_xfbq_make_rows(const sml_xfbq *q, int64_t n, const float *x, int normal
 /* Recompute the codes of n host rows from their floats (after alpha changed). */
 void sml_xfbq_recode_rows(const sml_xfbq *q, int64_t n, uint8_t *rows, int normalize);
 
-/* The selection for an extra distance e in [0, 1]: bins of width 2^shift over
- * [0, dmax], at most SML_XFBQ_MAX_BINS of them; extra_bins = ceil(e 2^{Q+B}
- * alpha^2 / 2^shift), e times the span of D between cosines 1 and -1 at scale
- * alpha (<x^, y^> ~ alpha^2 cos, so e = 0.05 admits estimated cosines down to
- * 0.1 below the K-th).  The scan then keeps, per query, the rows with
+/* The selection for an extra distance e in [0, 1], a fraction of D's range
+ * [0, dmax]: bins of width 2^shift over [0, dmax], at most SML_XFBQ_MAX_BINS
+ * of them, and extra_bins = ceil(e dmax / 2^shift).  The scan then keeps, per
+ * query, the rows with
  *     D <= ((c + 1) << shift) - 1,  c = min(b + extra_bins, nbins - 1),
- * b the bin of the K-th smallest D (K = min(k, rows scanned)). */
+ * b the bin of the K-th smallest D (K = min(k, rows scanned)).  In cosines:
+ * <x^, y^> ~ alpha^2 cos, so e dmax is about e 2 dim / alpha^2 of cosine
+ * (about 0.45 at e = 0.05 for alpha from the 0.98 quantile of Gaussian-like
+ * components). */
 void sml_xfbq_selection(const sml_xfbq *q, float extra_distance, sml_xfbq_select *sel);
 
 #endif

@@ -91,6 +91,48 @@ typedef struct sml_pq_encode_args {
     size_t code_size;
 } sml_pq_encode_args;
 
+/* XFBQ scan (the XFBQ paper, section 4; PAPERS.md section 2) over a table of
+ * lists of rows (src/algo/xfbq.h): flat XFBQ is one list of every row, IVF-XFBQ
+ * the lists of the inverted file.  A row is a code and a float vector, each
+ * at its own stride (side by side in the IVF arena, apart in flat XFBQ).  For
+ * each query:
+ *   1. D of every row of its probed lists, from the codes (XOR, popcount);
+ *   2. a histogram of min(D >> bin_shift, nbins - 1) gives b, the bin of the
+ *      K-th smallest D (K = min(k, rows scanned));
+ *   3. the candidates are the rows with D <= ((c + 1) << bin_shift) - 1,
+ *      c = min(b + extra_bins, nbins - 1);
+ *   4. their exact keys from the rows' floats (L2: ||x - y||^2, IP: <x, y>)
+ *      give the k results, ordered as in sml_knn_args; ranks past the
+ *      candidates get -1 and +-inf. */
+typedef struct sml_xfbq_scan_args {
+    const float *queries;        /* mem: nq x dim, prepared (what re-ranking uses) */
+    const uint64_t *query_codes; /* mem: nq x (query_bits x words) */
+    int64_t nq;
+    int64_t dim;
+    int query_bits;
+    int base_bits;
+    int64_t words;               /* 64-bit words per bit plane */
+    const int64_t *probes;       /* host: nq x nprobe list numbers, -1 for none */
+    int64_t nprobe;
+    const int64_t *list_offset;  /* host: per list, its first row */
+    const int64_t *list_size;    /* host: per list, its rows */
+    int64_t nlist;
+    const void *codes;           /* mem: row r's base code at codes + r * code_stride */
+    size_t code_stride;          /* bytes, a multiple of 16 */
+    const float *vectors;        /* mem: row r's dim floats at (const char *)vectors +
+                                    r * vector_stride */
+    size_t vector_stride;        /* bytes, a multiple of 4 */
+    const int64_t *ids;          /* mem: per row, its label */
+    int64_t k;
+    simil_metric metric;         /* of re-ranking: L2 or IP */
+    int bin_shift;
+    int64_t nbins;               /* <= 4096 */
+    int64_t extra_bins;
+    float *distances;            /* host: nq x k */
+    int64_t *labels;             /* host: nq x k */
+    int threads;                 /* CPU threads, 0 = all */
+} sml_xfbq_scan_args;
+
 typedef struct sml_backend_ops {
     void (*close)(sml_backend *b);
 
@@ -120,6 +162,8 @@ typedef struct sml_backend_ops {
      * (per query) and term 2 is the coarse key. */
     simil_status (*ivf_pq_scan)(sml_backend *b, const sml_ivf_scan_args *args);
     simil_status (*pq_encode)(sml_backend *b, const sml_pq_encode_args *args);
+    /* XFBQ: histogram selection and exact re-ranking (sml_xfbq_scan_args). */
+    simil_status (*xfbq_scan)(sml_backend *b, const sml_xfbq_scan_args *args);
 
     /* The k smallest (largest when largest != 0) values of each row of a
      * rows x cols matrix, sorted, with their column indices; past cols the

@@ -14,6 +14,7 @@
 #include "cpu/cpu_ivf.h"
 #include "cpu/cpu_knn.h"
 #include "cpu/cpu_select.h"
+#include "cpu/cpu_xfbq.h"
 
 static void sml_cpu_close(sml_backend *b) { sml_free(b); }
 
@@ -142,6 +143,7 @@ static const sml_backend_ops sml_cpu_ops = {
     .ivf_flat_scan = sml_cpu_ivf_flat_scan,
     .ivf_pq_scan = sml_cpu_ivf_pq_scan,
     .pq_encode = sml_cpu_pq_encode,
+    .xfbq_scan = sml_cpu_xfbq_scan,
     .select_k = sml_cpu_select_k,
     .cluster_sums = sml_cpu_cluster_sums,
     .shadow_sync = NULL,

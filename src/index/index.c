@@ -83,9 +83,11 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
         init = spec.ivf_nlist ? sml_ivf_flat_init : sml_flat_init;
     } else if (spec.encoding == SML_ENCODING_PQ) {
         init = sml_ivf_pq_init;
+    } else if (spec.encoding == SML_ENCODING_XFBQ) {
+        init = sml_xfbq_index_init;
     }
     SML_RETURN_IF(init == NULL, SIMIL_ERR_UNSUPPORTED,
-                  "index '%s' is valid, but this version of simil does not build XFBQ yet",
+                  "index '%s' is valid, but this version of simil cannot build it",
                   description);
     simil_index *index;
     SML_TRY(sml_calloc((void **)&index, 1, sizeof *index, "an index"));

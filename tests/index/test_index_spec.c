@@ -70,23 +70,11 @@ static void test_refuses(void **state)
     assert_int_equal(sml_index_spec_parse(NULL, 8, &spec), SIMIL_ERR_INVALID_ARGUMENT);
 }
 
-static void test_create_reports_unsupported(void **state)
-{
-    (void)state;
-    /* valid descriptions that this version cannot build yet say so */
-    simil_index *index = NULL;
-    simil_status s = simil_index_create(&index, 96, "XFBQ4x3", SIMIL_METRIC_COSINE, "cpu");
-    assert_int_equal(s, SIMIL_ERR_UNSUPPORTED);
-    assert_non_null(strstr(simil_last_error(), "XFBQ4x3"));
-    assert_null(index);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accepts),
         cmocka_unit_test(test_refuses),
-        cmocka_unit_test(test_create_reports_unsupported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,297 @@
+/* test_cuda_xfbq.c: XFBQ and IVFn,XFBQ on the GPU against the CPU.  The
+ * index is built on one backend, saved, and loaded on the other, so both hold
+ * the same alpha and codes: they take the same candidates (D is exact) and
+ * their results differ only by the float rounding of the re-ranking keys
+ * (checked with sml_test_check_same, relative tolerance 1e-4).  Covers dims
+ * 1, 65, 96 and 785 (16- and 32-bit distances), k from 1 past 2048 (radix
+ * selection) and past n, every metric, extra distances, grouped queries of
+ * flat XFBQ (batches not a multiple of 4), several blocks per query, probes of
+ * empty lists, remove, reconstruct, alpha set on the GPU, and precision on
+ * Fashion-MNIST. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util/test_util.h"
+
+static const double rel_tol = 1e-4;
+
+/* An index trained and filled on build_on, and its copy loaded on the other. */
+static void twin(const char *desc, int64_t dim, simil_metric metric, int64_t n, const float *x,
+                 const char *build_on, simil_index **cpu, simil_index **gpu)
+{
+    const int on_gpu = strcmp(build_on, "gpu") == 0;
+    simil_index *built;
+    SML_ASSERT_OK(simil_index_create(&built, dim, desc, metric, build_on));
+    SML_ASSERT_OK(simil_index_train(built, n, x));
+    SML_ASSERT_OK(simil_index_add(built, n, x, NULL));
+    const char *path = sml_test_path("xfbq-twin.simil");
+    SML_ASSERT_OK(simil_index_save(built, path));
+    simil_index *loaded;
+    SML_ASSERT_OK(simil_index_load(&loaded, path, on_gpu ? "cpu" : "gpu"));
+    *cpu = on_gpu ? loaded : built;
+    *gpu = on_gpu ? built : loaded;
+}
+
+/* x, q as the index sees them (normalized for cosine), for the oracle. */
+static float *prepared(const float *v, int64_t n, int64_t dim, simil_metric metric)
+{
+    float *p = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+    memcpy(p, v, sizeof(float) * (size_t)(n * dim));
+    if (metric == SIMIL_METRIC_COSINE) sml_test_normalize(p, n, dim);
+    return p;
+}
+
+static void compare(const char *what, const simil_index *cpu, const simil_index *gpu,
+                    const float *x, int64_t n, const float *q, int64_t nq, int64_t dim, int64_t k,
+                    int64_t nprobe, float extra, simil_metric metric)
+{
+    char context[200];
+    snprintf(context, sizeof context, "%s %s k=%lld nprobe=%lld extra=%g", what,
+             simil_metric_name(metric), (long long)k, (long long)nprobe, (double)extra);
+    simil_search_params p;
+    simil_search_params_init(&p);
+    p.nprobe = nprobe;
+    p.extra_distance = extra;
+    const size_t out = (size_t)(nq * k);
+    float *dc = sml_test_malloc(4 * out), *dg = sml_test_malloc(4 * out);
+    int64_t *lc = sml_test_malloc(8 * out), *lg = sml_test_malloc(8 * out);
+    SML_ASSERT_OK(simil_index_search(cpu, nq, q, k, &p, dc, lc));
+    SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, &p, dg, lg));
+    float *xp = prepared(x, n, dim, metric), *qp = prepared(q, nq, dim, metric);
+    sml_test_check_same(context, xp, n, qp, nq, dim, k,
+                        metric == SIMIL_METRIC_L2 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP, dg, lg, dc,
+                        lc, rel_tol);
+    free(xp);
+    free(qp);
+    free(dc);
+    free(dg);
+    free(lc);
+    free(lg);
+}
+
+static void test_flat_same_as_cpu(void **state)
+{
+    (void)state;
+    const int64_t dims[] = {1, 65, 96, 785};
+    const int64_t n = 6000, nq = 203; /* 203 queries: groups of 4 and a partial one */
+    for (size_t t = 0; t < sizeof dims / sizeof dims[0]; t++) {
+        const int64_t dim = dims[t];
+        float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+        float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
+        SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 60 + t, x));
+        SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 70 + t, q));
+        simil_index *cpu, *gpu;
+        twin("XFBQ", dim, SIMIL_METRIC_COSINE, n, x, t % 2 ? "gpu" : "cpu", &cpu, &gpu);
+        char what[64];
+        snprintf(what, sizeof what, "XFBQ dim %lld", (long long)dim);
+        const int64_t ks[] = {1, 10, 100};
+        const float extras[] = {0.0f, 0.005f, -1.0f};
+        for (int i = 0; i < 3; i++)
+            for (int e = 0; e < 3; e++)
+                compare(what, cpu, gpu, x, n, q, nq, dim, ks[i], 0, extras[e],
+                        SIMIL_METRIC_COSINE);
+        if (dim == 96) {
+            compare(what, cpu, gpu, x, n, q, 17, dim, 3000, 0, 0.01f, SIMIL_METRIC_COSINE);
+            compare(what, cpu, gpu, x, n, q, 9, dim, n + 10, 0, 0.0f, SIMIL_METRIC_COSINE);
+        }
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+        free(x);
+        free(q);
+    }
+}
+
+static void test_metrics_and_bits(void **state)
+{
+    (void)state;
+    const int64_t dim = 48, n = 5000, nq = 64;
+    float *x = sml_test_malloc(sizeof(float) * n * dim);
+    float *q = sml_test_malloc(sizeof(float) * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 81, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 82, q));
+    const simil_metric metrics[] = {SIMIL_METRIC_IP, SIMIL_METRIC_L2};
+    for (int m = 0; m < 2; m++) {
+        simil_index *cpu, *gpu;
+        twin("XFBQ", dim, metrics[m], n, x, "gpu", &cpu, &gpu);
+        compare("XFBQ", cpu, gpu, x, n, q, nq, dim, 20, 0, -1.0f, metrics[m]);
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+    }
+    const char *descs[] = {"XFBQ8x8", "XFBQ1x1", "XFBQ2x5"};
+    for (int d = 0; d < 3; d++) {
+        simil_index *cpu, *gpu;
+        twin(descs[d], dim, SIMIL_METRIC_COSINE, n, x, "cpu", &cpu, &gpu);
+        compare(descs[d], cpu, gpu, x, n, q, nq, dim, 10, 0, 0.01f, SIMIL_METRIC_COSINE);
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+    }
+    free(x);
+    free(q);
+}
+
+static void test_many_blocks_per_query(void **state)
+{
+    (void)state;
+    /* 70,000 rows: five blocks of 16,384 positions per query */
+    const int64_t dim = 32, n = 70000, nq = 30;
+    float *x = sml_test_malloc(sizeof(float) * n * dim);
+    float *q = sml_test_malloc(sizeof(float) * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 91, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 92, q));
+    simil_index *cpu, *gpu;
+    twin("XFBQ", dim, SIMIL_METRIC_COSINE, n, x, "cpu", &cpu, &gpu);
+    compare("XFBQ 70000 rows", cpu, gpu, x, n, q, nq, dim, 10, 0, 0.002f, SIMIL_METRIC_COSINE);
+    compare("XFBQ 70000 rows", cpu, gpu, x, n, q, nq, dim, 50, 0, -1.0f, SIMIL_METRIC_COSINE);
+    simil_index_destroy(cpu);
+    simil_index_destroy(gpu);
+    free(x);
+    free(q);
+}
+
+static void test_ivf_same_as_cpu(void **state)
+{
+    (void)state;
+    const int64_t dim = 40, n = 20000, nq = 150;
+    float *x = sml_test_malloc(sizeof(float) * n * dim);
+    float *q = sml_test_malloc(sizeof(float) * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 11, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 12, q));
+    simil_index *cpu, *gpu;
+    twin("IVF64,XFBQ", dim, SIMIL_METRIC_COSINE, n, x, "cpu", &cpu, &gpu);
+    const int64_t probes[] = {1, 4, 64};
+    for (int i = 0; i < 3; i++) {
+        compare("IVF64,XFBQ", cpu, gpu, x, n, q, nq, dim, 10, probes[i], -1.0f,
+                SIMIL_METRIC_COSINE);
+        compare("IVF64,XFBQ", cpu, gpu, x, n, q, nq, dim, 10, probes[i], 0.002f,
+                SIMIL_METRIC_COSINE);
+    }
+    compare("IVF64,XFBQ k>2048", cpu, gpu, x, n, q, 20, dim, 2500, 8, 0.01f, SIMIL_METRIC_COSINE);
+    /* remove every even id on both, then a list-emptying remove, then again */
+    int64_t *even = sml_test_malloc(sizeof(int64_t) * n / 2);
+    for (int64_t i = 0; i < n / 2; i++) even[i] = 2 * i;
+    int64_t rc, rg;
+    SML_ASSERT_OK(simil_index_remove(cpu, n / 2, even, &rc));
+    SML_ASSERT_OK(simil_index_remove(gpu, n / 2, even, &rg));
+    assert_int_equal(rc, n / 2);
+    assert_int_equal(rg, n / 2);
+    compare("IVF64,XFBQ after remove", cpu, gpu, x, n, q, nq, dim, 10, 8, -1.0f,
+            SIMIL_METRIC_COSINE);
+    float v[40], w[40];
+    SML_ASSERT_OK(simil_index_reconstruct(gpu, 7, v));
+    SML_ASSERT_OK(simil_index_reconstruct(cpu, 7, w));
+    assert_memory_equal(v, w, sizeof v);
+    /* alpha set by hand on both: the GPU recodes its arena */
+    SML_ASSERT_OK(simil_index_set_xfbq_alpha(cpu, 3.0f));
+    SML_ASSERT_OK(simil_index_set_xfbq_alpha(gpu, 3.0f));
+    compare("IVF64,XFBQ alpha 3", cpu, gpu, x, n, q, nq, dim, 10, 8, 0.01f, SIMIL_METRIC_COSINE);
+    simil_index_destroy(cpu);
+    simil_index_destroy(gpu);
+    /* built on the GPU (k-means there), moved to the CPU */
+    twin("IVF32,XFBQ", dim, SIMIL_METRIC_IP, n, x, "gpu", &cpu, &gpu);
+    compare("IVF32,XFBQ built on the GPU", cpu, gpu, x, n, q, nq, dim, 15, 6, -1.0f,
+            SIMIL_METRIC_IP);
+    simil_index_destroy(cpu);
+    simil_index_destroy(gpu);
+    free(even);
+    free(x);
+    free(q);
+}
+
+static void test_flat_edits_on_gpu(void **state)
+{
+    (void)state;
+    const int64_t dim = 24, n = 3000, nq = 40;
+    float *x = sml_test_malloc(sizeof(float) * n * dim);
+    float *q = sml_test_malloc(sizeof(float) * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 5, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 6, q));
+    simil_index *gpu, *cpu;
+    SML_ASSERT_OK(simil_index_create(&gpu, dim, "XFBQ", SIMIL_METRIC_COSINE, "gpu"));
+    SML_ASSERT_OK(simil_index_add(gpu, n / 2, x, NULL)); /* alpha from this batch */
+    SML_ASSERT_OK(simil_index_add(gpu, n - n / 2, x + (n / 2) * dim, NULL));
+    int64_t gone[500];
+    for (int i = 0; i < 500; i++) gone[i] = 3 * i;
+    SML_ASSERT_OK(simil_index_remove(gpu, 500, gone, NULL));
+    SML_ASSERT_OK(simil_index_set_xfbq_alpha(gpu, 2.0f));
+    const char *path = sml_test_path("xfbq-gpu.simil");
+    SML_ASSERT_OK(simil_index_save(gpu, path));
+    SML_ASSERT_OK(simil_index_load(&cpu, path, "cpu"));
+    assert_int_equal(simil_index_size(cpu), n - 500);
+    compare("XFBQ edited on the GPU", cpu, gpu, x, n, q, nq, dim, 10, 0, -1.0f,
+            SIMIL_METRIC_COSINE);
+    float v[24], w[24];
+    SML_ASSERT_OK(simil_index_reconstruct(gpu, 1, v));
+    SML_ASSERT_OK(simil_index_reconstruct(cpu, 1, w));
+    assert_memory_equal(v, w, sizeof v);
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_reconstruct(gpu, 3, v));
+    /* k past n, and an empty index */
+    float d[3100];
+    int64_t l[3100];
+    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 3100, NULL, d, l));
+    for (int j = 0; j < 3100; j++) assert_true(j < n - 500 ? l[j] >= 0 : l[j] == -1);
+    SML_ASSERT_OK(simil_index_reset(gpu));
+    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 5, NULL, d, l));
+    assert_int_equal(l[0], -1);
+    simil_index_destroy(gpu);
+    simil_index_destroy(cpu);
+    free(x);
+    free(q);
+}
+
+static void test_fashion_mnist_precision(void **state)
+{
+    (void)state;
+    const char *bp = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+    const char *qp = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+    struct stat st;
+    if (stat(bp, &st) != 0) {
+        printf("Fashion-MNIST is not installed (dataset-fashion-mnist): skipped\n");
+        skip();
+    }
+    simil_matrix b, q;
+    SML_ASSERT_OK(simil_matrix_read_float(bp, 0, -1, &b));
+    SML_ASSERT_OK(simil_matrix_read_float(qp, 0, sml_test_quick() ? 500 : 2000, &q));
+    const int64_t k = 10, nq = q.rows, dim = b.cols;
+    simil_index *cpu, *gpu, *flat;
+    twin("XFBQ", dim, SIMIL_METRIC_COSINE, b.rows, b.data, "gpu", &cpu, &gpu);
+    SML_ASSERT_OK(simil_index_create(&flat, dim, "Flat", SIMIL_METRIC_COSINE, "gpu"));
+    SML_ASSERT_OK(simil_index_add(flat, b.rows, b.data, NULL));
+    float *d = sml_test_malloc(4 * nq * k);
+    int64_t *l = sml_test_malloc(8 * nq * k), *t = sml_test_malloc(8 * nq * k);
+    SML_ASSERT_OK(simil_index_search(flat, nq, q.data, k, NULL, d, t));
+    SML_ASSERT_OK(simil_index_search(gpu, nq, q.data, k, NULL, d, l));
+    int64_t hits = 0;
+    for (int64_t i = 0; i < nq; i++)
+        for (int64_t j = 0; j < k; j++)
+            for (int64_t u = 0; u < k; u++) hits += l[i * k + j] == t[i * k + u];
+    const double p = (double)hits / (double)(nq * k);
+    printf("GPU Fashion-MNIST cosine XFBQ4x3, default extra distance: precision@10 %.4f\n", p);
+    assert_true(p >= 0.99);
+    compare("Fashion-MNIST XFBQ", cpu, gpu, b.data, b.rows, q.data, 200, dim, 10, 0, 0.02f,
+            SIMIL_METRIC_COSINE);
+    simil_index_destroy(cpu);
+    simil_index_destroy(gpu);
+    simil_index_destroy(flat);
+    simil_matrix_free(&b);
+    simil_matrix_free(&q);
+    free(d);
+    free(l);
+    free(t);
+}
+
+int main(void)
+{
+    sml_test_require_gpu();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flat_same_as_cpu),
+        cmocka_unit_test(test_metrics_and_bits),
+        cmocka_unit_test(test_many_blocks_per_query),
+        cmocka_unit_test(test_ivf_same_as_cpu),
+        cmocka_unit_test(test_flat_edits_on_gpu),
+        cmocka_unit_test(test_fashion_mnist_precision),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
