@@ -204,9 +204,9 @@ simil_status simil_index_add(simil_index *index, int64_t n, const float *x, cons
     int64_t max_id = index->next_id - 1;
     if (ids != NULL) {
         for (int64_t i = 0; i < n; i++) {
-            SML_RETURN_IF(ids[i] < 0, SIMIL_ERR_INVALID_ARGUMENT,
-                          "add: ids[%" PRId64 "]=%" PRId64 " is negative; ids must be >= 0 "
-                          "(-1 marks empty result slots)",
+            SML_RETURN_IF(ids[i] < 0 || ids[i] == INT64_MAX, SIMIL_ERR_INVALID_ARGUMENT,
+                          "add: ids[%" PRId64 "]=%" PRId64 " is out of range; ids must be in "
+                          "[0, 2^63-2] (-1 marks empty result slots)",
                           i, ids[i]);
             if (ids[i] > max_id) max_id = ids[i];
         }
@@ -305,13 +305,11 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
                   "the default)",
                   (double)call.params.extra_distance);
     if (nq == 0) return SIMIL_OK;
-    if (index->ntotal == 0) {
-        SML_RETURN_IF(queries == NULL, SIMIL_ERR_INVALID_ARGUMENT, "search: queries is NULL");
-        return sml_fill_empty(index, nq, k, distances, labels);
-    }
+    /* queries are checked (NaN, norms) also when the index is empty */
     float *copy;
     SML_TRY(sml_prepare_vectors(index, nq, queries, "search", &call.queries, &copy));
-    simil_status s = index->vt->search(index, &call);
+    simil_status s = index->ntotal == 0 ? sml_fill_empty(index, nq, k, distances, labels)
+                                        : index->vt->search(index, &call);
     sml_free(copy);
     return s;
 }

@@ -48,9 +48,8 @@ static void test_non_finite_vectors(void **state)
     }
 }
 
-/* An empty index answers every query with empty slots without looking at
- * it: non-finite queries are accepted there (and refused once it holds a
- * vector, as above). */
+/* An empty index checks its queries as a filled one does: non-finite ones
+ * are refused; finite ones get empty slots. */
 static void test_empty_index_queries(void **state)
 {
     (void)state;
@@ -58,7 +57,9 @@ static void test_empty_index_queries(void **state)
     for (int j = 0; j < D; j++) q[j] = j % 2 ? NAN : INFINITY;
     simil_index *index = flat(D, SIMIL_METRIC_IP);
     float d[2];
-    int64_t l[2];
+    int64_t l[2] = {7, 7};
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_search(index, 1, q, 2, NULL, d, l));
+    for (int j = 0; j < D; j++) q[j] = (float)j;
     SML_ASSERT_OK(simil_index_search(index, 1, q, 2, NULL, d, l));
     assert_int_equal(l[0], -1);
     assert_int_equal(l[1], -1);
@@ -289,31 +290,22 @@ static void test_ids(void **state)
 static void test_largest_id(void **state)
 {
     (void)state;
-    /* Known bug (docs/reliability.md, "id 2^63-1"): simil_index_add sets
-     * next_id = max_id + 1 (src/index/index.c), a signed overflow for
-     * id INT64_MAX; next_id wraps to INT64_MIN and a later add with ids NULL
-     * numbers vectors from INT64_MIN (negative ids).  UBSan aborts on it.
-     * Remove this skip once add refuses INT64_MAX or stops the numbering;
-     * SIMIL_TEST_KNOWN_BUGS=1 runs the case anyway. */
-    if (getenv("SIMIL_TEST_KNOWN_BUGS") == NULL) {
-        print_message("skipped: known bug, id 2^63-1 overflows next_id in simil_index_add\n");
-        skip();
-    }
+    /* id 2^63-1 would make the next sequential id overflow: refused */
     float x[2 * D];
     sml_test_fill_uniform(x, 2 * D, 7, -1, 1);
     simil_index *index = flat(D, SIMIL_METRIC_L2);
     const int64_t top = INT64_MAX;
-    simil_status s = simil_index_add(index, 1, x, &top);
-    if (s == SIMIL_OK) {
-        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_add(index, 1, x + D, NULL));
-        float d[2];
-        int64_t l[2];
-        SML_ASSERT_OK(simil_index_search(index, 1, x, 2, NULL, d, l));
-        assert_true(l[0] == INT64_MAX);
-        assert_int_equal(l[1], -1);
-    } else {
-        assert_int_equal(s, SIMIL_ERR_INVALID_ARGUMENT);
-    }
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_add(index, 1, x, &top));
+    assert_int_equal(simil_index_size(index), 0);
+    /* the largest allowed id, then sequential numbering past it is refused */
+    const int64_t below = INT64_MAX - 1;
+    SML_ASSERT_OK(simil_index_add(index, 1, x, &below));
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_add(index, 1, x + D, NULL));
+    float d[2];
+    int64_t l[2];
+    SML_ASSERT_OK(simil_index_search(index, 1, x, 2, NULL, d, l));
+    assert_true(l[0] == INT64_MAX - 1);
+    assert_int_equal(l[1], -1);
     simil_index_destroy(index);
 }
 
