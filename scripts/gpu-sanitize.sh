@@ -2,7 +2,8 @@
 # On the GPU machine, after a build into build-gpu/: every GPU test program,
 # shrunk (SIMIL_TEST_QUICK), under compute-sanitizer's memcheck and racecheck.
 # Each run is capped at SIMIL_SANITIZE_LIMIT seconds (default 300); a program
-# that hits the cap is reported as such, not as clean.
+# that hits the cap is reported as such, not as clean.  SIMIL_SANITIZE_TOOLS
+# picks the tools (default "memcheck racecheck").
 #   bash scripts/gpu-sanitize.sh [test program …]
 set -uo pipefail
 export SIMIL_TEST_QUICK=1
@@ -10,7 +11,7 @@ limit=${SIMIL_SANITIZE_LIMIT:-300}
 [ $# -gt 0 ] || set -- build-gpu/tests/cuda/test_cuda_*
 rc=0
 for t in "$@"; do
-  for tool in memcheck racecheck; do
+  for tool in ${SIMIL_SANITIZE_TOOLS:-memcheck racecheck}; do
     log="san-$tool-$(basename "$t").log"
     start=$SECONDS
     timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" > "$log" 2>&1
