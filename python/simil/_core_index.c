@@ -5,7 +5,10 @@
  * threads can make any of these calls at the same time, so each call holds a
  * read-write lock: shared for searches and reads, exclusive for changes.  The
  * lock is only taken with the GIL released, so a thread that waits for it
- * never stops the other Python threads. */
+ * never stops the other Python threads.  glibc's locks let new readers in
+ * while a writer waits, so threads that search without pause would keep an
+ * add out for good; the lock is made to prefer writers (a glibc extension,
+ * which Python.h enables with _GNU_SOURCE). */
 #include "_core.h"
 
 #include <pthread.h>
@@ -38,7 +41,17 @@ static PyObject *index_wrap(simil_index *index)
         return NULL;
     }
     self->index = NULL;
-    if (pthread_rwlock_init(&self->lock, NULL) != 0) {
+    pthread_rwlockattr_t attr;
+    int failed = pthread_rwlockattr_init(&attr);
+#ifdef __GLIBC__
+    if (!failed)
+        failed = pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    if (!failed) {
+        failed = pthread_rwlock_init(&self->lock, &attr);
+        pthread_rwlockattr_destroy(&attr);
+    }
+    if (failed) {
         simil_index_destroy(index);
         Py_DECREF(self);
         return PyErr_NoMemory();

@@ -14,6 +14,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdbool.h>
 #include <omp.h>
 #include <string.h>
 
@@ -121,10 +122,12 @@ static simil_status sml_knn_direct(const sml_knn_args *a)
     return SIMIL_OK;
 }
 
-/* One thread's share of the GEMM path: queries [q0, q0 + m) against the
- * whole base, tile by tile, with that thread's scratch. */
+/* Queries [q0, q0 + m) against the whole base, tile by tile, with one set of
+ * scratch.  push_threads > 1 spreads the selection of each tile's rows over
+ * that many threads (the caller is then not inside a team). */
 static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int64_t tile,
-                               float *scores, sml_topk_pair *storage, sml_topk *lists)
+                               int push_threads, float *scores, sml_topk_pair *storage,
+                               sml_topk *lists)
 {
     int64_t cap = sml_topk_capacity(a->k);
     float alpha = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
@@ -136,6 +139,7 @@ static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int
                     queries, (int)a->dim, a->base + b0 * a->dim, (int)a->dim, 0.0f, scores,
                     (int)w);
         const float *norms = a->base_norms ? a->base_norms + b0 : NULL;
+#pragma omp parallel for num_threads(push_threads) if (push_threads > 1) schedule(static)
         for (int64_t i = 0; i < m; i++) {
             float *row = scores + i * w;
             if (norms != NULL) {
@@ -152,9 +156,23 @@ static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int
     }
 }
 
+/* OpenBLAS's pthread build runs every sgemm on one pool of its own threads.
+ * Called from many threads at once, the callers queue on the pool's locks
+ * while the pool spins in sched_yield: on two cores a 62-query search took
+ * seconds instead of milliseconds.  Python programs meet that build, because
+ * numpy loads Debian's default libopenblas.so.0 (the pthread one) before
+ * libsimil, whose OpenMP OpenBLAS has the same soname and is then never
+ * loaded.  With that build one thread issues the GEMMs, which OpenBLAS
+ * spreads over its pool, and only the selection runs in our team. */
+static bool sml_blas_needs_one_caller(void)
+{
+    return openblas_get_parallel() == 1;
+}
+
 /* Threads take query blocks of up to SML_QUERY_BLOCK rows; inside the
  * parallel region OpenBLAS (its OpenMP build) runs single-threaded, so each
- * thread's GEMM tile stays in its own cache and no thread waits on another. */
+ * thread's GEMM tile stays in its own cache and no thread waits on another.
+ * OpenBLAS's pthread build gets one caller instead (above). */
 static simil_status sml_knn_gemm(const sml_knn_args *a)
 {
     int threads = sml_thread_count(a->threads);
@@ -169,6 +187,9 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
     int64_t tile = a->n < SML_BASE_TILE ? a->n : SML_BASE_TILE;
     int64_t blocks = (a->nq + qb - 1) / qb;
     if (threads > blocks) threads = (int)blocks;
+    bool one_caller = sml_blas_needs_one_caller();
+    int push_threads = sml_thread_count(a->threads);
+    if (one_caller) threads = 1; /* one set of scratch: blocks run one after another */
 
     float *scores = NULL;
     sml_topk_pair *storage = NULL;
@@ -181,7 +202,12 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
     if (s == SIMIL_OK)
         s = sml_alloc((void **)&lists, (size_t)(threads * qb), sizeof *lists,
                       "k-NN candidate lists");
-    if (s == SIMIL_OK) {
+    if (s == SIMIL_OK && one_caller) {
+        for (int64_t q0 = 0; q0 < a->nq; q0 += qb) {
+            int64_t m = a->nq - q0 < qb ? a->nq - q0 : qb;
+            sml_knn_gemm_block(a, q0, m, tile, push_threads, scores, storage, lists);
+        }
+    } else if (s == SIMIL_OK) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
         for (int64_t b = 0; b < blocks; b++) {
             /* A team of one is not "in parallel" to OpenBLAS, which would then
@@ -190,8 +216,8 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
             int t = omp_get_thread_num();
             int64_t q0 = b * qb;
             int64_t m = a->nq - q0 < qb ? a->nq - q0 : qb;
-            sml_knn_gemm_block(a, q0, m, tile, scores + t * qb * tile, storage + t * qb * cap,
-                               lists + t * qb);
+            sml_knn_gemm_block(a, q0, m, tile, 1, scores + t * qb * tile,
+                               storage + t * qb * cap, lists + t * qb);
         }
     }
     sml_free(lists);
