@@ -8,6 +8,11 @@ set -euo pipefail
 simil=$1
 mpirun=$2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# Under AddressSanitizer: Open MPI's own leaks are suppressed, which needs whole
+# stacks (the fast unwinder stops inside its plugins) and plugins that stay
+# loaded until the leak check, so that their frames have names.
+export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/mpi-lsan.supp:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
