@@ -98,6 +98,9 @@ static simil_status sml_spec_split(const char *desc, char buf[SML_SPEC_MAX_LEN],
 
 static simil_status sml_spec_check(const char *desc, int64_t dim, sml_index_spec *spec)
 {
+    /* Callers check dim too; the limits below divide by it. */
+    SML_RETURN_IF(dim < 1, SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s': dimension %" PRId64 " must be at least 1", desc, dim);
     int64_t coded_dim = spec->opq_m ? spec->opq_dim : dim;
     if (spec->opq_m) {
         SML_RETURN_IF(spec->encoding != SML_ENCODING_PQ, SIMIL_ERR_INVALID_ARGUMENT,
