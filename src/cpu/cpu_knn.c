@@ -123,11 +123,9 @@ static simil_status sml_knn_direct(const sml_knn_args *a)
 }
 
 /* Queries [q0, q0 + m) against the whole base, tile by tile, with one set of
- * scratch.  push_threads > 1 spreads the selection of each tile's rows over
- * that many threads (the caller is then not inside a team). */
+ * scratch. */
 static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int64_t tile,
-                               int push_threads, float *scores, sml_topk_pair *storage,
-                               sml_topk *lists)
+                               float *scores, sml_topk_pair *storage, sml_topk *lists)
 {
     int64_t cap = sml_topk_capacity(a->k);
     float alpha = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
@@ -139,7 +137,6 @@ static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int
                     queries, (int)a->dim, a->base + b0 * a->dim, (int)a->dim, 0.0f, scores,
                     (int)w);
         const float *norms = a->base_norms ? a->base_norms + b0 : NULL;
-#pragma omp parallel for num_threads(push_threads) if (push_threads > 1) schedule(static)
         for (int64_t i = 0; i < m; i++) {
             float *row = scores + i * w;
             if (norms != NULL) {
@@ -163,7 +160,10 @@ static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int
  * numpy loads Debian's default libopenblas.so.0 (the pthread one) before
  * libsimil, whose OpenMP OpenBLAS has the same soname and is then never
  * loaded.  With that build one thread issues the GEMMs, which OpenBLAS
- * spreads over its pool, and only the selection runs in our team. */
+ * spreads over its pool, and selects too: the pool's threads spin after each
+ * GEMM, and an OpenMP team selecting beside them fought them for the cores
+ * (Fashion-MNIST from Python, k=10, 2 cores: 1,280 QPS with a team, 2,540
+ * without; the OpenMP build reaches 2,690). */
 static bool sml_blas_needs_one_caller(void)
 {
     return openblas_get_parallel() == 1;
@@ -187,9 +187,7 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
     int64_t tile = a->n < SML_BASE_TILE ? a->n : SML_BASE_TILE;
     int64_t blocks = (a->nq + qb - 1) / qb;
     if (threads > blocks) threads = (int)blocks;
-    bool one_caller = sml_blas_needs_one_caller();
-    int push_threads = sml_thread_count(a->threads);
-    if (one_caller) threads = 1; /* one set of scratch: blocks run one after another */
+    if (sml_blas_needs_one_caller()) threads = 1;
 
     float *scores = NULL;
     sml_topk_pair *storage = NULL;
@@ -202,12 +200,7 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
     if (s == SIMIL_OK)
         s = sml_alloc((void **)&lists, (size_t)(threads * qb), sizeof *lists,
                       "k-NN candidate lists");
-    if (s == SIMIL_OK && one_caller) {
-        for (int64_t q0 = 0; q0 < a->nq; q0 += qb) {
-            int64_t m = a->nq - q0 < qb ? a->nq - q0 : qb;
-            sml_knn_gemm_block(a, q0, m, tile, push_threads, scores, storage, lists);
-        }
-    } else if (s == SIMIL_OK) {
+    if (s == SIMIL_OK) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
         for (int64_t b = 0; b < blocks; b++) {
             /* A team of one is not "in parallel" to OpenBLAS, which would then
@@ -216,8 +209,8 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
             int t = omp_get_thread_num();
             int64_t q0 = b * qb;
             int64_t m = a->nq - q0 < qb ? a->nq - q0 : qb;
-            sml_knn_gemm_block(a, q0, m, tile, 1, scores + t * qb * tile,
-                               storage + t * qb * cap, lists + t * qb);
+            sml_knn_gemm_block(a, q0, m, tile, scores + t * qb * tile, storage + t * qb * cap,
+                               lists + t * qb);
         }
     }
     sml_free(lists);
