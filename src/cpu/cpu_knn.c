@@ -14,8 +14,8 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <stdbool.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "core/alloc.h"

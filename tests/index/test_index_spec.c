@@ -66,6 +66,9 @@ static void test_refuses(void **state)
     expect_error("Flat,IVF10", 64, "unexpected 'IVF10'");
     expect_error("IVF10,IVF10,Flat", 64, "not an encoding");
     expect_error("Flat,Flat,Flat,Flat,Flat,Flat,Flat,Flat,Flat", 64, "too many");
+    /* the limits on trained parameters divide by the dimension */
+    expect_error("IVF16,PQ4", 0, "dimension 0 must be at least 1");
+    expect_error("Flat", -3, "dimension -3 must be at least 1");
     sml_index_spec spec;
     assert_int_equal(sml_index_spec_parse(NULL, 8, &spec), SIMIL_ERR_INVALID_ARGUMENT);
 }
