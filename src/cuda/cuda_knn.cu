@@ -74,6 +74,7 @@ struct Search {
     bool queries_on_device;
     bool outputs_on_device;
     bool redo;  // buffers for re-running fast-path queries in fp32
+    int max_query_tile;
 };
 
 // What one query tile needs.
@@ -158,7 +159,8 @@ simil_status plan_search(const Search &s, bool fast, size_t budget, Plan *out)
     // percent of the queries on uniform data fail the bound at k = 10.
     p.kk = fast ? warp_select_queue(a->k * 2 > 64 ? (int)a->k * 2 : 64) : (int)a->k;
     const size_t score_bytes = fast ? 2 : 4;
-    for (p.qt = (int)(a->nq < kMaxQueryTile ? a->nq : kMaxQueryTile); p.qt >= 1; p.qt /= 2) {
+    for (p.qt = (int)(a->nq < s.max_query_tile ? a->nq : s.max_query_tile); p.qt >= 1;
+         p.qt /= 2) {
         if (p.radix) {
             p.dt = (int)a->n;  // whole rows: the k best of a row need all of it
             p.group = 1;
@@ -399,10 +401,63 @@ simil_status search_fast(const Search &s, const Plan &p, const Buffers &b, const
     return select_rows(job, ScoreType::f32, st);
 }
 
-// ---- driving one query tile -----------------------------------------------
+// ---- driving the query tiles ---------------------------------------------
+//
+// Queries and results in host memory go through two pinned slots: while the
+// GPU works on one tile, the host copies the next tile's queries into the
+// other slot and the last tile's results out of it.  Copies between the
+// device and pinned memory are truly asynchronous, so the GPU is never left
+// waiting for the host, and the host never waits for a tile it does not need
+// yet.  Tiles are sized so that a large batch makes at least kStagedTiles of
+// them, or there would be nothing to overlap.
 
-// Write final results of rows queries starting at q0 to the caller.
-simil_status deliver(const Search &s, const Buffers &b, long long q0, int rows, bool l2_add_norms)
+constexpr int kStagedTiles = 4;
+constexpr int kMinStagedTile = 1024;
+constexpr size_t kPinnedCap = (size_t)256 << 20;  // both slots together
+
+// One pinned slot: a query tile on its way in, its results on their way out.
+struct Slot {
+    float *queries;    // qt x dim, when the caller's queries are on the host
+    float *dist;       // qt x k, when the caller's outputs are on the host
+    int64_t *labels;
+    int *ok;           // qt: fast-path bound held (see fast_check_kernel)
+    int64_t *bad;      // qt: the rows whose bound failed
+    cudaEvent_t done;  // recorded after the tile's last copy to the host
+    long long q0;
+    int rows;
+    bool pending;
+};
+
+size_t carve_slot(const Search &s, int qt, char *base, Slot *slot)
+{
+    const sml_knn_args *a = s.a;
+    Carver c{base, 0};
+    const size_t q = (size_t)qt, k = (size_t)a->k;
+    slot->queries = s.queries_on_device ? nullptr : c.take<float>(q * a->dim);
+    slot->dist = s.outputs_on_device ? nullptr : c.take<float>(q * k);
+    slot->labels = s.outputs_on_device ? nullptr : c.take<int64_t>(q * k);
+    slot->ok = c.take<int>(q);
+    slot->bad = c.take<int64_t>(q);
+    return c.used;
+}
+
+// Largest query tile for staged copies: at least kStagedTiles tiles for a
+// large batch, and both slots within kPinnedCap.
+int staged_tile_cap(const Search &s)
+{
+    const long long nq = s.a->nq;
+    long long qt = (nq + kStagedTiles - 1) / kStagedTiles;
+    qt = (qt + 255) / 256 * 256;
+    if (qt < kMinStagedTile) qt = kMinStagedTile;
+    Slot probe;
+    while (qt > 1 && 2 * carve_slot(s, (int)qt, nullptr, &probe) > kPinnedCap) qt /= 2;
+    return (int)qt;
+}
+
+// Finish rows queries starting at q0 on the GPU and queue their results for
+// the caller: straight into its device arrays, or into the slot.
+simil_status deliver(const Search &s, const Buffers &b, const Slot &slot, long long q0, int rows,
+                     bool fast)
 {
     const sml_knn_args *a = s.a;
     cudaStream_t st = s.dev->stream[0];
@@ -410,58 +465,79 @@ simil_status deliver(const Search &s, const Buffers &b, long long q0, int rows, 
     float *dist = s.outputs_on_device ? a->distances + q0 * k : b.out_dist;
     int64_t *lab = s.outputs_on_device ? a->labels + q0 * k : b.out_labels;
     SML_TRY(launch_finish(rows, (int)k, b.final_keys, b.final_idx, s.l2,
-                          l2_add_norms ? b.query_norms : nullptr, a->base_ids, dist, lab, st));
+                          fast ? nullptr : b.query_norms, a->base_ids, dist, lab, st));
     if (!s.outputs_on_device) {
-        SML_CUDA_TRY(cudaMemcpyAsync(a->distances + q0 * k, dist, rows * k * 4,
-                                     cudaMemcpyDeviceToHost, st));
-        SML_CUDA_TRY(cudaMemcpyAsync(a->labels + q0 * k, lab, rows * k * 8,
-                                     cudaMemcpyDeviceToHost, st));
+        SML_CUDA_TRY(cudaMemcpyAsync(slot.dist, dist, rows * k * 4, cudaMemcpyDeviceToHost, st));
+        SML_CUDA_TRY(
+            cudaMemcpyAsync(slot.labels, lab, rows * k * 8, cudaMemcpyDeviceToHost, st));
     }
+    if (fast)
+        SML_CUDA_TRY(cudaMemcpyAsync(slot.ok, b.ok, sizeof(int) * rows, cudaMemcpyDeviceToHost,
+                                     st));
     return SIMIL_OK;
 }
 
 // Search again in fp32 the queries of a fast tile whose candidates failed the
-// bound (b.ok), and overwrite their results.  Rare by design.
-simil_status redo_fp32(const Search &s32, const Plan &p32, const Buffers &b32, const Buffers &b,
-                       const float *queries, long long q0, int rows)
+// bound (slot.ok), and overwrite their results.  Rare by design.  Runs after
+// the tile's results reached the caller, and fetches the queries again from
+// the caller's array, as the tile's device copy may hold the next tile now.
+simil_status redo_fp32(const Search &s32, const Plan &p32, const Buffers &b32, const Slot &slot)
 {
-    Device *dev = s32.dev;
     const sml_knn_args *a = s32.a;
-    cudaStream_t st = dev->stream[0];
-    int *ok;
-    SML_TRY(device_pinned(dev, (sizeof(int) + sizeof(int64_t)) * rows,
-                          reinterpret_cast<void **>(&ok)));
-    int64_t *bad = reinterpret_cast<int64_t *>(ok + rows);
-    SML_CUDA_TRY(cudaMemcpyAsync(ok, b.ok, sizeof(int) * rows, cudaMemcpyDeviceToHost, st));
-    SML_CUDA_TRY(cudaStreamSynchronize(st));
+    cudaStream_t st = s32.dev->stream[0];
     int nbad = 0;
-    for (int i = 0; i < rows; ++i)
-        if (!ok[i]) bad[nbad++] = i;
+    for (int i = 0; i < slot.rows; ++i)
+        if (!slot.ok[i]) slot.bad[nbad++] = i;
+    if (nbad == 0) return SIMIL_OK;
     fallback_queries.fetch_add(nbad);
-    const size_t k = (size_t)a->k;
+    const size_t k = (size_t)a->k, row_bytes = sizeof(float) * (size_t)a->dim;
+    const float *tile = a->queries + slot.q0 * a->dim;
     for (int c0 = 0; c0 < nbad; c0 += p32.qt) {
         const int m = nbad - c0 < p32.qt ? nbad - c0 : p32.qt;
-        SML_CUDA_TRY(cudaMemcpyAsync(b32.redo_rows, bad + c0, sizeof(int64_t) * m,
-                                     cudaMemcpyHostToDevice, st));
-        SML_TRY(launch_move_rows(b32.queries, nullptr, queries, b32.redo_rows,
-                                 sizeof(float) * a->dim, m, st));
+        if (s32.queries_on_device) {
+            SML_CUDA_TRY(cudaMemcpyAsync(b32.redo_rows, slot.bad + c0, sizeof(int64_t) * m,
+                                         cudaMemcpyHostToDevice, st));
+            SML_TRY(launch_move_rows(b32.queries, nullptr, tile, b32.redo_rows, row_bytes, m,
+                                     st));
+        } else {
+            for (int i = 0; i < m; ++i)
+                SML_CUDA_TRY(cudaMemcpyAsync(b32.queries + (size_t)i * a->dim,
+                                             tile + slot.bad[c0 + i] * a->dim, row_bytes,
+                                             cudaMemcpyHostToDevice, st));
+        }
         SML_TRY(search_fp32(s32, p32, b32, b32.queries, m));
         SML_TRY(launch_finish(m, (int)k, b32.final_keys, b32.final_idx, s32.l2, b32.query_norms,
                               a->base_ids, b32.out_dist, b32.out_labels, st));
+        const cudaMemcpyKind kind =
+            s32.outputs_on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
         for (int i = 0; i < m; ++i) {
-            const long long q = q0 + bad[c0 + i];
-            const cudaMemcpyKind kind =
-                s32.outputs_on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
+            const long long q = slot.q0 + slot.bad[c0 + i];
             SML_CUDA_TRY(cudaMemcpyAsync(a->distances + q * k, b32.out_dist + i * k, k * 4, kind,
                                          st));
             SML_CUDA_TRY(cudaMemcpyAsync(a->labels + q * k, b32.out_labels + i * k, k * 8, kind,
                                          st));
         }
+        SML_CUDA_TRY(cudaStreamSynchronize(st));
     }
     return SIMIL_OK;
 }
 
-simil_status run(const Search &s)
+// Wait for a slot's tile, hand its results to the caller, redo what failed.
+simil_status drain(const Search &s, const Search &s32, const Plan &p32, const Buffers &b32,
+                   bool fast, Slot *slot)
+{
+    if (!slot->pending) return SIMIL_OK;
+    slot->pending = false;
+    SML_CUDA_TRY(cudaEventSynchronize(slot->done));
+    if (!s.outputs_on_device) {
+        const size_t k = (size_t)s.a->k;
+        memcpy(s.a->distances + slot->q0 * k, slot->dist, sizeof(float) * slot->rows * k);
+        memcpy(s.a->labels + slot->q0 * k, slot->labels, sizeof(int64_t) * slot->rows * k);
+    }
+    return fast ? redo_fp32(s32, p32, b32, *slot) : SIMIL_OK;
+}
+
+simil_status run_tiles(const Search &s, Slot slots[2])
 {
     const sml_knn_args *a = s.a;
     Device *dev = s.dev;
@@ -487,26 +563,52 @@ simil_status run(const Search &s)
     SML_TRY(device_workspace(dev, need + need32, reinterpret_cast<void **>(&ws)));
     carve(s, p, ws, &b);
     if (fast) carve(s32, p32, ws + need, &b32);
-    for (long long q0 = 0; q0 < a->nq; q0 += p.qt) {
+    const size_t slot_bytes = carve_slot(s, p.qt, nullptr, &slots[0]);
+    char *pinned;
+    SML_TRY(device_pinned(dev, 2 * slot_bytes, reinterpret_cast<void **>(&pinned)));
+    for (int i = 0; i < 2; ++i) carve_slot(s, p.qt, pinned + i * slot_bytes, &slots[i]);
+    int t = 0;
+    for (long long q0 = 0; q0 < a->nq; q0 += p.qt, ++t) {
+        Slot *slot = &slots[t & 1];
+        SML_TRY(drain(s, s32, p32, b32, fast, slot));
         const int rows = (int)(a->nq - q0 < p.qt ? a->nq - q0 : p.qt);
         const float *queries = a->queries + q0 * a->dim;
         if (!s.queries_on_device) {
-            SML_CUDA_TRY(cudaMemcpyAsync(b.queries, queries, sizeof(float) * rows * a->dim,
+            const size_t bytes = sizeof(float) * rows * a->dim;
+            memcpy(slot->queries, queries, bytes);
+            SML_CUDA_TRY(cudaMemcpyAsync(b.queries, slot->queries, bytes,
                                          cudaMemcpyHostToDevice, dev->stream[0]));
             queries = b.queries;
         }
-        if (fast) {
+        if (fast)
             SML_TRY(search_fast(s, p, b, queries, rows));
-            SML_TRY(deliver(s, b, q0, rows, false));
-            SML_TRY(redo_fp32(s32, p32, b32, b, queries, q0, rows));
-        } else {
+        else
             SML_TRY(search_fp32(s, p, b, queries, rows));
-            SML_TRY(deliver(s, b, q0, rows, true));
-        }
+        SML_TRY(deliver(s, b, *slot, q0, rows, fast));
+        SML_CUDA_TRY(cudaEventRecord(slot->done, dev->stream[0]));
+        slot->q0 = q0;
+        slot->rows = rows;
+        slot->pending = true;
     }
+    // the older tile first: its slot comes next in turn
+    SML_TRY(drain(s, s32, p32, b32, fast, &slots[t & 1]));
+    SML_TRY(drain(s, s32, p32, b32, fast, &slots[(t + 1) & 1]));
     SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[0]));
     SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[1]));
     return SIMIL_OK;
+}
+
+simil_status run(const Search &s)
+{
+    Slot slots[2] = {};
+    simil_status st = SIMIL_OK;
+    for (int i = 0; i < 2 && st == SIMIL_OK; ++i)
+        st = cuda_status(cudaEventCreateWithFlags(&slots[i].done, cudaEventDisableTiming),
+                         "cudaEventCreate", __FILE__, __LINE__);
+    if (st == SIMIL_OK) st = run_tiles(s, slots);
+    for (int i = 0; i < 2; ++i)
+        if (slots[i].done) cudaEventDestroy(slots[i].done);
+    return st;
 }
 
 }  // namespace
@@ -526,6 +628,9 @@ simil_status cuda_knn(sml_backend *backend, const sml_knn_args *a)
     SML_RETURN_IF(s.outputs_on_device != is_device_pointer(a->labels), SIMIL_ERR_INVALID_ARGUMENT,
                   "search: distances and labels must both be in host or both in GPU memory");
     if (a->nq == 0) return SIMIL_OK;
+    s.max_query_tile = s.queries_on_device && s.outputs_on_device ? kMaxQueryTile
+                                                                  : staged_tile_cap(s);
+    if (s.max_query_tile > kMaxQueryTile) s.max_query_tile = kMaxQueryTile;
     pthread_mutex_lock(&dev->lock);
     simil_status st = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
     if (st == SIMIL_OK) st = run(s);

@@ -1,6 +1,7 @@
 /* test_cuda_flat.c: exact search on the GPU against the float64 reference and
  * against the CPU backend: dims 1 to 1024, k from 1 past 2048, n from 0 to
- * millions (tiling), queries and results in host or GPU memory, NaN, and
+ * millions (tiling), queries and results in host or GPU memory (several tiles
+ * through the pinned slots), NaN, and
  * adversarial data for the tensor-core path's error bound (near-duplicates,
  * large values, tight clusters). */
 #include <cuda_runtime.h>
@@ -178,6 +179,75 @@ static void test_device_memory(void **state)
     free(q);
 }
 
+/* A batch of several query tiles, so that host queries and results go through
+ * the two pinned slots in turn (cuda_knn.cu), with queries that fail the fast
+ * path's bound spread over every tile: the re-runs must land on the right
+ * rows after their tile's results were copied out.  Every placement of
+ * queries and outputs (host or GPU) gives the same bits, equal to the CPU's. */
+static void test_staged_tiles(void **state)
+{
+    (void)state;
+    const int64_t n = 20000, dim = 48, nq = 5000;
+    float *base = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+    float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
+    sml_test_fill_uniform(base, n * dim, 51, -1, 1);
+    /* 20 groups of 500 near-duplicates in the first half of the base: more than
+     * the fast path's 2k candidates, so the bound cannot hold for a query there */
+    for (int64_t i = 20; i < n / 2; i++)
+        for (int64_t j = 0; j < dim; j++)
+            base[i * dim + j] = base[(i % 20) * dim + j] + 1e-4f * (float)((i * 7 + j) % 13);
+    sml_test_fill_uniform(q, nq * dim, 52, -1, 1);
+    for (int64_t i = 0; i < nq; i += 3) /* every third query sits on a duplicate */
+        memcpy(q + i * dim, base + (i % (n / 2)) * dim, sizeof(float) * (size_t)dim);
+    const int64_t ks[3] = {10, 100, 3000};
+    for (int ki = 0; ki < 3; ki++) {
+        const int64_t k = ks[ki];
+        const size_t out = (size_t)(nq * k);
+        long long before = sml_cuda_fallback_queries();
+        check_against_cpu("staged tiles", base, n, q, nq, dim, k, SIMIL_METRIC_L2);
+        printf("staged tiles k=%lld: %lld of %lld queries re-ran in fp32\n", (long long)k,
+               sml_cuda_fallback_queries() - before, (long long)nq);
+        if (k <= 100) assert_true(sml_cuda_fallback_queries() > before);
+        simil_index *index = build("gpu", dim, SIMIL_METRIC_L2, n, base);
+        float *dref = sml_test_malloc(sizeof(float) * out);
+        float *dh = sml_test_malloc(sizeof(float) * out);
+        int64_t *lref = sml_test_malloc(sizeof(int64_t) * out);
+        int64_t *lh = sml_test_malloc(sizeof(int64_t) * out);
+        SML_ASSERT_OK(simil_index_search(index, nq, q, k, NULL, dref, lref));
+        float *d_q, *d_d;
+        int64_t *d_l;
+        assert_int_equal(cudaMalloc((void **)&d_q, sizeof(float) * (size_t)(nq * dim)), 0);
+        assert_int_equal(cudaMalloc((void **)&d_d, sizeof(float) * out), 0);
+        assert_int_equal(cudaMalloc((void **)&d_l, sizeof(int64_t) * out), 0);
+        assert_int_equal(
+            cudaMemcpy(d_q, q, sizeof(float) * (size_t)(nq * dim), cudaMemcpyHostToDevice), 0);
+        for (int place = 1; place < 4; place++) {
+            const int queries_on_gpu = place & 1, outputs_on_gpu = place >> 1;
+            float *d = outputs_on_gpu ? d_d : dh;
+            int64_t *l = outputs_on_gpu ? d_l : lh;
+            SML_ASSERT_OK(simil_index_search(index, nq, queries_on_gpu ? d_q : q, k, NULL, d, l));
+            if (outputs_on_gpu) {
+                assert_int_equal(cudaMemcpy(dh, d_d, sizeof(float) * out, cudaMemcpyDeviceToHost),
+                                 0);
+                assert_int_equal(
+                    cudaMemcpy(lh, d_l, sizeof(int64_t) * out, cudaMemcpyDeviceToHost), 0);
+            }
+            assert_memory_equal(lh, lref, sizeof(int64_t) * out);
+            assert_memory_equal(dh, dref, sizeof(float) * out);
+        }
+        cudaFree(d_q);
+        cudaFree(d_d);
+        cudaFree(d_l);
+        free(dref);
+        free(dh);
+        free(lref);
+        free(lh);
+        simil_index_destroy(index);
+    }
+    free(base);
+    free(q);
+}
+
 static void test_nan_rejected(void **state)
 {
     (void)state;
@@ -289,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_empty_and_tiny),
         cmocka_unit_test(test_tiling_millions),
         cmocka_unit_test(test_device_memory),
+        cmocka_unit_test(test_staged_tiles),
         cmocka_unit_test(test_nan_rejected),
         cmocka_unit_test(test_adversarial),
         cmocka_unit_test(test_fast_path_is_used),
