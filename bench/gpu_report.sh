@@ -8,6 +8,10 @@
 #   graph   k-NN graphs of Fashion-MNIST and mix10M
 #   xfbq    XFBQ against IVF-Flat and exact search
 #   scale   IVF16384,PQ16 on mix100M (38 GB of host memory)
+#   plot    simil bench's recall-QPS sweep of Fashion-MNIST on the GPU, into
+#           ${OUT:-.}/bench-fashion-gpu (results.csv, plot.gp, plot.png)
+#   multi   two GPUs in one process (bench_gpu_multi; nvidia-h200-x2)
+#   mpi     one GPU, two GPUs, two MPI ranks, and mix20M sharded (bench/mpi_gpu.sh)
 set -uo pipefail
 b=build-gpu
 torch=${TORCH_KNN:-.device-deps/torch_knn.py}
@@ -38,6 +42,17 @@ for section in "$@"; do
         --ivf-extras 0.01,0.02 ;;
     scale)
       $b/bench_gpu_ivf mix100M IVF16384,PQ16 4 16 64 ;;
+    plot)
+      $b/simil bench --dataset fashion-mnist --device gpu --index Flat --index IVF1024,Flat \
+        --index IVF256,Flat --index IVF256,PQ56 --index IVF1024,PQ28 \
+        --sweep nprobe=1,2,4,8,16,32,64 --anchors bench/anchors/fashion-mnist-faiss-h200.csv \
+        --out "${OUT:-.}/bench-fashion-gpu" ;;
+    multi)
+      $b/bench_gpu_multi uniform1M Flat
+      $b/bench_gpu_multi mix10M IVF4096,Flat 16
+      OMP_WAIT_POLICY=passive $b/bench_gpu_multi mix10M IVF4096,Flat 16 ;;
+    mpi)
+      bash bench/mpi_gpu.sh ;;
     *) echo "unknown section $section"; exit 2 ;;
   esac
 done

@@ -189,6 +189,15 @@ static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const c
     SML_RETURN_IF(h.trained && (uint64_t)(spec.ivf_nlist * coded_dim) > r->size / sizeof(float),
                   SIMIL_ERR_CORRUPT, "'%s' is damaged: %" PRId64 " lists cannot fit in %llu bytes",
                   r->path, spec.ivf_nlist, (unsigned long long)r->size);
+    /* One unsharded index cannot be spread over several devices as it loads:
+     * sharding splits the vectors as they are added. */
+    sml_placement placement;
+    SML_TRY(sml_device_placement(device, &placement));
+    SML_RETURN_IF(!spec.shards && placement.count > 1, SIMIL_ERR_INVALID_ARGUMENT,
+                  "'%s' holds one unsharded %s index, which loads onto one device, not the %d "
+                  "of '%s'; to search on several, build it with that --device (simil build "
+                  "--device %s)",
+                  r->path, desc, placement.count, device, device);
     simil_status s = sml_index_new(&index, h.dim, desc, (simil_metric)h.metric, device);
     SML_TRY(s);
     index->ntotal = h.ntotal;

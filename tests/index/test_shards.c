@@ -89,6 +89,17 @@ static void test_remove_and_files(void **state)
     same_results("reloaded on one device", sh, one, NQ, x);
     simil_index *wrong;
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_load(&wrong, path, "cpu:2"));
+    /* an unsharded file onto several devices: refused with a way out, not "damaged" */
+    simil_index *plain = filled("IVF16,Flat", "cpu", x);
+    const char *plain_path = sml_test_path("plain.simil");
+    SML_ASSERT_OK(simil_index_save(plain, plain_path));
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_load(&wrong, plain_path, "cpu:2"));
+    assert_non_null(strstr(simil_last_error(), "unsharded"));
+    assert_null(wrong);
+    simil_index *plain_back;
+    SML_ASSERT_OK(simil_index_load(&plain_back, plain_path, "cpu:1"));
+    simil_index_destroy(plain_back);
+    simil_index_destroy(plain);
     simil_index_destroy(back);
     simil_index_destroy(one);
     simil_index_destroy(sh);
