@@ -117,6 +117,48 @@ static void test_many_rows(void **state)
     sml_cuda_select_force(0);
 }
 
+/* More rows than the GPU holds warps, but not many times more: the rows are
+ * read in pieces then (cuda_select_api.cu).  Too big for the sort reference:
+ * the GPU must equal the CPU backend exactly. */
+static void test_rows_past_one_wave(void **state)
+{
+    (void)state;
+    if (sml_test_quick()) {
+        printf("skipped in quick mode (1.4 GB)\n");
+        return;
+    }
+    const int64_t rows = 9000, cols = 40000, ks[2] = {10, 100};
+    const size_t n_in = (size_t)(rows * cols);
+    float *v = sml_test_malloc(sizeof(float) * n_in);
+    fill(v, (int64_t)n_in, cols, FEW_VALUES, 77); /* ties everywhere: order by index */
+    float *d_v = to_device(v, sizeof(float) * n_in);
+    for (int i = 0; i < 2; i++) {
+        const size_t n_out = (size_t)(rows * ks[i]);
+        float *d_out, *got = sml_test_malloc(sizeof(float) * n_out);
+        float *cpu = sml_test_malloc(sizeof(float) * n_out);
+        int64_t *d_idx, *got_i = sml_test_malloc(sizeof(int64_t) * n_out);
+        int64_t *cpu_i = sml_test_malloc(sizeof(int64_t) * n_out);
+        assert_int_equal(cudaMalloc((void **)&d_out, sizeof(float) * n_out), cudaSuccess);
+        assert_int_equal(cudaMalloc((void **)&d_idx, sizeof(int64_t) * n_out), cudaSuccess);
+        SML_ASSERT_OK(simil_select_k(rows, cols, d_v, ks[i], 0, d_out, d_idx));
+        assert_int_equal(cudaMemcpy(got, d_out, sizeof(float) * n_out, cudaMemcpyDeviceToHost),
+                         0);
+        assert_int_equal(
+            cudaMemcpy(got_i, d_idx, sizeof(int64_t) * n_out, cudaMemcpyDeviceToHost), 0);
+        SML_ASSERT_OK(simil_select_k(rows, cols, v, ks[i], 0, cpu, cpu_i));
+        assert_memory_equal(got_i, cpu_i, sizeof(int64_t) * n_out);
+        assert_memory_equal(got, cpu, sizeof(float) * n_out);
+        free(got);
+        free(cpu);
+        free(got_i);
+        free(cpu_i);
+        cudaFree(d_out);
+        cudaFree(d_idx);
+    }
+    cudaFree(d_v);
+    free(v);
+}
+
 /* Few long rows (BlockSelect's case), each kernel again. */
 static void test_few_long_rows(void **state)
 {
@@ -167,6 +209,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_many_rows),
         cmocka_unit_test(test_few_long_rows),
+        cmocka_unit_test(test_rows_past_one_wave),
         cmocka_unit_test(test_radix_select),
         cmocka_unit_test(test_bad_arguments),
     };
