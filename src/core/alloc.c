@@ -1,4 +1,5 @@
-/* alloc.c: host allocation with overflow checks and test-time fault injection. */
+/* alloc.c: host allocation with overflow checks, and test-time fault injection
+ * for host and GPU allocations. */
 #include "core/alloc.h"
 
 #include <stdatomic.h>
@@ -9,25 +10,43 @@
 
 enum { SML_ALIGN = 64 };
 
-static atomic_int_fast64_t sml_alloc_count;
-static atomic_int_fast64_t sml_alloc_fail_index; /* 0: never fail */
-static atomic_int sml_alloc_fail_sticky;
+/* One fault-injection counter: which allocation fails next (see alloc.h). */
+typedef struct sml_fault {
+    atomic_int_fast64_t count;   /* allocations since the last arm */
+    atomic_int_fast64_t fail_at; /* 0: never fail */
+    atomic_int sticky;
+} sml_fault;
 
-int64_t sml_alloc_fail_at(int64_t n, int sticky)
+static sml_fault sml_host_fault, sml_device_fault;
+
+static int64_t sml_fault_arm(sml_fault *f, int64_t n, int sticky)
 {
-    int64_t made = atomic_exchange(&sml_alloc_count, 0);
-    atomic_store(&sml_alloc_fail_sticky, sticky);
-    atomic_store(&sml_alloc_fail_index, n);
+    int64_t made = atomic_exchange(&f->count, 0);
+    atomic_store(&f->sticky, sticky);
+    atomic_store(&f->fail_at, n);
     return made;
 }
 
-static int sml_alloc_injected_failure(void)
+/* Counts one allocation; nonzero when it is to fail. */
+static int sml_fault_hit(sml_fault *f)
 {
-    int64_t fail_at = atomic_load(&sml_alloc_fail_index);
-    int64_t this_one = atomic_fetch_add(&sml_alloc_count, 1) + 1;
+    int64_t fail_at = atomic_load(&f->fail_at);
+    int64_t this_one = atomic_fetch_add(&f->count, 1) + 1;
     if (fail_at <= 0) return 0;
-    return this_one == fail_at || (atomic_load(&sml_alloc_fail_sticky) && this_one > fail_at);
+    return this_one == fail_at || (atomic_load(&f->sticky) && this_one > fail_at);
 }
+
+int64_t sml_alloc_fail_at(int64_t n, int sticky)
+{
+    return sml_fault_arm(&sml_host_fault, n, sticky);
+}
+
+int64_t sml_device_alloc_fail_at(int64_t n, int sticky)
+{
+    return sml_fault_arm(&sml_device_fault, n, sticky);
+}
+
+int sml_device_alloc_injected_failure(void) { return sml_fault_hit(&sml_device_fault); }
 
 static simil_status sml_oom(size_t count, size_t size, const char *what)
 {
@@ -43,7 +62,7 @@ simil_status sml_alloc(void **out, size_t count, size_t size, const char *what)
     size_t bytes = count * size;
     bytes = (bytes + SML_ALIGN - 1) / SML_ALIGN * SML_ALIGN;
     if (bytes == 0) bytes = SML_ALIGN;
-    if (sml_alloc_injected_failure()) return sml_oom(count, size, what);
+    if (sml_fault_hit(&sml_host_fault)) return sml_oom(count, size, what);
     void *p = aligned_alloc(SML_ALIGN, bytes);
     if (p == NULL) return sml_oom(count, size, what);
     *out = p;

@@ -1,8 +1,10 @@
-/* alloc.h: host memory for the whole library.
+/* alloc.h: host memory for the whole library, and fault injection.
  *
  * All host allocations go through here so that tests can make the N-th one
  * fail (sml_alloc_fail_at) and prove that every out-of-memory path returns
- * SIMIL_ERR_OUT_OF_MEMORY, leaks nothing and leaves the index as it was. */
+ * SIMIL_ERR_OUT_OF_MEMORY, leaks nothing and leaves the index as it was.  GPU
+ * allocations (src/cuda) ask here too, on a counter of their own
+ * (sml_device_alloc_fail_at). */
 #ifndef SML_ALLOC_H
 #define SML_ALLOC_H
 
@@ -37,6 +39,14 @@ simil_status sml_strdup(char **out, const char *s);
  * fails, and so does every later one while sticky is set.  n = 0 turns it off.
  * Returns how many allocations have been made since the last call. */
 int64_t sml_alloc_fail_at(int64_t n, int sticky);
+
+/* The same for GPU allocations (device memory and pinned host memory), with a
+ * counter of their own: the CUDA backend asks sml_device_alloc_injected_failure
+ * before each cudaMalloc and cudaMallocHost, which counts the allocation and
+ * returns nonzero when it is to fail.  cuBLAS's own allocations are not
+ * counted. */
+int64_t sml_device_alloc_fail_at(int64_t n, int sticky);
+int sml_device_alloc_injected_failure(void);
 
 #ifdef __cplusplus
 }
