@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <atomic>
+
 #include "core/alloc.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_device.cuh"
@@ -20,6 +22,9 @@ constexpr int kMaxDevices = 64;
 Device *devices[kMaxDevices];
 pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 
+// Blocks from device_malloc and pinned_malloc not yet freed.
+std::atomic<long long> live_blocks{0};
+
 void device_release(Device *dev)
 {
     cudaSetDevice(dev->gpu);
@@ -28,8 +33,8 @@ void device_release(Device *dev)
         if (dev->done[i]) cudaEventDestroy(dev->done[i]);
         if (dev->stream[i]) cudaStreamDestroy(dev->stream[i]);
     }
-    cudaFree(dev->workspace);
-    cudaFreeHost(dev->pinned);
+    device_free(dev->workspace);
+    pinned_free(dev->pinned);
     pthread_mutex_destroy(&dev->lock);
     sml_free(dev);
 }
@@ -76,7 +81,7 @@ simil_status mem_alloc(sml_backend *b, size_t bytes, void **mem)
 {
     *mem = nullptr;
     SML_CUDA_TRY(cudaSetDevice(b->gpu));
-    SML_CUDA_TRY(cudaMalloc(mem, bytes ? bytes : 1));
+    SML_CUDA_TRY(device_malloc(mem, bytes ? bytes : 1));
     return SIMIL_OK;
 }
 
@@ -84,7 +89,7 @@ void mem_free(sml_backend *b, void *mem)
 {
     if (mem == nullptr) return;
     cudaSetDevice(b->gpu);
-    cudaFree(mem);
+    device_free(mem);
 }
 
 simil_status mem_copy_kind(sml_backend *b, void *dst, const void *src, size_t bytes,
@@ -176,13 +181,53 @@ const sml_backend_ops cuda_ops = make_ops();
 
 }  // namespace
 
+cudaError_t device_malloc(void **p, size_t bytes)
+{
+    *p = nullptr;
+    if (sml_device_alloc_injected_failure()) return cudaErrorMemoryAllocation;
+    const cudaError_t err = cudaMalloc(p, bytes);
+    if (err != cudaSuccess) {
+        *p = nullptr;
+        return err;
+    }
+    live_blocks.fetch_add(1);
+    return cudaSuccess;
+}
+
+cudaError_t pinned_malloc(void **p, size_t bytes)
+{
+    *p = nullptr;
+    if (sml_device_alloc_injected_failure()) return cudaErrorMemoryAllocation;
+    const cudaError_t err = cudaMallocHost(p, bytes);
+    if (err != cudaSuccess) {
+        *p = nullptr;
+        return err;
+    }
+    live_blocks.fetch_add(1);
+    return cudaSuccess;
+}
+
+void device_free(void *p)
+{
+    if (p == nullptr) return;
+    cudaFree(p);
+    live_blocks.fetch_sub(1);
+}
+
+void pinned_free(void *p)
+{
+    if (p == nullptr) return;
+    cudaFreeHost(p);
+    live_blocks.fetch_sub(1);
+}
+
 simil_status device_workspace(Device *dev, size_t bytes, void **out)
 {
     if (bytes > dev->workspace_bytes) {
-        cudaFree(dev->workspace);
+        device_free(dev->workspace);
         dev->workspace = nullptr;
         dev->workspace_bytes = 0;
-        SML_CUDA_TRY(cudaMalloc(&dev->workspace, bytes));
+        SML_CUDA_TRY(device_malloc(&dev->workspace, bytes));
         dev->workspace_bytes = bytes;
     }
     *out = dev->workspace;
@@ -192,10 +237,10 @@ simil_status device_workspace(Device *dev, size_t bytes, void **out)
 simil_status device_pinned(Device *dev, size_t bytes, void **out)
 {
     if (bytes > dev->pinned_bytes) {
-        cudaFreeHost(dev->pinned);
+        pinned_free(dev->pinned);
         dev->pinned = nullptr;
         dev->pinned_bytes = 0;
-        SML_CUDA_TRY(cudaMallocHost(&dev->pinned, bytes));
+        SML_CUDA_TRY(pinned_malloc(&dev->pinned, bytes));
         dev->pinned_bytes = bytes;
     }
     *out = dev->pinned;
@@ -238,6 +283,8 @@ extern "C" int sml_cuda_device_count(void)
 }
 
 extern "C" int sml_cuda_built(void) { return 1; }
+
+extern "C" long long sml_cuda_live_allocations(void) { return sml::live_blocks.load(); }
 
 extern "C" int sml_cuda_pointer_is_device(const void *p) { return sml::is_device_pointer(p); }
 

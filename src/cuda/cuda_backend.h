@@ -27,6 +27,12 @@ int sml_cuda_pointer_device(const void *p);
  * (a statistic for tests and benchmarks). */
 long long sml_cuda_fallback_queries(void);
 
+/* Blocks of device and pinned memory the library holds now, from cudaMalloc
+ * and cudaMallocHost (cuBLAS's own not counted): a statistic for leak checks
+ * in tests.  The per-GPU workspace and pinned buffer count while an index or
+ * call holds that GPU. */
+long long sml_cuda_live_allocations(void);
+
 /* Tests only: force the GPU k-selection kernel (0 automatic, 1 WarpSelect,
  * 2 BlockSelect).  Not for concurrent use. */
 void sml_cuda_select_force(int which);

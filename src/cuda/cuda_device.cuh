@@ -29,6 +29,23 @@ struct Device {
     pthread_mutex_t lock;
 };
 
+// Every GPU allocation of the library goes through these four (cuBLAS's own
+// do not).  They ask the test-time fault injection first
+// (sml_device_alloc_fail_at, core/alloc.h): an injected failure returns
+// cudaErrorMemoryAllocation without calling CUDA.  They also count the blocks
+// held (sml_cuda_live_allocations).  *p is NULL after a failure; freeing NULL
+// does nothing.
+cudaError_t device_malloc(void **p, size_t bytes);
+cudaError_t pinned_malloc(void **p, size_t bytes);
+void device_free(void *p);
+void pinned_free(void *p);
+
+template <typename T>
+cudaError_t device_malloc(T **p, size_t bytes)
+{
+    return device_malloc(reinterpret_cast<void **>(p), bytes);
+}
+
 // The backend of a GPU index: its ops table points here.
 inline Device *device_of(sml_backend *b) { return static_cast<Device *>(b->impl); }
 

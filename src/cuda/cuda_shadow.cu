@@ -13,8 +13,8 @@ void shadow_free(sml_backend *b, void *p)
     Shadow *sh = static_cast<Shadow *>(p);
     if (sh == nullptr) return;
     cudaSetDevice(b->gpu);
-    cudaFree(sh->rows);
-    cudaFree(sh->inv_scale);
+    device_free(sh->rows);
+    device_free(sh->inv_scale);
     sml_free(sh);
 }
 
@@ -30,8 +30,9 @@ simil_status shadow_grow(Device *dev, const Shadow *old, long long keep, long lo
     sh->dim = dim;
     sh->n = keep;
     sh->max_norm = old ? old->max_norm : 0;
-    cudaError_t err = cudaMalloc(&sh->rows, sizeof(__half) * (size_t)(capacity * dim));
-    if (err == cudaSuccess) err = cudaMalloc(&sh->inv_scale, sizeof(float) * (size_t)capacity);
+    cudaError_t err = device_malloc(&sh->rows, sizeof(__half) * (size_t)(capacity * dim));
+    if (err == cudaSuccess)
+        err = device_malloc(&sh->inv_scale, sizeof(float) * (size_t)capacity);
     if (err == cudaSuccess && keep > 0) {
         err = cudaMemcpyAsync(sh->rows, old->rows, sizeof(__half) * (size_t)(keep * dim),
                               cudaMemcpyDeviceToDevice, dev->stream[0]);
@@ -40,8 +41,8 @@ simil_status shadow_grow(Device *dev, const Shadow *old, long long keep, long lo
                                   cudaMemcpyDeviceToDevice, dev->stream[0]);
     }
     if (err != cudaSuccess) {
-        cudaFree(sh->rows);
-        cudaFree(sh->inv_scale);
+        device_free(sh->rows);
+        device_free(sh->inv_scale);
         sml_free(sh);
         return cuda_status(err, "growing the fp16 copy of the index", __FILE__, __LINE__);
     }
@@ -53,7 +54,7 @@ simil_status shadow_grow(Device *dev, const Shadow *old, long long keep, long lo
 simil_status shadow_fill(Device *dev, Shadow *sh, const float *base, long long from, long long n)
 {
     float *d_max;
-    SML_CUDA_TRY(cudaMalloc(&d_max, sizeof(float)));
+    SML_CUDA_TRY(device_malloc(&d_max, sizeof(float)));
     simil_status s = cuda_status(
         cudaMemcpyAsync(d_max, &sh->max_norm, sizeof(float), cudaMemcpyHostToDevice,
                         dev->stream[0]),
@@ -69,7 +70,7 @@ simil_status shadow_fill(Device *dev, Shadow *sh, const float *base, long long f
                         "shadow max norm", __FILE__, __LINE__);
     if (s == SIMIL_OK)
         s = cuda_status(cudaStreamSynchronize(dev->stream[0]), "shadow", __FILE__, __LINE__);
-    cudaFree(d_max);
+    device_free(d_max);
     if (s == SIMIL_OK) {
         sh->max_norm = max_norm;
         sh->n = n;

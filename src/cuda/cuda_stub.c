@@ -23,4 +23,6 @@ simil_status sml_cuda_backend_open(int gpu, sml_backend **backend)
 
 long long sml_cuda_fallback_queries(void) { return 0; }
 
+long long sml_cuda_live_allocations(void) { return 0; }
+
 void sml_cuda_select_force(int which) { (void)which; }
