@@ -199,9 +199,11 @@ struct sml_backend {
 /* Close a backend opened by one of the backends' open functions.  NULL is allowed. */
 void sml_backend_close(sml_backend *backend);
 
-/* Allocate backend memory, and grow an array in backend memory keeping its
- * first keep bytes (the old block is freed only on success). */
-simil_status sml_mem_grow(sml_backend *b, void **mem, size_t keep, size_t bytes);
+/* *fresh = a new block of bytes of backend memory holding the first keep bytes
+ * of mem, which is left as it is (growing an array is clone, fill, then free
+ * the old block once nothing else can fail).  On failure *fresh is NULL. */
+simil_status sml_mem_clone(sml_backend *b, void **fresh, const void *mem, size_t keep,
+                           size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,9 @@
  *
  * Vectors, their squared norms (L2 only) and their ids live in backend memory;
  * a host copy of the ids serves remove and reconstruct without a download.
- * Arrays grow by 1.5x; a failed add or remove leaves the old arrays in place. */
+ * Arrays grow by 1.5x.  An add that needs more room, and a remove, build new
+ * arrays beside the old ones and swap them in only when complete, so a
+ * failure leaves the old arrays (and the backend's shadow) as they were. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -48,51 +50,91 @@ static void sml_flat_free_arrays(sml_backend *b, sml_flat *f)
     f->capacity = 0;
 }
 
-/* Make room for need rows, keeping the first ntotal. */
-static simil_status sml_flat_reserve(simil_index *index, int64_t need)
+/* *next = arrays with room for need rows that hold the index's first ntotal:
+ * its own arrays when they have the room, else new blocks (all or none, the
+ * old ones untouched).  The caller fills rows past ntotal, then commits next
+ * or discards it; either way a failure leaves the index as it was. */
+static simil_status sml_flat_room(const simil_index *index, int64_t need, sml_flat *next)
 {
-    sml_flat *f = index->impl;
+    const sml_flat *f = index->impl;
+    *next = *f;
     if (need <= f->capacity) return SIMIL_OK;
     int64_t cap = f->capacity + f->capacity / 2;
     if (cap < need) cap = need;
     sml_backend *b = index->backend;
-    size_t row = (size_t)index->dim * sizeof(float);
-    size_t used = (size_t)index->ntotal;
-    /* Each array is replaced only when its new block is filled, so a failure
-     * part-way leaves every array valid for the old ntotal. */
-    SML_TRY(sml_mem_grow(b, (void **)&f->vectors, used * row, (size_t)cap * row));
-    if (sml_flat_has_norms(index))
-        SML_TRY(sml_mem_grow(b, (void **)&f->norms, used * sizeof(float),
-                             (size_t)cap * sizeof(float)));
-    SML_TRY(sml_mem_grow(b, (void **)&f->ids, used * sizeof(int64_t),
-                         (size_t)cap * sizeof(int64_t)));
-    SML_TRY(sml_grow((void **)&f->host_ids, used * sizeof(int64_t), (size_t)cap * sizeof(int64_t),
-                     "ids"));
-    f->capacity = cap;
+    const size_t row = (size_t)index->dim * sizeof(float), used = (size_t)index->ntotal;
+    sml_flat fresh = {.capacity = cap};
+    simil_status s = sml_mem_clone(b, (void **)&fresh.vectors, f->vectors, used * row,
+                                   (size_t)cap * row);
+    if (s == SIMIL_OK && sml_flat_has_norms(index))
+        s = sml_mem_clone(b, (void **)&fresh.norms, f->norms, used * sizeof(float),
+                          (size_t)cap * sizeof(float));
+    if (s == SIMIL_OK)
+        s = sml_mem_clone(b, (void **)&fresh.ids, f->ids, used * sizeof(int64_t),
+                          (size_t)cap * sizeof(int64_t));
+    if (s == SIMIL_OK) s = sml_alloc((void **)&fresh.host_ids, (size_t)cap, sizeof(int64_t), "ids");
+    if (s != SIMIL_OK) {
+        sml_flat_free_arrays(b, &fresh);
+        return s;
+    }
+    if (used > 0) memcpy(fresh.host_ids, f->host_ids, used * sizeof(int64_t));
+    fresh.shadow = f->shadow;
+    *next = fresh;
+    return SIMIL_OK;
+}
+
+/* next (from sml_flat_room, its shadow synced) becomes the index's arrays. */
+static void sml_flat_commit(sml_backend *b, sml_flat *f, const sml_flat *next)
+{
+    if (next->vectors != f->vectors) {
+        f->shadow = NULL; /* next holds the shadow now */
+        sml_flat_free_arrays(b, f);
+    }
+    *f = *next;
+}
+
+/* Drop next after a failure (the shadow, left as it was, stays the index's). */
+static void sml_flat_discard(sml_backend *b, const sml_flat *f, sml_flat *next)
+{
+    if (next->vectors == f->vectors) return;
+    next->shadow = NULL;
+    sml_flat_free_arrays(b, next);
+}
+
+/* Fill rows [at, at + n) of next with x and ids, and sync the shadow. */
+static simil_status sml_flat_fill(const simil_index *index, sml_flat *next, int64_t at, int64_t n,
+                                  const float *x, const int64_t *ids)
+{
+    sml_backend *b = index->backend;
+    const size_t row = (size_t)index->dim * sizeof(float);
+    /* Upload in chunks so that progress shows on long adds. */
+    const int64_t chunk = (int64_t)1 << 16;
+    for (int64_t i = 0; i < n; i += chunk) {
+        int64_t m = n - i < chunk ? n - i : chunk;
+        SML_TRY(b->ops->mem_upload(b, next->vectors + (at + i) * index->dim,
+                                   x + i * index->dim, (size_t)m * row));
+        if (sml_flat_has_norms(index))
+            SML_TRY(b->ops->row_norms(b, m, index->dim, next->vectors + (at + i) * index->dim,
+                                      next->norms + at + i));
+        sml_progress("add", i + m, n);
+    }
+    SML_TRY(b->ops->mem_upload(b, next->ids + at, ids, (size_t)n * sizeof(int64_t)));
+    SML_TRY(sml_flat_sync_shadow(index, next, at, at + n));
+    memcpy(next->host_ids + at, ids, (size_t)n * sizeof(int64_t));
     return SIMIL_OK;
 }
 
 static simil_status sml_flat_add(simil_index *index, int64_t n, const float *x, const int64_t *ids)
 {
     sml_flat *f = index->impl;
-    sml_backend *b = index->backend;
-    int64_t at = index->ntotal;
-    SML_TRY(sml_flat_reserve(index, at + n));
-    /* Upload in chunks so that progress shows on long adds. */
-    const int64_t chunk = (int64_t)1 << 16;
-    for (int64_t i = 0; i < n; i += chunk) {
-        int64_t m = n - i < chunk ? n - i : chunk;
-        size_t row = (size_t)index->dim * sizeof(float);
-        SML_TRY(b->ops->mem_upload(b, f->vectors + (at + i) * index->dim,
-                                   x + i * index->dim, (size_t)m * row));
-        if (sml_flat_has_norms(index))
-            SML_TRY(b->ops->row_norms(b, m, index->dim, f->vectors + (at + i) * index->dim,
-                                      f->norms + at + i));
-        sml_progress("add", i + m, n);
+    sml_flat next;
+    SML_TRY(sml_flat_room(index, index->ntotal + n, &next));
+    simil_status s = sml_flat_fill(index, &next, index->ntotal, n, x, ids);
+    if (s != SIMIL_OK) {
+        sml_flat_discard(index->backend, f, &next);
+        return s;
     }
-    SML_TRY(b->ops->mem_upload(b, f->ids + at, ids, (size_t)n * sizeof(int64_t)));
-    SML_TRY(sml_flat_sync_shadow(index, f, at, at + n));
-    memcpy(f->host_ids + at, ids, (size_t)n * sizeof(int64_t));
+    sml_flat_commit(index->backend, f, &next);
     return SIMIL_OK;
 }
 
@@ -221,7 +263,9 @@ static simil_status sml_flat_load(simil_index *index, sml_reader *r)
                   SIMIL_ERR_CORRUPT, "'%s' is truncated: %" PRId64 " vectors of dimension %"
                   PRId64 " cannot fit in %llu bytes", r->path, n, index->dim,
                   (unsigned long long)r->size);
-    SML_TRY(sml_flat_reserve(index, n));
+    sml_flat next;
+    SML_TRY(sml_flat_room(index, n, &next));
+    sml_flat_commit(b, f, &next); /* a fresh index: nothing to keep if the rest fails */
     SML_TRY(sml_section_read(r, f->host_ids, (size_t)bytes));
     SML_TRY(sml_section_close(r));
     for (int64_t i = 0; i < n; i++)

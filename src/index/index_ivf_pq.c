@@ -75,26 +75,54 @@ static simil_status sml_ivf_pq_upload(sml_backend *b, sml_ivf_pq *x)
     return SIMIL_OK;
 }
 
+/* Free what a (fresh or swapped-out) IVF-PQ holds. */
+static void sml_ivf_pq_free_parts(sml_backend *b, sml_ivf_pq *x)
+{
+    b->ops->mem_free(b, x->codebooks_mem);
+    b->ops->mem_free(b, x->term1_mem);
+    sml_ivf_free(b, &x->ivf);
+    sml_pq_free(&x->pq);
+}
+
+/* The coarse quantizer and the codebooks are trained beside the current ones
+ * and swapped in only when both are complete, so a failed train (or retrain)
+ * leaves the index as it was. */
 static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float *xs)
 {
     sml_ivf_pq *x = sml_ivf_pq_of(index);
     sml_backend *b = index->backend;
-    SML_TRY(sml_ivf_train(b, &x->ivf, n, xs));
-    /* residuals against the nearest coarse centroid */
+    sml_ivf_pq next = {0};
     int64_t *lists = NULL;
     float *res = NULL;
-    simil_status s = sml_alloc((void **)&lists, (size_t)n, sizeof *lists, "list assignments");
+    simil_status s = sml_pq_init(&next.pq, index->dim, x->pq.m, x->pq.nbits);
+    if (s == SIMIL_OK)
+        s = sml_ivf_init(&next.ivf, x->ivf.nlist, index->dim, x->ivf.metric, x->ivf.spherical,
+                         x->ivf.code_size);
+    if (s == SIMIL_OK) s = sml_ivf_train(b, &next.ivf, n, xs);
+    /* residuals against the nearest coarse centroid */
+    if (s == SIMIL_OK) s = sml_alloc((void **)&lists, (size_t)n, sizeof *lists, "list assignments");
     if (s == SIMIL_OK) s = sml_alloc((void **)&res, (size_t)(n * index->dim), sizeof *res, "residuals");
-    if (s == SIMIL_OK) s = sml_ivf_probe(b, &x->ivf, n, xs, 1, lists, NULL);
+    if (s == SIMIL_OK) s = sml_ivf_probe(b, &next.ivf, n, xs, 1, lists, NULL);
     if (s == SIMIL_OK) {
 #pragma omp parallel for schedule(static) if (n * index->dim > (1 << 18))
         for (int64_t r = 0; r < n; r++)
             for (int64_t t = 0; t < index->dim; t++)
                 res[r * index->dim + t] =
-                    xs[r * index->dim + t] - x->ivf.centroids[lists[r] * index->dim + t];
-        s = sml_pq_train(b, &x->pq, n, res, 4321, 25);
+                    xs[r * index->dim + t] - next.ivf.centroids[lists[r] * index->dim + t];
+        s = sml_pq_train(b, &next.pq, n, res, 4321, 25);
     }
-    if (s == SIMIL_OK) s = sml_ivf_pq_upload(b, x);
+    if (s == SIMIL_OK) s = sml_ivf_pq_upload(b, &next);
+    if (s == SIMIL_OK) {
+        sml_ivf_swap_quantizer(&x->ivf, &next.ivf);
+        float *t = x->pq.centroids, *cb = x->codebooks_mem, *t1 = x->term1_mem;
+        x->pq.centroids = next.pq.centroids;
+        x->codebooks_mem = next.codebooks_mem;
+        x->term1_mem = next.term1_mem;
+        next.pq.centroids = t;
+        next.codebooks_mem = cb;
+        next.term1_mem = t1;
+    }
+    sml_ivf_pq_free_parts(b, &next);
     sml_free(res);
     sml_free(lists);
     return s;
@@ -254,11 +282,7 @@ static simil_status sml_ivf_pq_load(simil_index *index, sml_reader *r)
 static void sml_ivf_pq_destroy(simil_index *index)
 {
     sml_ivf_pq *x = sml_ivf_pq_of(index);
-    sml_backend *b = index->backend;
-    b->ops->mem_free(b, x->codebooks_mem);
-    b->ops->mem_free(b, x->term1_mem);
-    sml_ivf_free(b, &x->ivf);
-    sml_pq_free(&x->pq);
+    sml_ivf_pq_free_parts(index->backend, x);
     sml_free(x);
 }
 

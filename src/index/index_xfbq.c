@@ -178,23 +178,71 @@ static void sml_xfbq_free_flat(sml_backend *b, sml_xfbq_index *x)
     x->capacity = 0;
 }
 
-/* Room for need rows, keeping the first ntotal (a failure keeps the old arrays). */
-static simil_status sml_xfbq_reserve(simil_index *index, int64_t need)
+/* *next = flat arrays with room for need rows that hold the first ntotal:
+ * x's own when they have the room, else new blocks (all or none, x's
+ * untouched).  The caller fills rows past ntotal, then commits next or
+ * discards it. */
+static simil_status sml_xfbq_room(const simil_index *index, int64_t need, sml_xfbq_index *next)
 {
-    sml_xfbq_index *x = sml_xfbq_of(index);
+    const sml_xfbq_index *x = sml_xfbq_of(index);
+    *next = *x;
     if (need <= x->capacity) return SIMIL_OK;
     int64_t cap = x->capacity + x->capacity / 2;
     if (cap < need) cap = need;
     sml_backend *b = index->backend;
     const size_t used = (size_t)index->ntotal, cs = x->q.code_bytes;
     const size_t vs = sizeof(float) * (size_t)index->dim;
-    SML_TRY(sml_mem_grow(b, (void **)&x->codes, used * cs, (size_t)cap * cs));
-    SML_TRY(sml_mem_grow(b, (void **)&x->vectors, used * vs, (size_t)cap * vs));
-    SML_TRY(sml_mem_grow(b, (void **)&x->ids, used * sizeof(int64_t),
-                         (size_t)cap * sizeof(int64_t)));
-    SML_TRY(sml_grow((void **)&x->host_ids, used * sizeof(int64_t), (size_t)cap * sizeof(int64_t),
-                     "ids"));
-    x->capacity = cap;
+    next->codes = NULL;
+    next->vectors = NULL;
+    next->ids = NULL;
+    next->host_ids = NULL;
+    next->capacity = cap;
+    simil_status s = sml_mem_clone(b, (void **)&next->codes, x->codes, used * cs, (size_t)cap * cs);
+    if (s == SIMIL_OK)
+        s = sml_mem_clone(b, (void **)&next->vectors, x->vectors, used * vs, (size_t)cap * vs);
+    if (s == SIMIL_OK)
+        s = sml_mem_clone(b, (void **)&next->ids, x->ids, used * sizeof(int64_t),
+                          (size_t)cap * sizeof(int64_t));
+    if (s == SIMIL_OK) s = sml_alloc((void **)&next->host_ids, (size_t)cap, sizeof(int64_t), "ids");
+    if (s != SIMIL_OK) {
+        sml_xfbq_free_flat(b, next);
+        *next = *x;
+        return s;
+    }
+    if (used > 0) memcpy(next->host_ids, x->host_ids, used * sizeof(int64_t));
+    return SIMIL_OK;
+}
+
+/* next (from sml_xfbq_room) becomes the index's flat arrays. */
+static void sml_xfbq_commit(sml_backend *b, sml_xfbq_index *x, const sml_xfbq_index *next)
+{
+    if (next->codes != x->codes) sml_xfbq_free_flat(b, x);
+    *x = *next;
+}
+
+static simil_status sml_xfbq_flat_fill(const simil_index *index, sml_xfbq_index *next, int64_t n,
+                                       const float *xs, const int64_t *ids)
+{
+    sml_backend *b = index->backend;
+    const int64_t at = index->ntotal, dim = index->dim;
+    const size_t cs = next->q.code_bytes;
+    uint8_t *buf;
+    const int64_t chunk = n < sml_xfbq_chunk ? n : sml_xfbq_chunk;
+    SML_TRY(sml_alloc((void **)&buf, (size_t)chunk, cs, "XFBQ codes"));
+    simil_status s = SIMIL_OK;
+    for (int64_t i = 0; i < n && s == SIMIL_OK; i += chunk) {
+        const int64_t m = n - i < chunk ? n - i : chunk;
+        sml_xfbq_codes(next, &next->q, m, xs + i * dim, buf);
+        s = b->ops->mem_upload(b, next->codes + (size_t)(at + i) * cs, buf, (size_t)m * cs);
+        if (s == SIMIL_OK)
+            s = b->ops->mem_upload(b, next->vectors + (at + i) * dim, xs + i * dim,
+                                   sizeof(float) * (size_t)(m * dim));
+        sml_progress("add", i + m, n);
+    }
+    sml_free(buf);
+    SML_TRY(s);
+    SML_TRY(b->ops->mem_upload(b, next->ids + at, ids, (size_t)n * sizeof(int64_t)));
+    memcpy(next->host_ids + at, ids, (size_t)n * sizeof(int64_t));
     return SIMIL_OK;
 }
 
@@ -202,27 +250,14 @@ static simil_status sml_xfbq_flat_append(simil_index *index, int64_t n, const fl
                                          const int64_t *ids)
 {
     sml_xfbq_index *x = sml_xfbq_of(index);
-    sml_backend *b = index->backend;
-    const int64_t at = index->ntotal, dim = index->dim;
-    const size_t cs = x->q.code_bytes;
-    SML_TRY(sml_xfbq_reserve(index, at + n));
-    uint8_t *buf;
-    const int64_t chunk = n < sml_xfbq_chunk ? n : sml_xfbq_chunk;
-    SML_TRY(sml_alloc((void **)&buf, (size_t)chunk, cs, "XFBQ codes"));
-    simil_status s = SIMIL_OK;
-    for (int64_t i = 0; i < n && s == SIMIL_OK; i += chunk) {
-        const int64_t m = n - i < chunk ? n - i : chunk;
-        sml_xfbq_codes(x, &x->q, m, xs + i * dim, buf);
-        s = b->ops->mem_upload(b, x->codes + (size_t)(at + i) * cs, buf, (size_t)m * cs);
-        if (s == SIMIL_OK)
-            s = b->ops->mem_upload(b, x->vectors + (at + i) * dim, xs + i * dim,
-                                   sizeof(float) * (size_t)(m * dim));
-        sml_progress("add", i + m, n);
+    sml_xfbq_index next;
+    SML_TRY(sml_xfbq_room(index, index->ntotal + n, &next));
+    simil_status s = sml_xfbq_flat_fill(index, &next, n, xs, ids);
+    if (s != SIMIL_OK) {
+        if (next.codes != x->codes) sml_xfbq_free_flat(index->backend, &next);
+        return s;
     }
-    sml_free(buf);
-    SML_TRY(s);
-    SML_TRY(b->ops->mem_upload(b, x->ids + at, ids, (size_t)n * sizeof(int64_t)));
-    memcpy(x->host_ids + at, ids, (size_t)n * sizeof(int64_t));
+    sml_xfbq_commit(index->backend, x, &next);
     return SIMIL_OK;
 }
 
@@ -251,12 +286,21 @@ static simil_status sml_xfbq_ivf_append(simil_index *index, int64_t n, const flo
 
 /* ---- the vtable ---- */
 
+/* IVF: the coarse quantizer is trained beside the current one and swapped in
+ * once alpha is set too, so a failure leaves the index as it was. */
 static simil_status sml_xfbq_train(simil_index *index, int64_t n, const float *xs)
 {
     sml_xfbq_index *x = sml_xfbq_of(index);
-    if (x->inverted) SML_TRY(sml_ivf_train(index->backend, &x->ivf, n, xs));
-    if (n == 0) return SIMIL_OK;
-    return sml_xfbq_pick_alpha(index, n, xs);
+    if (!x->inverted) return n == 0 ? SIMIL_OK : sml_xfbq_pick_alpha(index, n, xs);
+    sml_backend *b = index->backend;
+    sml_ivf next;
+    SML_TRY(sml_ivf_init(&next, x->ivf.nlist, x->ivf.dim, x->ivf.metric, x->ivf.spherical,
+                         x->ivf.code_size));
+    simil_status s = sml_ivf_train(b, &next, n, xs);
+    if (s == SIMIL_OK && n > 0) s = sml_xfbq_pick_alpha(index, n, xs);
+    if (s == SIMIL_OK) sml_ivf_swap_quantizer(&x->ivf, &next);
+    sml_ivf_free(b, &next);
+    return s;
 }
 
 static simil_status sml_xfbq_add(simil_index *index, int64_t n, const float *xs,
@@ -520,7 +564,9 @@ static simil_status sml_xfbq_load(simil_index *index, sml_reader *r)
     SML_RETURN_IF((uint64_t)n > r->size / per_vector, SIMIL_ERR_CORRUPT,
                   "'%s' is truncated: %" PRId64 " XFBQ vectors of %llu bytes cannot fit in %llu "
                   "bytes", r->path, n, (unsigned long long)per_vector, (unsigned long long)r->size);
-    SML_TRY(sml_xfbq_reserve(index, n));
+    sml_xfbq_index next;
+    SML_TRY(sml_xfbq_room(index, n, &next));
+    sml_xfbq_commit(b, x, &next); /* a fresh index: nothing to keep if the rest fails */
     SML_TRY(sml_section_read(r, x->host_ids, (size_t)bytes));
     SML_TRY(sml_section_close(r));
     for (int64_t i = 0; i < n; i++)

@@ -1,6 +1,7 @@
 /* ivf.c: the coarse quantizer and the inverted-list arena (see ivf.h). */
 #include "index/ivf.h"
 
+#include <assert.h>
 #include <string.h>
 
 #include "algo/kmeans.h"
@@ -125,6 +126,22 @@ simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float 
     return s;
 }
 
+void sml_ivf_swap_quantizer(sml_ivf *ivf, sml_ivf *other)
+{
+    assert(ivf->nlist == other->nlist && ivf->dim == other->dim);
+    const sml_ivf t = *ivf;
+    ivf->centroids = other->centroids;
+    ivf->centroids_mem = other->centroids_mem;
+    ivf->centroid_norms_mem = other->centroid_norms_mem;
+    ivf->centroid_ids_mem = other->centroid_ids_mem;
+    ivf->trained = other->trained;
+    other->centroids = t.centroids;
+    other->centroids_mem = t.centroids_mem;
+    other->centroid_norms_mem = t.centroid_norms_mem;
+    other->centroid_ids_mem = t.centroid_ids_mem;
+    other->trained = t.trained;
+}
+
 simil_status sml_ivf_set_centroids(sml_backend *b, sml_ivf *ivf, const float *centroids)
 {
     float *copy;
@@ -188,63 +205,78 @@ static simil_status sml_ivf_arena_new(sml_backend *b, size_t code_size, int64_t 
     return s;
 }
 
-/* Copy the rows of every list from the current arena into a new one laid out
- * with capacities new_cap (>= size).  On success the IVF uses the new arena. */
-static simil_status sml_ivf_relayout(sml_backend *b, sml_ivf *ivf, const int64_t *new_cap)
+/* An arena beside the IVF's own: where an append writes, swapped in when the
+ * append is complete (or the IVF's own arena, when it has the room). */
+typedef struct sml_ivf_arena {
+    uint8_t *codes_mem;
+    int64_t *ids_mem;
+    int64_t *host_ids;
+    int64_t capacity;
+    int64_t *offset; /* host, per list */
+    int own;         /* the IVF's own arena: nothing to swap or free */
+} sml_ivf_arena;
+
+static void sml_ivf_arena_discard(sml_backend *b, sml_ivf_arena *a)
+{
+    if (!a->own) {
+        b->ops->mem_free(b, a->codes_mem);
+        b->ops->mem_free(b, a->ids_mem);
+        sml_free(a->host_ids);
+        sml_free(a->offset);
+    }
+    memset(a, 0, sizeof *a);
+}
+
+/* *out = a new arena laid out with capacities new_cap (>= size) holding the
+ * rows of every list of the current one, which is left as it is. */
+static simil_status sml_ivf_relayout(sml_backend *b, const sml_ivf *ivf, const int64_t *new_cap,
+                                     sml_ivf_arena *out)
 {
     int64_t total = 0, used = 0;
     for (int64_t l = 0; l < ivf->nlist; l++) {
         total += new_cap[l];
         used += ivf->size[l];
     }
-    int64_t *new_off = NULL, *src = NULL, *dst = NULL, *host_ids = NULL;
-    uint8_t *codes = NULL;
-    int64_t *ids = NULL;
-    simil_status s = sml_alloc((void **)&new_off, (size_t)ivf->nlist, sizeof *new_off, "lists");
+    sml_ivf_arena a = {.capacity = total};
+    int64_t *src = NULL, *dst = NULL;
+    simil_status s = sml_alloc((void **)&a.offset, (size_t)ivf->nlist, sizeof *a.offset, "lists");
     if (s == SIMIL_OK) s = sml_alloc((void **)&src, (size_t)(used + 1), sizeof *src, "rows");
     if (s == SIMIL_OK) s = sml_alloc((void **)&dst, (size_t)(used + 1), sizeof *dst, "rows");
-    if (s == SIMIL_OK) s = sml_ivf_arena_new(b, ivf->code_size, total, &codes, &ids, &host_ids);
+    if (s == SIMIL_OK)
+        s = sml_ivf_arena_new(b, ivf->code_size, total, &a.codes_mem, &a.ids_mem, &a.host_ids);
     if (s == SIMIL_OK) {
         int64_t at = 0, r = 0;
         for (int64_t l = 0; l < ivf->nlist; l++) {
-            new_off[l] = at;
+            a.offset[l] = at;
             for (int64_t j = 0; j < ivf->size[l]; j++, r++) {
                 src[r] = ivf->offset[l] + j;
                 dst[r] = at + j;
-                host_ids[at + j] = ivf->host_ids[ivf->offset[l] + j];
+                a.host_ids[at + j] = ivf->host_ids[ivf->offset[l] + j];
             }
             at += new_cap[l];
         }
-        s = b->ops->mem_move_rows(b, codes, dst, ivf->codes_mem, src, ivf->code_size, used);
+        s = b->ops->mem_move_rows(b, a.codes_mem, dst, ivf->codes_mem, src, ivf->code_size, used);
         if (s == SIMIL_OK)
-            s = b->ops->mem_move_rows(b, ids, dst, ivf->ids_mem, src, sizeof(int64_t), used);
+            s = b->ops->mem_move_rows(b, a.ids_mem, dst, ivf->ids_mem, src, sizeof(int64_t), used);
     }
-    if (s == SIMIL_OK) {
-        sml_ivf_free_arena(b, ivf);
-        ivf->codes_mem = codes;
-        ivf->ids_mem = ids;
-        ivf->host_ids = host_ids;
-        ivf->capacity = total;
-        memcpy(ivf->offset, new_off, sizeof *new_off * (size_t)ivf->nlist);
-        memcpy(ivf->cap, new_cap, sizeof *new_cap * (size_t)ivf->nlist);
-    } else {
-        b->ops->mem_free(b, codes);
-        b->ops->mem_free(b, ids);
-        sml_free(host_ids);
-    }
-    sml_free(new_off);
     sml_free(src);
     sml_free(dst);
-    return s;
+    if (s != SIMIL_OK) {
+        sml_ivf_arena_discard(b, &a);
+        return s;
+    }
+    *out = a;
+    return SIMIL_OK;
 }
 
 /* Place n new rows at the arena rows pos[] (host codes and ids). */
-static simil_status sml_ivf_scatter(sml_backend *b, sml_ivf *ivf, int64_t n, const int64_t *pos,
-                                    const void *codes, const int64_t *ids)
+static simil_status sml_ivf_scatter(sml_backend *b, const sml_ivf *ivf, const sml_ivf_arena *a,
+                                    int64_t n, const int64_t *pos, const void *codes,
+                                    const int64_t *ids)
 {
     if (b->gpu < 0) {
-        SML_TRY(b->ops->mem_move_rows(b, ivf->codes_mem, pos, codes, NULL, ivf->code_size, n));
-        return b->ops->mem_move_rows(b, ivf->ids_mem, pos, ids, NULL, sizeof(int64_t), n);
+        SML_TRY(b->ops->mem_move_rows(b, a->codes_mem, pos, codes, NULL, ivf->code_size, n));
+        return b->ops->mem_move_rows(b, a->ids_mem, pos, ids, NULL, sizeof(int64_t), n);
     }
     /* backend memory is elsewhere: stage the rows there first */
     void *tmp;
@@ -253,11 +285,27 @@ static simil_status sml_ivf_scatter(sml_backend *b, sml_ivf *ivf, int64_t n, con
     simil_status s = b->ops->mem_upload(b, tmp, codes, (size_t)n * ivf->code_size);
     if (s == SIMIL_OK) s = b->ops->mem_upload(b, tmp_ids, ids, (size_t)n * sizeof(int64_t));
     if (s == SIMIL_OK)
-        s = b->ops->mem_move_rows(b, ivf->codes_mem, pos, tmp, NULL, ivf->code_size, n);
+        s = b->ops->mem_move_rows(b, a->codes_mem, pos, tmp, NULL, ivf->code_size, n);
     if (s == SIMIL_OK)
-        s = b->ops->mem_move_rows(b, ivf->ids_mem, pos, tmp_ids, NULL, sizeof(int64_t), n);
+        s = b->ops->mem_move_rows(b, a->ids_mem, pos, tmp_ids, NULL, sizeof(int64_t), n);
     b->ops->mem_free(b, tmp);
     return s;
+}
+
+/* Make a (from sml_ivf_relayout, capacities new_cap) the IVF's arena. */
+static void sml_ivf_arena_commit(sml_backend *b, sml_ivf *ivf, sml_ivf_arena *a,
+                                 const int64_t *new_cap)
+{
+    if (a->own) return;
+    sml_ivf_free_arena(b, ivf);
+    ivf->codes_mem = a->codes_mem;
+    ivf->ids_mem = a->ids_mem;
+    ivf->host_ids = a->host_ids;
+    ivf->capacity = a->capacity;
+    memcpy(ivf->offset, a->offset, sizeof(int64_t) * (size_t)ivf->nlist);
+    memcpy(ivf->cap, new_cap, sizeof(int64_t) * (size_t)ivf->nlist);
+    sml_free(a->offset);
+    memset(a, 0, sizeof *a);
 }
 
 simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64_t *lists,
@@ -265,6 +313,9 @@ simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64
 {
     const int64_t nlist = ivf->nlist;
     int64_t *add = NULL, *new_cap = NULL, *pos = NULL;
+    sml_ivf_arena arena = {.codes_mem = ivf->codes_mem, .ids_mem = ivf->ids_mem,
+                           .host_ids = ivf->host_ids, .capacity = ivf->capacity,
+                           .offset = ivf->offset, .own = 1};
     simil_status s = sml_calloc((void **)&add, (size_t)nlist, sizeof *add, "list counts");
     if (s == SIMIL_OK) s = sml_alloc((void **)&new_cap, (size_t)nlist, sizeof *new_cap, "lists");
     if (s == SIMIL_OK) s = sml_alloc((void **)&pos, (size_t)n, sizeof *pos, "row positions");
@@ -279,20 +330,25 @@ simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64
                 grow = 1;
             }
         }
-        if (grow || ivf->codes_mem == NULL) s = sml_ivf_relayout(b, ivf, new_cap);
+        /* a list that outgrows its room moves the whole arena; the new rows
+         * go to the new one, which replaces the old only at the end */
+        if (grow || ivf->codes_mem == NULL) s = sml_ivf_relayout(b, ivf, new_cap, &arena);
     }
     if (s == SIMIL_OK) {
         /* each new row goes after its list's rows, in input order */
         memset(add, 0, sizeof *add * (size_t)nlist);
         for (int64_t i = 0; i < n; i++) {
             int64_t l = lists[i];
-            pos[i] = ivf->offset[l] + ivf->size[l] + add[l]++;
+            pos[i] = arena.offset[l] + ivf->size[l] + add[l]++;
         }
-        s = sml_ivf_scatter(b, ivf, n, pos, codes, ids);
+        s = sml_ivf_scatter(b, ivf, &arena, n, pos, codes, ids);
     }
     if (s == SIMIL_OK) {
+        sml_ivf_arena_commit(b, ivf, &arena, new_cap);
         for (int64_t i = 0; i < n; i++) ivf->host_ids[pos[i]] = ids[i];
         for (int64_t l = 0; l < nlist; l++) ivf->size[l] += add[l];
+    } else {
+        sml_ivf_arena_discard(b, &arena);
     }
     sml_free(add);
     sml_free(new_cap);

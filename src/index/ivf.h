@@ -45,6 +45,12 @@ void sml_ivf_free(sml_backend *b, sml_ivf *ivf);
 /* Train the coarse quantizer with k-means on n vectors (host). */
 simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float *x);
 
+/* Exchange the coarse quantizers (centroids, host and backend, and the trained
+ * flag) of two IVFs of the same shape; the lists stay.  Training into a fresh
+ * IVF and swapping it in when every later step has succeeded keeps a failed
+ * train from changing the index. */
+void sml_ivf_swap_quantizer(sml_ivf *ivf, sml_ivf *other);
+
 /* Use these nlist x dim centroids (host, copied) as the trained coarse
  * quantizer, e.g. one read from another library's file. */
 simil_status sml_ivf_set_centroids(sml_backend *b, sml_ivf *ivf, const float *centroids);
