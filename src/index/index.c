@@ -137,11 +137,13 @@ void simil_index_destroy(simil_index *index)
 
 /* Check caller vectors and give back the ones the index type should see:
  * x itself, or a normalized copy for cosine (*copy then owns it).  Vectors in
- * GPU memory (search queries only) are checked through a host copy; they are
- * passed on as they are, unless cosine needs the normalized copy. */
+ * GPU memory (search queries only) are checked through a host copy; the type
+ * gets that copy unless it takes GPU memory (device_io) and cosine needs no
+ * normalized copy. */
 static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, const float *x,
                                         const char *what, const float **prepared, float **copy)
 {
+    const int host_only = !index->vt->device_io;
     *copy = NULL;
     *prepared = x;
     if (n == 0) return SIMIL_OK;
@@ -172,7 +174,8 @@ static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, con
             *prepared = *copy;
         }
     }
-    if (s != SIMIL_OK || (!cosine && *copy != NULL)) {
+    if (s == SIMIL_OK && !cosine && *copy != NULL && host_only) *prepared = *copy;
+    if (s != SIMIL_OK || (!cosine && *copy != NULL && !host_only)) {
         sml_free(*copy);
         *copy = NULL;
     }
@@ -268,6 +271,28 @@ static simil_status sml_fill_empty(const simil_index *index, int64_t nq, int64_t
     return s;
 }
 
+/* Search into host buffers, then upload the results to the caller's GPU
+ * arrays: for types that write results on the host (all but device_io). */
+static simil_status sml_search_staged(const simil_index *index, sml_search_call call)
+{
+    const size_t count = (size_t)call.nq * (size_t)call.k;
+    float *out_d = call.distances, *d = NULL;
+    int64_t *out_l = call.labels, *l = NULL;
+    simil_status s = sml_alloc((void **)&d, count, sizeof *d, "search results");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&l, count, sizeof *l, "search results");
+    if (s == SIMIL_OK) {
+        call.distances = d;
+        call.labels = l;
+        s = index->vt->search(index, &call);
+    }
+    sml_backend *b = index->backend;
+    if (s == SIMIL_OK) s = b->ops->mem_upload(b, out_d, d, count * sizeof *d);
+    if (s == SIMIL_OK) s = b->ops->mem_upload(b, out_l, l, count * sizeof *l);
+    sml_free(d);
+    sml_free(l);
+    return s;
+}
+
 simil_status simil_index_search(const simil_index *index, int64_t nq, const float *queries,
                                 int64_t k, const simil_search_params *params, float *distances,
                                 int64_t *labels)
@@ -305,11 +330,19 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
                   "the default)",
                   (double)call.params.extra_distance);
     if (nq == 0) return SIMIL_OK;
+    const int on_device = sml_cuda_pointer_is_device(distances);
+    SML_RETURN_IF(on_device != sml_cuda_pointer_is_device(labels), SIMIL_ERR_INVALID_ARGUMENT,
+                  "search: distances and labels must both be in host or both in GPU memory");
     /* queries are checked (NaN, norms) also when the index is empty */
     float *copy;
     SML_TRY(sml_prepare_vectors(index, nq, queries, "search", &call.queries, &copy));
-    simil_status s = index->ntotal == 0 ? sml_fill_empty(index, nq, k, distances, labels)
-                                        : index->vt->search(index, &call);
+    simil_status s;
+    if (index->ntotal == 0)
+        s = sml_fill_empty(index, nq, k, distances, labels);
+    else if (on_device && !index->vt->device_io)
+        s = sml_search_staged(index, call);
+    else
+        s = index->vt->search(index, &call);
     sml_free(copy);
     return s;
 }

@@ -15,13 +15,16 @@
 #include "index/index_spec.h"
 #include "simil/index.h"
 
+/* Queries and results are in host memory, except for a type with device_io
+ * set, which also gets the caller's GPU arrays as they are (cosine queries
+ * always come as a normalized host copy). */
 typedef struct sml_search_call {
     int64_t nq;
-    const float *queries;   /* host, prepared */
+    const float *queries;   /* prepared, nq x dim */
     int64_t k;              /* >= 1; may exceed the index size */
     simil_search_params params;
-    float *distances;       /* host, nq x k */
-    int64_t *labels;        /* host, nq x k */
+    float *distances;       /* nq x k */
+    int64_t *labels;        /* nq x k */
 } sml_search_call;
 
 typedef struct sml_index_vtable {
@@ -37,6 +40,10 @@ typedef struct sml_index_vtable {
     simil_status (*save)(const simil_index *index, sml_writer *w);
     simil_status (*load)(simil_index *index, sml_reader *r);
     void (*destroy)(simil_index *index);
+    /* Nonzero when search reads queries and writes results in GPU memory
+     * itself (the exact search does); other types get host copies from
+     * index.c. */
+    int device_io;
 } sml_index_vtable;
 
 struct simil_index {
