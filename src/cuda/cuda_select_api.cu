@@ -35,15 +35,12 @@ simil_status select_locked(Device *dev, int rows, int cols, const float *values,
     const bool radix = k > kMaxWarpSelectK;
     const int ksel = k < cols ? k : cols;  // past cols: empty slots
     const size_t radix_bytes = radix ? select_rows_radix_workspace(rows, cols, ksel) : 0;
-    // One warp per row: few rows leave most warps idle, and a row count just
-    // past what the GPU holds at once (10,000 rows against 8,448 warps on an
-    // H200) runs a second, nearly empty wave.  Read each row as several pieces
-    // (pass 1), at least four waves' worth, so the last wave is a small share;
-    // then select among the pieces' lists (pass 2).
+    // Few rows would leave most warps idle: read each row as several pieces
+    // (pass 1), then select among the pieces' lists (pass 2).
     int split = 1, piece = cols;
     const long long warps = (long long)dev->sm_count * 64;
-    if (!radix && rows < 8 * warps && cols >= 4 * kPieceMin) {
-        long long want = (4 * warps + rows - 1) / rows;
+    if (!radix && rows < warps && cols >= 4 * kPieceMin) {
+        long long want = (2 * warps + rows - 1) / rows;
         if (want > cols / kPieceMin) want = cols / kPieceMin;
         piece = (int)((cols + want - 1) / want + 255) / 256 * 256;
         split = (cols + piece - 1) / piece;

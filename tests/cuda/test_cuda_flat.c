@@ -187,7 +187,8 @@ static void test_device_memory(void **state)
 static void test_staged_tiles(void **state)
 {
     (void)state;
-    const int64_t n = 20000, dim = 48, nq = 5000;
+    /* more queries than one tile takes (16,384; fewer for k = 3000) */
+    const int64_t n = 20000, dim = 48, nq = sml_test_quick() ? 5000 : 36000;
     float *base = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
     float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
     sml_test_fill_uniform(base, n * dim, 51, -1, 1);

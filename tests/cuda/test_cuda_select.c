@@ -117,9 +117,9 @@ static void test_many_rows(void **state)
     sml_cuda_select_force(0);
 }
 
-/* More rows than the GPU holds warps, but not many times more: the rows are
- * read in pieces then (cuda_select_api.cu).  Too big for the sort reference:
- * the GPU must equal the CPU backend exactly. */
+/* More long rows than the GPU holds warps at once (a second wave; the
+ * benchmark's case).  Too big for the sort reference: the GPU must equal the
+ * CPU backend exactly. */
 static void test_rows_past_one_wave(void **state)
 {
     (void)state;
