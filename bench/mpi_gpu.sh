@@ -13,6 +13,11 @@ dir=${1:-/tmp/simil-mpi}
 mkdir -p "$dir"
 cd "$dir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Two searches at once (parts, or ranks) each run OpenMP teams on the host:
+# spinning teams fight over the cores (docs/distributed.md), so wait passively,
+# and give each rank half of the cores.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+rank_threads=$(( $(nproc) / 2 ))
 search() { "$s" search --queries q.fvecs -k 10 --nprobe 16 --repeat 5 "$@" | grep -E "time|backend"; }
 
 "$s" gen --kind mix --n 10000 --dim 96 --seed 12 --out q.fvecs
@@ -33,7 +38,7 @@ search --index shards.simil --device gpus --out shards.ivecs
 echo "== mix10M, two GPUs in one process, replicated"
 search --index replicas.simil --device gpus/r2 --out replicas.ivecs
 echo "== mix10M, two MPI ranks, one GPU and one shard file each"
-mpirun -np 2 --bind-to none bash -c \
+mpirun -np 2 --bind-to none -x OMP_WAIT_POLICY -x OMP_NUM_THREADS=$rank_threads bash -c \
   'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$0" "$@"' \
   "$s" search --distributed --index 'part-{rank}.simil' --queries q.fvecs -k 10 --nprobe 16 \
   --repeat 5 --device gpu --out dist.ivecs | grep -E "time|backend"
