@@ -14,7 +14,9 @@
  *     at exit.
  * Allocations outside sml_alloc (libc's FILE buffers, zlib, HDF5, OpenBLAS,
  * libgomp) are not covered.  The number of points per operation is printed:
- * docs/reliability.md quotes them. */
+ * docs/reliability.md quotes them.  The driver (sml_fi_run, tests/util) is
+ * shared with tests/cuda/test_cuda_fault_injection.c, which does the same for
+ * GPU allocations. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,57 +35,11 @@ enum { DIM = 24, NBASE = 500, NMORE = 300, NQ_DIRECT = 5, NQ_GEMM = 40, K = 10 }
 
 static float base[(NBASE + NMORE) * DIM];
 static float queries[NQ_GEMM * DIM];
-static int64_t total_points; /* summed over every operation, for the report */
 
-/* ---- the driver ---- */
+/* The driver is sml_fi_run (tests/util), on host allocations. */
+static sml_fi_driver driver = {.fail_at = sml_alloc_fail_at};
 
-/* One operation under injection.  prepare and finish run with injection off;
- * run is the call under test; check_failed checks the state after a failure,
- * check_ok after a success. */
-typedef struct fi_case {
-    const char *name;
-    void (*prepare)(void *ctx);
-    simil_status (*run)(void *ctx);
-    void (*check_failed)(void *ctx);
-    void (*check_ok)(void *ctx);
-    void (*finish)(void *ctx);
-} fi_case;
-
-/* Returns the number of allocations the operation makes when nothing fails. */
-static int64_t fi_run(const fi_case *c, void *ctx, int sticky)
-{
-    for (int64_t n = 1;; n++) {
-        if (c->prepare) c->prepare(ctx);
-        sml_alloc_fail_at(n, sticky);
-        simil_status s = c->run(ctx);
-        int64_t made = sml_alloc_fail_at(0, 0);
-        if (s == SIMIL_OK) {
-            if (made >= n)
-                fail_msg("%s: allocation %lld of %lld failed (sticky=%d), yet the call succeeded",
-                         c->name, (long long)n, (long long)made, sticky);
-            if (c->check_ok) c->check_ok(ctx);
-            if (c->finish) c->finish(ctx);
-            return n - 1;
-        }
-        if (s != SIMIL_ERR_OUT_OF_MEMORY)
-            fail_msg("%s: allocation %lld failed (sticky=%d): got %s (%s), expected "
-                     "SIMIL_ERR_OUT_OF_MEMORY",
-                     c->name, (long long)n, sticky, simil_status_name(s), simil_last_error());
-        if (simil_last_error()[0] == '\0')
-            fail_msg("%s: allocation %lld failed without a message", c->name, (long long)n);
-        if (c->check_failed) c->check_failed(ctx);
-        if (c->finish) c->finish(ctx);
-    }
-}
-
-static void fi_both(const fi_case *c, void *ctx)
-{
-    int64_t once = fi_run(c, ctx, 0);
-    int64_t sticky = fi_run(c, ctx, 1);
-    assert_int_equal(once, sticky);
-    total_points += once;
-    printf("  %-34s %3lld allocation points\n", c->name, (long long)once);
-}
+static void fi_both(const sml_fi_case *c, void *ctx) { sml_fi_both(&driver, c, ctx); }
 
 /* Files in the test folder whose name contains ".tmp-": left-over writers. */
 static int temp_files_left(void)
@@ -278,7 +234,7 @@ static void test_index_paths(void **state)
 {
     (void)state;
     const simil_metric metrics[3] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP, SIMIL_METRIC_COSINE};
-    const fi_case cases[] = {
+    const sml_fi_case cases[] = {
         {"create", NULL, op_create, check_created_null, NULL, ix_finish},
         {"add with ids (grows the arrays)", ix_prepare, op_add_ids, ix_check_unchanged,
          check_added, ix_finish},
@@ -306,8 +262,8 @@ static void test_index_paths(void **state)
             char name[64];
             snprintf(name, sizeof name, "search nq=%lld k=%d (%s path)", (long long)nqs[b], K,
                      b == 0 ? "direct" : "GEMM");
-            fi_case s = {name, search_prepare, op_search, ix_check_unchanged, check_same_results,
-                         ix_finish};
+            sml_fi_case s = {name,    search_prepare,     op_search, ix_check_unchanged,
+                             check_same_results, ix_finish};
             c.nq = nqs[b];
             fi_both(&s, &c);
         }
@@ -456,7 +412,7 @@ static void test_dataset_writes(void **state)
         char name[64];
         snprintf(name, sizeof name, "write %s (%s)", writes[i].name,
                  writes[i].dtype == SIMIL_DTYPE_INT64 ? "int64 narrowed" : "same type");
-        fi_case fc = {name, write_prepare, op_write, check_write_failed, check_write_ok, NULL};
+        sml_fi_case fc = {name, write_prepare, op_write, check_write_failed, check_write_ok, NULL};
         fi_both(&fc, &c);
         free(c.m.data);
         free(c.old);
@@ -542,7 +498,7 @@ static void test_dataset_reads(void **state)
         char name[64];
         snprintf(name, sizeof name, "%s %s", reads[i].as_float ? "read_float" : "read",
                  reads[i].name);
-        fi_case fc = {name, NULL, op_read, check_read_zeroed, check_read_ok, read_finish};
+        sml_fi_case fc = {name, NULL, op_read, check_read_zeroed, check_read_ok, read_finish};
         fi_both(&fc, &c);
     }
     free(u8f.data);
@@ -594,7 +550,7 @@ static void test_select_k(void **state)
         char name[64];
         snprintf(name, sizeof name, "select_k k=%lld %s", (long long)ks[i],
                  c.largest ? "largest" : "smallest");
-        fi_case fc = {name, NULL, op_select, NULL, check_select_ok, NULL};
+        sml_fi_case fc = {name, NULL, op_select, NULL, check_select_ok, NULL};
         fi_both(&fc, &c);
         free(c.out_v);
         free(c.ref_v);
@@ -608,8 +564,8 @@ static void test_total(void **state)
 {
     (void)state;
     printf("total: %lld allocation points, each failed alone and then sticky\n",
-           (long long)total_points);
-    assert_true(total_points > 0);
+           (long long)driver.total_points);
+    assert_true(driver.total_points > 0);
 }
 
 int main(void)

@@ -1,4 +1,5 @@
-/* test_util.c: seeded data, the float64 reference search, result checks. */
+/* test_util.c: seeded data, the float64 reference search, result checks, the
+ * fault-injection driver. */
 #define _GNU_SOURCE
 #include "util/test_util.h"
 
@@ -247,4 +248,47 @@ const char *sml_test_path(const char *name)
     char *p = slots[next++ % 8];
     snprintf(p, 512, "%s/%s", sml_test_tmpdir(), name);
     return p;
+}
+
+int64_t sml_fi_run(const sml_fi_driver *d, const sml_fi_case *c, void *ctx, int sticky)
+{
+    for (int64_t n = 1;; n++) {
+        if (c->prepare) c->prepare(ctx);
+        d->fail_at(n, sticky);
+        simil_status s = c->run(ctx);
+        int64_t made = d->fail_at(0, 0);
+        if (s == SIMIL_OK) {
+            if (made >= n)
+                fail_msg("%s: allocation %lld of %lld failed (sticky=%d), yet the call succeeded",
+                         c->name, (long long)n, (long long)made, sticky);
+            if (c->check_ok) c->check_ok(ctx);
+            if (c->finish) c->finish(ctx);
+            if (d->after_each) d->after_each(c, n, sticky, ctx);
+            return n - 1;
+        }
+        if (s != SIMIL_ERR_OUT_OF_MEMORY)
+            fail_msg("%s: allocation %lld failed (sticky=%d): got %s (%s), expected "
+                     "SIMIL_ERR_OUT_OF_MEMORY",
+                     c->name, (long long)n, sticky, simil_status_name(s), simil_last_error());
+        if (simil_last_error()[0] == '\0')
+            fail_msg("%s: allocation %lld failed without a message", c->name, (long long)n);
+        if (c->check_failed) c->check_failed(ctx);
+        if (c->finish) c->finish(ctx);
+        if (d->after_each) d->after_each(c, n, sticky, ctx);
+    }
+}
+
+int64_t sml_fi_both(sml_fi_driver *d, const sml_fi_case *c, void *ctx)
+{
+    int64_t once = sml_fi_run(d, c, ctx, 0);
+    if (!d->once_only) {
+        int64_t sticky = sml_fi_run(d, c, ctx, 1);
+        if (sticky != once)
+            fail_msg("%s: %lld allocation points failing alone, %lld sticky", c->name,
+                     (long long)once, (long long)sticky);
+    }
+    d->total_points += once;
+    printf("  %-40s %3lld allocation points\n", c->name, (long long)once);
+    fflush(stdout);
+    return once;
 }

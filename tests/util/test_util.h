@@ -67,6 +67,41 @@ const char *sml_test_tmpdir(void);
 /* tmpdir + "/" + name, in a static buffer rotated over 8 slots. */
 const char *sml_test_path(const char *name);
 
+/* Fault injection (tests/reliability/test_fault_injection.c for host
+ * allocations, tests/cuda/test_cuda_fault_injection.c for GPU ones): one
+ * operation, run with the N-th allocation failing for N = 1, 2, ...
+ * prepare and finish run with injection off; run is the call under test;
+ * check_failed checks the state after a failure, check_ok after a success.
+ * Any of them but run may be NULL. */
+typedef struct sml_fi_case {
+    const char *name;
+    void (*prepare)(void *ctx);
+    simil_status (*run)(void *ctx);
+    void (*check_failed)(void *ctx);
+    void (*check_ok)(void *ctx);
+    void (*finish)(void *ctx);
+} sml_fi_case;
+
+/* Which allocations fail, and what else is checked after each attempt. */
+typedef struct sml_fi_driver {
+    /* sml_alloc_fail_at or sml_device_alloc_fail_at (src/core/alloc.h) */
+    int64_t (*fail_at)(int64_t n, int sticky);
+    /* may be NULL: called after finish of every attempt (e.g. a leak check) */
+    void (*after_each)(const sml_fi_case *c, int64_t n, int sticky, void *ctx);
+    int once_only;        /* skip the sticky pass */
+    int64_t total_points; /* summed by sml_fi_both, for the report */
+} sml_fi_driver;
+
+/* Run c with allocation N failing (sticky: N and every later one), for
+ * N = 1, 2, ... until the call succeeds with fewer than N allocations.  Each
+ * failure must be SIMIL_ERR_OUT_OF_MEMORY with a message.  Returns the number
+ * of allocations the call makes when none fails (its allocation points). */
+int64_t sml_fi_run(const sml_fi_driver *d, const sml_fi_case *c, void *ctx, int sticky);
+
+/* sml_fi_run alone, then sticky (unless d->once_only), checking both find the
+ * same points; prints the count, adds it to d->total_points and returns it. */
+int64_t sml_fi_both(sml_fi_driver *d, const sml_fi_case *c, void *ctx);
+
 /* Assert a simil call returned the expected status; on mismatch print the
  * call, both status names and the library's message. */
 #define SML_ASSERT_STATUS(expected, call)                                              \
