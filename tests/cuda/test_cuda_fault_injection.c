@@ -10,10 +10,9 @@
  * GPU allocation N fails (alone, then sticky: N and every later one), and
  *   - the call returns SIMIL_ERR_OUT_OF_MEMORY with a message, or succeeds
  *     only once N is past its last allocation;
- *   - the index is as it was: it answers both query batches (5 queries, and
- *     1,100, which the exact search takes as two query tiles) with exactly
- *     the bits it gave before; a failed create or load leaves *index NULL,
- *     a failed remove reports 0 removed;
+ *   - the index is as it was: it answers both query batches (5 queries and
+ *     1,100) with exactly the bits it gave before; a failed create or load
+ *     leaves *index NULL, a failed remove reports 0 removed;
  *   - a success gives the results taken without injection, bit for bit;
  *   - nothing leaks.  After every attempt, with every index destroyed, the
  *     library holds as many GPU blocks as before (sml_cuda_live_allocations:
@@ -44,7 +43,7 @@ enum {
     NMORE = 400,
     NREMOVE = 100,
     NQ_SMALL = 5,
-    NQ_LARGE = 1100, /* past the exact search's 1,024-query tile for host queries */
+    NQ_LARGE = 1100,
     K = 10
 };
 
@@ -126,7 +125,8 @@ typedef struct index_ctx {
     int64_t labels[NQ_LARGE * K];
     /* results taken without injection on the fixture: [0] NQ_SMALL and [1]
      * NQ_LARGE host queries, [2] NQ_LARGE in GPU memory (the exact search
-     * tiles those another way); built: NQ_SMALL on the index as first built */
+     * may tile those another way); built: NQ_SMALL on the index as first
+     * built */
     float before_d[3][NQ_LARGE * K], built_d[NQ_SMALL * K];
     int64_t before_l[3][NQ_LARGE * K], built_l[NQ_SMALL * K];
 } index_ctx;
