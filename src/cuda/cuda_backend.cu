@@ -33,6 +33,7 @@ void device_release(Device *dev)
         if (dev->done[i]) cudaEventDestroy(dev->done[i]);
         if (dev->stream[i]) cudaStreamDestroy(dev->stream[i]);
     }
+    if (dev->caller) cudaEventDestroy(dev->caller);
     device_free(dev->workspace);
     pinned_free(dev->pinned);
     pthread_mutex_destroy(&dev->lock);
@@ -57,6 +58,9 @@ simil_status device_create(int gpu, Device **out)
                             "cudaEventCreate", __FILE__, __LINE__);
         if (s == SIMIL_OK) s = blas_create(dev->stream[i], &dev->blas[i]);
     }
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaEventCreateWithFlags(&dev->caller, cudaEventDisableTiming),
+                        "cudaEventCreate", __FILE__, __LINE__);
     if (s != SIMIL_OK) {
         device_release(dev);
         return s;
@@ -98,6 +102,7 @@ simil_status mem_copy_kind(sml_backend *b, void *dst, const void *src, size_t by
     if (bytes == 0) return SIMIL_OK;
     Device *dev = device_of(b);
     SML_CUDA_TRY(cudaSetDevice(b->gpu));
+    SML_TRY(device_join_caller(dev));
     SML_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, dev->stream[0]));
     SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[0]));
     return SIMIL_OK;
@@ -244,6 +249,13 @@ simil_status device_pinned(Device *dev, size_t bytes, void **out)
         dev->pinned_bytes = bytes;
     }
     *out = dev->pinned;
+    return SIMIL_OK;
+}
+
+simil_status device_join_caller(Device *dev)
+{
+    SML_CUDA_TRY(cudaEventRecord(dev->caller, cudaStreamLegacy));
+    for (int i = 0; i < 2; ++i) SML_CUDA_TRY(cudaStreamWaitEvent(dev->stream[i], dev->caller, 0));
     return SIMIL_OK;
 }
 

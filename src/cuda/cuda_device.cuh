@@ -21,6 +21,7 @@ struct Device {
     int sm_count;
     cudaStream_t stream[2];
     cudaEvent_t done[2];
+    cudaEvent_t caller;  // see device_join_caller
     Blas *blas[2];
     void *workspace;
     size_t workspace_bytes;
@@ -53,6 +54,13 @@ inline Device *device_of(sml_backend *b) { return static_cast<Device *>(b->impl)
 // Caller holds dev->lock.
 simil_status device_workspace(Device *dev, size_t bytes, void **out);
 simil_status device_pinned(Device *dev, size_t bytes, void **out);
+
+// The caller may still be writing the GPU arrays it passes, on the legacy
+// default stream (a cudaMemcpy from pageable memory returns before its DMA
+// ends), and the library's streams are non-blocking: make both wait for the
+// default stream's work so far.  Every call that reads caller memory on the
+// GPU starts with it.  Caller holds dev->lock.
+simil_status device_join_caller(Device *dev);
 
 // Bytes a new device allocation could take now, keeping a margin for cuBLAS.
 size_t device_free_bytes(Device *dev);

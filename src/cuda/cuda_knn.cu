@@ -630,6 +630,7 @@ simil_status cuda_knn(sml_backend *backend, const sml_knn_args *a)
                                                                   : staged_tile_cap(s);
     pthread_mutex_lock(&dev->lock);
     simil_status st = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
+    if (st == SIMIL_OK) st = device_join_caller(dev);
     if (st == SIMIL_OK) st = run(s);
     if (st != SIMIL_OK) {
         // leave the streams idle for the next call

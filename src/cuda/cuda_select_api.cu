@@ -129,6 +129,7 @@ simil_status cuda_select_k(sml_backend *b, int64_t rows, int64_t cols, const flo
     Device *dev = device_of(b);
     pthread_mutex_lock(&dev->lock);
     simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
+    if (s == SIMIL_OK) s = device_join_caller(dev);
     if (s == SIMIL_OK)
         s = select_locked(dev, (int)rows, (int)cols, values, (int)k, largest != 0, out_values,
                           out_indices);
