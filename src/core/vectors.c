@@ -2,6 +2,7 @@
 #include "core/vectors.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -50,5 +51,20 @@ void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out)
         for (int64_t j = 0; j < dim; j++) norm2 += (double)row[j] * row[j];
         double scale = norm2 > 0 ? 1.0 / sqrt(norm2) : 0.0;
         for (int64_t j = 0; j < dim; j++) out[i * dim + j] = (float)(row[j] * scale);
+    }
+}
+
+void sml_copy_parallel(void *dst, const void *src, size_t bytes)
+{
+    const size_t slice = (size_t)4 << 20;
+    const int64_t slices = (int64_t)((bytes + slice - 1) / slice);
+    if (slices < 2) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < slices; i++) {
+        const size_t at = (size_t)i * slice;
+        memcpy((char *)dst + at, (const char *)src + at, bytes - at < slice ? bytes - at : slice);
     }
 }

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/vectors.h"
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_kernels.cuh"
 #include "cuda/cuda_util.cuh"
@@ -529,8 +530,10 @@ simil_status drain(const Search &s, const Search &s32, const Plan &p32, const Bu
     SML_CUDA_TRY(cudaEventSynchronize(slot->done));
     if (!s.outputs_on_device) {
         const size_t k = (size_t)s.a->k;
-        memcpy(s.a->distances + slot->q0 * k, slot->dist, sizeof(float) * slot->rows * k);
-        memcpy(s.a->labels + slot->q0 * k, slot->labels, sizeof(int64_t) * slot->rows * k);
+        sml_copy_parallel(s.a->distances + slot->q0 * k, slot->dist,
+                          sizeof(float) * slot->rows * k);
+        sml_copy_parallel(s.a->labels + slot->q0 * k, slot->labels,
+                          sizeof(int64_t) * slot->rows * k);
     }
     return fast ? redo_fp32(s32, p32, b32, *slot) : SIMIL_OK;
 }
@@ -573,7 +576,7 @@ simil_status run_tiles(const Search &s, Slot slots[2])
         const float *queries = a->queries + q0 * a->dim;
         if (!s.queries_on_device) {
             const size_t bytes = sizeof(float) * rows * a->dim;
-            memcpy(slot->queries, queries, bytes);
+            sml_copy_parallel(slot->queries, queries, bytes);
             SML_CUDA_TRY(cudaMemcpyAsync(b.queries, slot->queries, bytes,
                                          cudaMemcpyHostToDevice, dev->stream[0]));
             queries = b.queries;
