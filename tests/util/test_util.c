@@ -196,6 +196,10 @@ int sml_test_quick(void) { return getenv("SIMIL_TEST_QUICK") != NULL; }
 
 void sml_test_require_gpu(void)
 {
+    /* one test function of the program only (cmocka's * and ? wildcards),
+     * for the sanitizers' slow runs (scripts/gpu-sanitize.sh) */
+    const char *filter = getenv("SIMIL_TEST_FILTER");
+    if (filter != NULL && filter[0] != '\0') cmocka_set_test_filter(filter);
     if (simil_gpu_count() > 0) return;
     printf("no usable GPU: skipping the GPU tests\n");
     exit(SML_TEST_SKIP);

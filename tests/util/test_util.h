@@ -56,7 +56,8 @@ void sml_test_check_same(const char *context, const float *base, int64_t n, cons
  * that they run under compute-sanitizer in reasonable time. */
 int sml_test_quick(void);
 
-/* Exit with SML_TEST_SKIP, saying so, when no GPU is usable. */
+/* Exit with SML_TEST_SKIP, saying so, when no GPU is usable.  With
+ * SIMIL_TEST_FILTER set, only the test functions it matches will run. */
 void sml_test_require_gpu(void);
 
 /* Normalize rows in place (zero rows stay zero). */
