@@ -76,6 +76,7 @@ struct Search {
     bool outputs_on_device;
     bool redo;  // buffers for re-running fast-path queries in fp32
     int max_query_tile;
+    bool results_direct;  // host results copied straight to the caller (one tile)
 };
 
 // What one query tile needs.
@@ -412,7 +413,10 @@ simil_status search_fast(const Search &s, const Plan &p, const Buffers &b, const
 // yet.  Tiles stay as large as the plan makes them (cutting a batch into
 // more tiles to overlap more would leave the selection kernels too few rows
 // to fill the GPU: measured 23.6 -> 28.9 ms at uniform1M, k=10); the slots
-// only cap them for large k.
+// only cap them for large k.  A batch of one tile has nothing to overlap, and
+// its results go straight to the caller: the driver pipelines a copy to
+// pageable memory in chunks, where the slot would add a second, serial copy
+// (uniform1M, k=1024: 120 -> 131 ms).
 
 constexpr size_t kPinnedCap = (size_t)1 << 30;  // both slots together
 
@@ -435,8 +439,9 @@ size_t carve_slot(const Search &s, int qt, char *base, Slot *slot)
     Carver c{base, 0};
     const size_t q = (size_t)qt, k = (size_t)a->k;
     slot->queries = s.queries_on_device ? nullptr : c.take<float>(q * a->dim);
-    slot->dist = s.outputs_on_device ? nullptr : c.take<float>(q * k);
-    slot->labels = s.outputs_on_device ? nullptr : c.take<int64_t>(q * k);
+    const bool via_slot = !s.outputs_on_device && !s.results_direct;
+    slot->dist = via_slot ? c.take<float>(q * k) : nullptr;
+    slot->labels = via_slot ? c.take<int64_t>(q * k) : nullptr;
     slot->ok = c.take<int>(q);
     slot->bad = c.take<int64_t>(q);
     return c.used;
@@ -466,9 +471,10 @@ simil_status deliver(const Search &s, const Buffers &b, const Slot &slot, long l
     SML_TRY(launch_finish(rows, (int)k, b.final_keys, b.final_idx, s.l2,
                           fast ? nullptr : b.query_norms, a->base_ids, dist, lab, st));
     if (!s.outputs_on_device) {
-        SML_CUDA_TRY(cudaMemcpyAsync(slot.dist, dist, rows * k * 4, cudaMemcpyDeviceToHost, st));
-        SML_CUDA_TRY(
-            cudaMemcpyAsync(slot.labels, lab, rows * k * 8, cudaMemcpyDeviceToHost, st));
+        float *to_dist = s.results_direct ? a->distances + q0 * k : slot.dist;
+        int64_t *to_lab = s.results_direct ? a->labels + q0 * k : slot.labels;
+        SML_CUDA_TRY(cudaMemcpyAsync(to_dist, dist, rows * k * 4, cudaMemcpyDeviceToHost, st));
+        SML_CUDA_TRY(cudaMemcpyAsync(to_lab, lab, rows * k * 8, cudaMemcpyDeviceToHost, st));
     }
     if (fast)
         SML_CUDA_TRY(cudaMemcpyAsync(slot.ok, b.ok, sizeof(int) * rows, cudaMemcpyDeviceToHost,
@@ -528,7 +534,7 @@ simil_status drain(const Search &s, const Search &s32, const Plan &p32, const Bu
     if (!slot->pending) return SIMIL_OK;
     slot->pending = false;
     SML_CUDA_TRY(cudaEventSynchronize(slot->done));
-    if (!s.outputs_on_device) {
+    if (!s.outputs_on_device && !s.results_direct) {
         const size_t k = (size_t)s.a->k;
         sml_copy_parallel(s.a->distances + slot->q0 * k, slot->dist,
                           sizeof(float) * slot->rows * k);
@@ -564,14 +570,16 @@ simil_status run_tiles(const Search &s, Slot slots[2])
     SML_TRY(device_workspace(dev, need + need32, reinterpret_cast<void **>(&ws)));
     carve(s, p, ws, &b);
     if (fast) carve(s32, p32, ws + need, &b32);
-    const size_t slot_bytes = carve_slot(s, p.qt, nullptr, &slots[0]);
+    Search sd = s;
+    sd.results_direct = !s.outputs_on_device && a->nq <= p.qt;
+    const size_t slot_bytes = carve_slot(sd, p.qt, nullptr, &slots[0]);
     char *pinned;
     SML_TRY(device_pinned(dev, 2 * slot_bytes, reinterpret_cast<void **>(&pinned)));
-    for (int i = 0; i < 2; ++i) carve_slot(s, p.qt, pinned + i * slot_bytes, &slots[i]);
+    for (int i = 0; i < 2; ++i) carve_slot(sd, p.qt, pinned + i * slot_bytes, &slots[i]);
     int t = 0;
     for (long long q0 = 0; q0 < a->nq; q0 += p.qt, ++t) {
         Slot *slot = &slots[t & 1];
-        SML_TRY(drain(s, s32, p32, b32, fast, slot));
+        SML_TRY(drain(sd, s32, p32, b32, fast, slot));
         const int rows = (int)(a->nq - q0 < p.qt ? a->nq - q0 : p.qt);
         const float *queries = a->queries + q0 * a->dim;
         if (!s.queries_on_device) {
@@ -585,15 +593,15 @@ simil_status run_tiles(const Search &s, Slot slots[2])
             SML_TRY(search_fast(s, p, b, queries, rows));
         else
             SML_TRY(search_fp32(s, p, b, queries, rows));
-        SML_TRY(deliver(s, b, *slot, q0, rows, fast));
+        SML_TRY(deliver(sd, b, *slot, q0, rows, fast));
         SML_CUDA_TRY(cudaEventRecord(slot->done, dev->stream[0]));
         slot->q0 = q0;
         slot->rows = rows;
         slot->pending = true;
     }
     // the older tile first: its slot comes next in turn
-    SML_TRY(drain(s, s32, p32, b32, fast, &slots[t & 1]));
-    SML_TRY(drain(s, s32, p32, b32, fast, &slots[(t + 1) & 1]));
+    SML_TRY(drain(sd, s32, p32, b32, fast, &slots[t & 1]));
+    SML_TRY(drain(sd, s32, p32, b32, fast, &slots[(t + 1) & 1]));
     SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[0]));
     SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[1]));
     return SIMIL_OK;
