@@ -186,11 +186,15 @@ const sml_backend_ops cuda_ops = make_ops();
 
 }  // namespace
 
-cudaError_t device_malloc(void **p, size_t bytes)
+namespace {
+
+// One allocation through the fault injection, counted while it is held.
+template <typename Allocate>
+cudaError_t counted_malloc(void **p, size_t bytes, Allocate allocate)
 {
     *p = nullptr;
     if (sml_device_alloc_injected_failure()) return cudaErrorMemoryAllocation;
-    const cudaError_t err = cudaMalloc(p, bytes);
+    const cudaError_t err = allocate(p, bytes);
     if (err != cudaSuccess) {
         *p = nullptr;
         return err;
@@ -199,17 +203,16 @@ cudaError_t device_malloc(void **p, size_t bytes)
     return cudaSuccess;
 }
 
+}  // namespace
+
+cudaError_t device_malloc(void **p, size_t bytes)
+{
+    return counted_malloc(p, bytes, [](void **q, size_t n) { return cudaMalloc(q, n); });
+}
+
 cudaError_t pinned_malloc(void **p, size_t bytes)
 {
-    *p = nullptr;
-    if (sml_device_alloc_injected_failure()) return cudaErrorMemoryAllocation;
-    const cudaError_t err = cudaMallocHost(p, bytes);
-    if (err != cudaSuccess) {
-        *p = nullptr;
-        return err;
-    }
-    live_blocks.fetch_add(1);
-    return cudaSuccess;
+    return counted_malloc(p, bytes, [](void **q, size_t n) { return cudaMallocHost(q, n); });
 }
 
 void device_free(void *p)
