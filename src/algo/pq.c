@@ -26,7 +26,9 @@ void sml_pq_free(sml_pq *pq)
     memset(pq, 0, sizeof *pq);
 }
 
-size_t sml_pq_code_size(const sml_pq *pq) { return ((size_t)pq->m + 3) / 4 * 4; }
+size_t sml_pq_code_bytes(int64_t m) { return ((size_t)m + 3) / 4 * 4; }
+
+size_t sml_pq_code_size(const sml_pq *pq) { return sml_pq_code_bytes(pq->m); }
 
 simil_status sml_pq_train(sml_backend *b, sml_pq *pq, int64_t n, const float *x, uint64_t seed,
                           int iterations)

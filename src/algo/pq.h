@@ -24,7 +24,9 @@ typedef struct sml_pq {
 simil_status sml_pq_init(sml_pq *pq, int64_t dim, int64_t m, int nbits);
 void sml_pq_free(sml_pq *pq);
 
-/* Bytes of one code in an arena: m, rounded up to a multiple of 4. */
+/* Bytes of one code of m sub-quantizers in an arena: m, rounded up to a
+ * multiple of 4. */
+size_t sml_pq_code_bytes(int64_t m);
 size_t sml_pq_code_size(const sml_pq *pq);
 
 /* One k-means of `iterations` per sub-space (on the backend), over n vectors

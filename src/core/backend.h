@@ -69,8 +69,9 @@ typedef struct sml_ivf_scan_args {
     const float *coarse;         /* mem: nlist x dim coarse centroids */
     const float *coarse_keys;    /* host: nq x nprobe, the coarse search's keys
                                     (||x - c||^2 for L2, -<x, c> for IP) */
-    const float *pq_term1;       /* mem: nlist x m x ksub precomputed tables (L2), or
-                                    NULL to compute each (query, list) table from the
+    size_t pq_term1_at;          /* L2: byte offset in each row of its term 1 (a
+                                    float), for tables of term 3 alone; or 0 to
+                                    compute each (query, list) table from the
                                     residual x - c */
     int lut_fp16;                /* GPU: lookup tables in fp16 shared memory */
 } sml_ivf_scan_args;
@@ -158,8 +159,8 @@ typedef struct sml_backend_ops {
     /* IVF-Flat: exact distances to every row of the probed lists. */
     simil_status (*ivf_flat_scan)(sml_backend *b, const sml_ivf_scan_args *args);
     /* IVF-PQ: asymmetric distances through lookup tables (the GPU paper's
-     * IVFADC); with pq_term1, the tables are term 1 (per list) plus term 3
-     * (per query) and term 2 is the coarse key. */
+     * IVFADC); with pq_term1_at (L2) or for IP, a query's table is term 3
+     * and a row's key is term 2 (the coarse key) + its term 1 + m entries. */
     simil_status (*ivf_pq_scan)(sml_backend *b, const sml_ivf_scan_args *args);
     simil_status (*pq_encode)(sml_backend *b, const sml_pq_encode_args *args);
     /* XFBQ: histogram selection and exact re-ranking (sml_xfbq_scan_args). */

@@ -43,29 +43,20 @@ simil_status sml_cpu_pq_encode(sml_backend *b, const sml_pq_encode_args *a)
     return SIMIL_OK;
 }
 
-/* The lookup table of query x for list l (m x ksub) and its base key:
- * precomputed: term1[l] + term3(x), base = coarse key;
- * else L2: ||(x - c_l)_i - q_ij||^2, base 0;  IP: -<x_i, q_ij>, base = coarse key. */
-static float sml_pq_table(const sml_ivf_scan_args *a, const float *x, int64_t l, float coarse_key,
-                          const float *term3, float *res, float *lut)
+/* Residual tables (L2 without term 1 in the rows): ||(x - c_l)_i - q_ij||^2. */
+static void sml_pq_residual_table(const sml_ivf_scan_args *a, const float *x, int64_t l,
+                                  float *res, float *lut)
 {
     const int64_t m = a->pq_m, ksub = a->pq_ksub, dsub = a->pq_dsub;
-    const int l2 = a->metric == SIMIL_METRIC_L2;
-    if (!l2 || a->pq_term1 != NULL) {
-        const float *t1 = l2 ? a->pq_term1 + l * m * ksub : NULL;
-        for (int64_t e = 0; e < m * ksub; e++) lut[e] = term3[e] + (t1 ? t1[e] : 0.0f);
-        return coarse_key;
-    }
     const float *c = a->coarse + l * a->dim;
     for (int64_t t = 0; t < a->dim; t++) res[t] = x[t] - c[t];
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < ksub; j++)
             lut[i * ksub + j] = sml_cpu_l2sq(res + i * dsub,
                                              a->pq_codebooks + (i * ksub + j) * dsub, dsub);
-    return 0.0f;
 }
 
-/* term3 of a query: -2 <x_i, q_ij> (L2, with precomputed tables) or
+/* term3 of a query: -2 <x_i, q_ij> (L2, with term 1 in the rows) or
  * -<x_i, q_ij> (IP). */
 static void sml_pq_term3(const sml_ivf_scan_args *a, const float *x, float *term3)
 {
@@ -111,17 +102,29 @@ simil_status sml_cpu_ivf_pq_scan(sml_backend *b, const sml_ivf_scan_args *a)
         const float *x = a->queries + q * a->dim;
         sml_topk top;
         sml_topk_reset(&top, storage + t * cap, kept);
-        if (a->metric != SIMIL_METRIC_L2 || a->pq_term1 != NULL) sml_pq_term3(a, x, term3);
+        /* term 3 serves every list; residual tables are rebuilt per list */
+        const int residual = a->metric == SIMIL_METRIC_L2 && a->pq_term1_at == 0;
+        if (!residual) sml_pq_term3(a, x, term3);
         for (int64_t p = 0; p < a->nprobe; p++) {
             const int64_t l = a->probes[q * a->nprobe + p];
             if (l < 0 || a->list_size[l] == 0) continue;
-            const float base = sml_pq_table(a, x, l, a->coarse_keys[q * a->nprobe + p], term3,
-                                            res, lut);
+            float base = a->coarse_keys[q * a->nprobe + p];
+            const float *tab = term3;
+            if (residual) {
+                sml_pq_residual_table(a, x, l, res, lut);
+                base = 0.0f;
+                tab = lut;
+            }
             const int64_t end = a->list_offset[l] + a->list_size[l];
             for (int64_t r = a->list_offset[l]; r < end; r++) {
                 const uint8_t *code = codes + (size_t)r * a->code_size;
                 float d = base;
-                for (int64_t i = 0; i < m; i++) d += lut[i * a->pq_ksub + code[i]];
+                if (a->pq_term1_at) {
+                    float t1;
+                    memcpy(&t1, code + a->pq_term1_at, sizeof t1);
+                    d += t1;
+                }
+                for (int64_t i = 0; i < m; i++) d += tab[i * a->pq_ksub + code[i]];
                 sml_topk_push(&top, d, a->ids[r]);
             }
         }

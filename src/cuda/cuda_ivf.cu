@@ -7,8 +7,8 @@
 //     exact distances of those queries to the list's vectors, like a small
 //     GEMM in shared memory (queries x vectors x dimensions), so the lists
 //     stream from memory about nq * nprobe / (32 nlist) times instead of
-//     nq * nprobe.  IVF-PQ builds one lookup table per pair and adds it up
-//     over the pair's codes.
+//     nq * nprobe.  IVF-PQ with residual tables (or k > kPqFusedMaxK)
+//     builds one lookup table per pair and adds it up over the pair's codes.
 //  2. The distances are laid out query by query: query q owns one segment per
 //     probe, each padded to a multiple of 4 floats.
 //  3. k <= 2048: every segment keeps its k best (WarpSelect / BlockSelect over
@@ -16,8 +16,10 @@
 //     selection per query merges its nprobe lists.  k > 2048: the kernel also
 //     writes each candidate's arena row, and radix selection picks the k best
 //     of each query's whole segment run.
-// Distances are exact fp32 (sum of squared differences, or dot products), the
-// same arithmetic as the CPU scan.
+// IVF-PQ with term-3 tables and k <= kPqFusedMaxK skips all of that: one
+// block per query scans its lists and selects in registers (fused_batch).
+// IVF-Flat distances are exact fp32 (sum of squared differences, or dot
+// products), the same arithmetic as the CPU scan.
 #include <string.h>
 
 #include "core/alloc.h"
@@ -455,6 +457,60 @@ simil_status scan_batch(Device *dev, const sml_ivf_scan_args *a, bool pq, long l
     return s;
 }
 
+// IVF-PQ, fused: queries [q0, q0 + nq) in one launch; the host stages the
+// list layout, the probes and their coarse keys in one pinned copy.
+simil_status fused_batch(Device *dev, const sml_ivf_scan_args *a, long long q0, int nq)
+{
+    cudaStream_t st = dev->stream[0];
+    const size_t nlist = (size_t)a->nlist, pairs = (size_t)nq * a->nprobe, k = (size_t)a->k;
+    const size_t at_sizes = up(8 * nlist), at_probes = at_sizes + up(4 * nlist),
+                 at_keys = at_probes + up(4 * pairs), staged = at_keys + up(4 * pairs);
+    const size_t at_out_keys = staged, at_out_idx = at_out_keys + up(4 * nq * k),
+                 at_dist = at_out_idx + up(4 * nq * k), at_labels = at_dist + up(4 * nq * k),
+                 total = at_labels + up(8 * nq * k);
+    char *ws, *host;
+    SML_TRY(device_workspace(dev, total, reinterpret_cast<void **>(&ws)));
+    SML_TRY(device_pinned(dev, staged, reinterpret_cast<void **>(&host)));
+    long long *offset = reinterpret_cast<long long *>(host);
+    int *size = reinterpret_cast<int *>(host + at_sizes);
+    int *probes = reinterpret_cast<int *>(host + at_probes);
+    float *keys = reinterpret_cast<float *>(host + at_keys);
+    for (size_t l = 0; l < nlist; ++l) {
+        offset[l] = a->list_offset[l];
+        size[l] = (int)a->list_size[l];
+    }
+    for (size_t i = 0; i < pairs; ++i) {
+        const int64_t l = a->probes[q0 * a->nprobe + (long long)i];
+        probes[i] = l >= 0 && a->list_size[l] > 0 ? (int)l : -1;
+        keys[i] = a->coarse_keys[q0 * a->nprobe + (long long)i];
+    }
+    SML_CUDA_TRY(cudaMemcpyAsync(ws, host, staged, cudaMemcpyHostToDevice, st));
+    PqQueryScan scan{};
+    scan.queries = a->queries + q0 * a->dim;
+    scan.probes = reinterpret_cast<const int *>(ws + at_probes);
+    scan.probe_keys = reinterpret_cast<const float *>(ws + at_keys);
+    scan.nprobe = (int)a->nprobe;
+    scan.list_offset = reinterpret_cast<const long long *>(ws);
+    scan.list_size = reinterpret_cast<const int *>(ws + at_sizes);
+    scan.out_keys = reinterpret_cast<float *>(ws + at_out_keys);
+    scan.out_idx = reinterpret_cast<int *>(ws + at_out_idx);
+    SML_TRY(launch_pq_fused(a, scan, nq, st));
+    float *dist = reinterpret_cast<float *>(ws + at_dist);
+    int64_t *labels = reinterpret_cast<int64_t *>(ws + at_labels);
+    SML_TRY(launch_finish(nq, (int)k, scan.out_keys, scan.out_idx, a->metric == SIMIL_METRIC_L2,
+                          nullptr, a->ids, dist, labels, st));
+    SML_CUDA_TRY(cudaMemcpyAsync(a->distances + q0 * a->k, dist, 4 * nq * k,
+                                 cudaMemcpyDeviceToHost, st));
+    SML_CUDA_TRY(cudaMemcpyAsync(a->labels + q0 * a->k, labels, 8 * nq * k,
+                                 cudaMemcpyDeviceToHost, st));
+    SML_CUDA_TRY(cudaStreamSynchronize(st));
+    return SIMIL_OK;
+}
+
+// Queries per fused batch: the staged probes stay small, the grid within
+// one launch.
+constexpr int kFusedBatchQueries = 65536;
+
 // Queries per batch: as many as keep the distances within the budget.
 int batch_queries(const sml_ivf_scan_args *a, long long q0)
 {
@@ -482,9 +538,11 @@ simil_status ivf_scan(sml_backend *b, const sml_ivf_scan_args *a, bool pq)
     Device *dev = device_of(b);
     pthread_mutex_lock(&dev->lock);
     simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
+    const bool fused = pq && pq_fused(a);
     for (long long q0 = 0; s == SIMIL_OK && q0 < a->nq;) {
-        const int n = batch_queries(a, q0);
-        s = scan_batch(dev, a, pq, q0, n);
+        const int n = fused ? (int)(a->nq - q0 < kFusedBatchQueries ? a->nq - q0 : kFusedBatchQueries)
+                            : batch_queries(a, q0);
+        s = fused ? fused_batch(dev, a, q0, n) : scan_batch(dev, a, pq, q0, n);
         q0 += n;
     }
     if (s != SIMIL_OK) cudaStreamSynchronize(dev->stream[0]);

@@ -40,6 +40,36 @@ struct PqBatch {
     const float *queries;       // the batch's first query (device)
 };
 
+// The fused IVF-PQ scan (one block per query, selection in registers) serves
+// searches with term-3 tables and k up to this.
+constexpr int kPqFusedMaxK = 256;
+
+// A batch of queries for the fused scan; the driver fills the batch's arrays
+// (device memory), launch_pq_fused the rest from the search.
+struct PqQueryScan {
+    const float *queries;        // the batch's first query
+    const int *probes;           // nq x nprobe lists, -1 for none
+    const float *probe_keys;     // nq x nprobe coarse keys (term 2, or -<x, c>)
+    int nprobe;
+    const long long *list_offset;
+    const int *list_size;
+    float *out_keys;             // nq x k, ascending
+    int *out_idx;                // nq x k arena rows, -1 past the candidates
+    // from the search
+    int dim;
+    const float *codebooks;
+    int m, ksub, dsub;
+    float term3_scale;
+    const uint8_t *codes;
+    int code_size;
+    int term1_at;
+    int k;
+};
+
+bool pq_fused(const sml_ivf_scan_args *a);
+simil_status launch_pq_fused(const sml_ivf_scan_args *a, PqQueryScan scan, int nq,
+                             cudaStream_t st);
+
 // Scratch floats the PQ distances need for a batch of nq queries.
 size_t pq_scratch_floats(const sml_ivf_scan_args *a, int nq);
 

@@ -1,17 +1,24 @@
-// cuda_ivf_pq.cu: IVF-PQ on the GPU: encoding residuals, and the distances
-// of a scan through lookup tables in shared memory (the GPU paper, IVFADC).
+// cuda_ivf_pq.cu: IVF-PQ on the GPU: encoding residuals, and scans through
+// lookup tables in shared memory (the GPU paper, IVFADC).
 //
-// Scan: one block of 256 threads per (query, list) pair and chunk of up to
-// kPqItemVectors of the list's vectors.  The block first builds the pair's
-// m x ksub table in shared memory, then each thread adds up m entries per code
-// for its vectors.  Tables are
-//   precomputed (L2): term 1 of the list + term 3 of the query, plus term 2,
-//   IP:               term 3 of the query (-<x_i, q_ij>), plus -<x, c>,
-//   residual (L2):    ||(x - c)_i - q_ij||^2,
+// Tables are
+//   L2, term 1 in the rows: term 3 of the query, -2<x_i, q_ij>; a row's key is
+//                           term 2 (the coarse key) + its term 1 + m entries,
+//   IP:                     term 3 of the query, -<x_i, q_ij>, plus -<x, c>,
+//   residual (L2):          ||(x - c)_i - q_ij||^2, one table per (query, list),
 // in fp32, or in fp16 where the table is large: then the block finds the
 // table's minimum and range, stores (v - min) * s with s a power of two that
 // keeps every entry under 2^14, and adds the entries up in fp32, so raw data
 // with large distances cannot overflow (where Faiss's fp16 tables do).
+//
+// Fused scan (term-3 tables, k <= kPqFusedMaxK): one block of 256 threads per
+// query builds the query's table once, scans every probed list, each warp
+// keeping its k best in a WarpSelect queue, and the block merges its warps'
+// queues.  No distance goes to memory, and no table is built per list.
+//
+// Pair scan (residual tables, or larger k): one block per (query, list) pair
+// and chunk of up to kPqItemVectors of the list's vectors writes every
+// distance for the driver's multi-pass selection (cuda_ivf.cu).
 //
 // Encode: one thread per (vector, sub-quantizer), codebook in shared memory
 // when it fits, nearest codeword by exhaustive search.
@@ -22,31 +29,36 @@
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_ivf.cuh"
 #include "cuda/cuda_util.cuh"
+#include "cuda/warp_select.cuh"
 
 namespace sml {
 namespace {
 
-enum class Table { precomputed, term3_only, residual };
+enum class Table { term3, residual };
 
 constexpr int kPqThreads = 256;
 
-// term3[q][i][j] = scale * <x_i, q_ij>.  One block per query.
+// Entry e = i * ksub + j of query x's term 3: scale * <x_i, q_ij>.
+__device__ __forceinline__ float term3_entry(const float *x, const float *codebooks, int ksub,
+                                             int dsub, float scale, int e)
+{
+    const float *xi = x + (e / ksub) * dsub;
+    const float *c = codebooks + (long long)e * dsub;
+    float s = 0;
+    for (int t = 0; t < dsub; ++t) s = fmaf(xi[t], c[t], s);
+    return scale * s;
+}
+
+// term3[q] for the pair scan.  One block per query.
 __global__ void pq_term3_kernel(const float *queries, int dim, const float *codebooks, int m,
                                 int ksub, int dsub, float scale, float *term3)
 {
     const long long q = blockIdx.x;
-    const float *x = queries + q * dim;
-    for (int e = threadIdx.x; e < m * ksub; e += blockDim.x) {
-        const int i = e / ksub;
-        const float *c = codebooks + (long long)e * dsub;
-        float s = 0;
-        for (int t = 0; t < dsub; ++t) s = fmaf(x[i * dsub + t], c[t], s);
-        term3[q * m * ksub + e] = scale * s;
-    }
+    for (int e = threadIdx.x; e < m * ksub; e += blockDim.x)
+        term3[q * m * ksub + e] = term3_entry(queries + q * dim, codebooks, ksub, dsub, scale, e);
 }
 
 struct TableArgs {
-    const float *term1;   // nlist x m x ksub
     const float *term3;   // nq x m x ksub
     const float *coarse;  // nlist x dim
     const float *codebooks;
@@ -54,12 +66,10 @@ struct TableArgs {
 };
 
 template <Table T>
-__device__ __forceinline__ float table_entry(const TableArgs &t, int q, int l, int e,
+__device__ __forceinline__ float table_entry(const TableArgs &t, int q, int e,
                                              const float *residual)
 {
-    const long long per = (long long)t.m * t.ksub;
-    if (T == Table::precomputed) return t.term1[l * per + e] + t.term3[q * per + e];
-    if (T == Table::term3_only) return t.term3[q * per + e];
+    if (T == Table::term3) return t.term3[(long long)q * t.m * t.ksub + e];
     const int i = e / t.ksub;
     const float *c = t.codebooks + (long long)e * t.dsub;
     float s = 0;
@@ -88,16 +98,86 @@ __device__ __forceinline__ float block_reduce(float v, bool max, float *shared)
     return v;
 }
 
+// Fill the block's table (entries from `entry`) in fp32, or in fp16 as
+// (v - min) * scale; returns what turns a sum of m fp16 entries back into a
+// sum of the values: key = sum * inv_scale + offset.  Called by the whole block.
+template <bool FP16, typename Entry>
+__device__ __forceinline__ void fill_table(void *table, int entries, int m, Entry entry,
+                                           float *reduce, float &inv_scale, float &offset)
+{
+    inv_scale = 1.0f;
+    offset = 0.0f;
+    if (!FP16) {
+        float *lut = static_cast<float *>(table);
+        for (int e = threadIdx.x; e < entries; e += blockDim.x) lut[e] = entry(e);
+        return;
+    }
+    float lo = FLT_MAX, hi = -FLT_MAX;
+    for (int e = threadIdx.x; e < entries; e += blockDim.x) {
+        const float v = entry(e);
+        lo = fminf(lo, v);
+        hi = fmaxf(hi, v);
+    }
+    lo = block_reduce(lo, false, reduce);
+    hi = block_reduce(hi, true, reduce);
+    int exponent = 0;
+    frexpf(hi - lo, &exponent);  // hi - lo < 2^exponent
+    const float scale = hi > lo ? ldexpf(1.0f, 14 - exponent) : 1.0f;
+    __half *lut = static_cast<__half *>(table);
+    for (int e = threadIdx.x; e < entries; e += blockDim.x)
+        lut[e] = __float2half_rn((entry(e) - lo) * scale);
+    offset = m * lo;
+    inv_scale = 1.0f / scale;
+}
+
+// Sum of a row's m table entries (codes one byte per sub-quantizer, read as
+// 32-bit words), in order.  KSUB = 256 (8-bit codes) makes each entry's offset
+// within its word's four sub-tables a constant, so a lookup is a byte
+// extract, an address and one shared load; KSUB = 0 reads ksub at run time.
+template <bool FP16, int KSUB>
+__device__ __forceinline__ float row_sum(const uint8_t *row, int m, int ksub_rt, const void *table)
+{
+    const int ksub = KSUB ? KSUB : ksub_rt;
+    const uint32_t *word = reinterpret_cast<const uint32_t *>(row);
+    const auto entry = [&](int e) {
+        return FP16 ? __half2float(static_cast<const __half *>(table)[e])
+                    : static_cast<const float *>(table)[e];
+    };
+    float acc = 0;
+    const int full = m / 4;
+#pragma unroll 4
+    for (int u = 0; u < full; ++u) {
+        const uint32_t w = word[u];
+        const int t = u * 4 * ksub;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) acc += entry(t + b * ksub + ((w >> (8 * b)) & 0xff));
+    }
+    for (int i = full * 4; i < m; ++i) acc += entry(i * ksub + row[i]);
+    return acc;
+}
+
+template <bool FP16>
+__device__ __forceinline__ float row_sum(const uint8_t *row, int m, int ksub, const void *table)
+{
+    return ksub == 256 ? row_sum<FP16, 256>(row, m, ksub, table)
+                       : row_sum<FP16, 0>(row, m, ksub, table);
+}
+
+// A row's term 1 (L2 with term-3 tables), stored after its code; else 0.
+__device__ __forceinline__ float row_term1(const uint8_t *row, int term1_at)
+{
+    return term1_at ? *reinterpret_cast<const float *>(row + term1_at) : 0.0f;
+}
+
 template <Table T, bool FP16>
 __global__ void __launch_bounds__(kPqThreads)
 pq_distance_kernel(const PqBatch batch, const TableArgs tab, const uint8_t *codes,
-                   int code_size, float *distances, int *rows)
+                   int code_size, int term1_at, float *distances, int *rows)
 {
     extern __shared__ float pq_smem[];
     __shared__ float reduce[32];
     const PqItem item = batch.items[blockIdx.x];
     const int q = batch.pair_query[item.pair], l = batch.pair_list[item.pair];
-    const int entries = tab.m * tab.ksub;
     float *residual = pq_smem;  // dim floats (residual tables only)
     void *table = pq_smem + (T == Table::residual ? (tab.dim + 3) / 4 * 4 : 0);
     if (T == Table::residual) {
@@ -106,81 +186,166 @@ pq_distance_kernel(const PqBatch batch, const TableArgs tab, const uint8_t *code
         for (int u = threadIdx.x; u < tab.dim; u += blockDim.x) residual[u] = x[u] - c[u];
         __syncthreads();
     }
-    float base = T == Table::residual ? 0.0f : batch.pair_key[item.pair];
-    float inv_scale = 1.0f;
-    if (!FP16) {
-        float *lut = static_cast<float *>(table);
-        for (int e = threadIdx.x; e < entries; e += blockDim.x)
-            lut[e] = table_entry<T>(tab, q, l, e, residual);
-    } else {
-        float lo = FLT_MAX, hi = -FLT_MAX;
-        for (int e = threadIdx.x; e < entries; e += blockDim.x) {
-            const float v = table_entry<T>(tab, q, l, e, residual);
-            lo = fminf(lo, v);
-            hi = fmaxf(hi, v);
-        }
-        lo = block_reduce(lo, false, reduce);
-        hi = block_reduce(hi, true, reduce);
-        int exponent = 0;
-        frexpf(hi - lo, &exponent);  // hi - lo < 2^exponent
-        const float scale = hi > lo ? ldexpf(1.0f, 14 - exponent) : 1.0f;
-        __half *lut = static_cast<__half *>(table);
-        for (int e = threadIdx.x; e < entries; e += blockDim.x)
-            lut[e] = __float2half_rn((table_entry<T>(tab, q, l, e, residual) - lo) * scale);
-        base += tab.m * lo;
-        inv_scale = 1.0f / scale;
-    }
+    float inv_scale, offset;
+    fill_table<FP16>(table, tab.m * tab.ksub, tab.m,
+                     [&](int e) { return table_entry<T>(tab, q, e, residual); }, reduce,
+                     inv_scale, offset);
+    const float base = (T == Table::residual ? 0.0f : batch.pair_key[item.pair]) + offset;
     __syncthreads();
     const int cols = batch.pair_cols[item.pair];
     const int end = min(cols, item.vector0 + kPqItemVectors);
     const long long first_row = batch.pair_base[item.pair];
     const long long out = batch.pair_out[item.pair];
     for (int r = item.vector0 + threadIdx.x; r < end; r += blockDim.x) {
-        const uint32_t *word = reinterpret_cast<const uint32_t *>(codes + (first_row + r) * code_size);
-        float acc = 0;
-        for (int i = 0; i < tab.m; i += 4) {
-            const uint32_t w = word[i / 4];
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                if (i + b >= tab.m) break;
-                const int e = (i + b) * tab.ksub + ((w >> (8 * b)) & 0xff);
-                acc += FP16 ? __half2float(static_cast<const __half *>(table)[e])
-                            : static_cast<const float *>(table)[e];
-            }
-        }
-        distances[out + r] = base + acc * inv_scale;
+        const uint8_t *row = codes + (first_row + r) * code_size;
+        distances[out + r] = base + row_term1(row, term1_at) +
+                             row_sum<FP16>(row, tab.m, tab.ksub, table) * inv_scale;
         if (rows) rows[out + r] = (int)(first_row + r);
     }
 }
 
+constexpr int kPqWarps = kPqThreads / 32;
+
+// Words between the rows a warp stages in shared memory: odd, so that the 32
+// lanes reading word t of their own rows hit 32 different banks.
+__host__ __device__ __forceinline__ int stage_stride(int code_size) { return (code_size / 4) | 1; }
+
+// Bytes of the fused kernel's table, padded to 16.
+__host__ __device__ __forceinline__ int query_table_bytes(int entries, bool fp16)
+{
+    return (entries * (fp16 ? 2 : 4) + 15) / 16 * 16;
+}
+
+// Fused scan: one block per query; out_keys / out_idx get its k best keys
+// and arena rows (-1 past the candidates).  Each warp takes 32 rows at a
+// time: it copies their codes, contiguous in the arena, into shared memory
+// with coalesced loads (read in place, each lane's row would touch its own
+// sector), then each lane adds up its row.
+template <int K, bool FP16>
+__global__ void __launch_bounds__(kPqThreads)
+pq_query_kernel(const __grid_constant__ PqQueryScan a)
+{
+    extern __shared__ float pq_smem[];  // table and staged rows, then the warps' queues
+    __shared__ float reduce[32];
+    const int q = blockIdx.x;
+    const float *x = a.queries + (long long)q * a.dim;
+    const int m = a.m, ksub = a.ksub, dsub = a.dsub;
+    float inv_scale, offset;
+    fill_table<FP16>(
+        pq_smem, m * ksub, m,
+        [&](int e) { return term3_entry(x, a.codebooks, ksub, dsub, a.term3_scale, e); },
+        reduce, inv_scale, offset);
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wpr = a.code_size / 4, stride = stage_stride(a.code_size);
+    const float inv_wpr = 1.0f / wpr;
+    uint32_t *stage = reinterpret_cast<uint32_t *>(
+                          reinterpret_cast<char *>(pq_smem) + query_table_bytes(m * ksub, FP16)) +
+                      warp * 32 * stride;
+    const uint8_t *mine = reinterpret_cast<const uint8_t *>(stage + lane * stride);
+    WarpSelect<K> ws;
+    ws.init(a.k, INFINITY, kEmptyIdx);
+    for (int p = 0; p < a.nprobe; ++p) {
+        const int l = a.probes[(long long)q * a.nprobe + p];
+        if (l < 0) continue;
+        const int cols = a.list_size[l];
+        const long long first = a.list_offset[l];
+        const float base = a.probe_keys[(long long)q * a.nprobe + p] + offset;
+        // every lane of a warp takes the same trips: need_merge is warp-wide
+        for (int r0 = warp * 32; r0 < cols; r0 += kPqThreads) {
+            const int n = min(32, cols - r0);
+            const uint32_t *src =
+                reinterpret_cast<const uint32_t *>(a.codes + (first + r0) * a.code_size);
+            for (int w = lane; w < n * wpr; w += 32) {
+                const int row = (int)((w + 0.5f) * inv_wpr);  // exact: w < 32 wpr
+                stage[row * stride + w - row * wpr] = __ldg(src + w);
+            }
+            __syncwarp();
+            float key = INFINITY;
+            int idx = kEmptyIdx;
+            if (lane < n) {
+                key = base + row_term1(mine, a.term1_at) +
+                      row_sum<FP16>(mine, m, ksub, pq_smem) * inv_scale;
+                idx = (int)(first + r0 + lane);
+            }
+            __syncwarp();  // the rows are read before the next copy
+            ws.add(key, idx);
+            if (ws.need_merge()) ws.merge();
+        }
+    }
+    ws.merge();
+    __syncthreads();  // the table is done with: its room takes the queues
+    float *qk = pq_smem;
+    int *qv = reinterpret_cast<int *>(pq_smem + kPqWarps * K);
+#pragma unroll
+    for (int r = 0; r < WarpSelect<K>::N; ++r) {
+        qk[warp * K + r * 32 + lane] = ws.wk[r];
+        qv[warp * K + r * 32 + lane] = ws.wv[r];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    for (int e = K + lane; e < kPqWarps * K; e += 32) {
+        ws.add(qk[e], qv[e]);
+        if (ws.need_merge()) ws.merge();
+    }
+    ws.merge();
+    ws.write(a.out_keys + (long long)q * a.k, a.out_idx + (long long)q * a.k);
+}
+
+template <int K, bool FP16>
+simil_status launch_query(const PqQueryScan &a, int nq, cudaStream_t st)
+{
+    const size_t scan = (size_t)query_table_bytes(a.m * a.ksub, FP16) +
+                        (size_t)kPqWarps * 32 * stage_stride(a.code_size) * 4;
+    const size_t queues = (size_t)kPqWarps * K * 8;
+    const size_t smem = scan > queues ? scan : queues;
+    const auto kernel = pq_query_kernel<K, FP16>;
+    SML_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)smem));
+    kernel<<<nq, kPqThreads, smem, st>>>(a);
+    SML_LAUNCH_TRY("pq_query_kernel");
+    return SIMIL_OK;
+}
+
+template <int K>
+simil_status launch_query_k(const PqQueryScan &a, bool fp16, int nq, cudaStream_t st)
+{
+    return fp16 ? launch_query<K, true>(a, nq, st) : launch_query<K, false>(a, nq, st);
+}
+
 template <Table T, bool FP16>
 simil_status launch_table(const PqBatch &batch, const TableArgs &tab, const uint8_t *codes,
-                          int code_size, float *distances, int *rows, cudaStream_t st)
+                          int code_size, int term1_at, float *distances, int *rows,
+                          cudaStream_t st)
 {
     const size_t smem = (T == Table::residual ? (size_t)(tab.dim + 3) / 4 * 4 * 4 : 0) +
                         (size_t)tab.m * tab.ksub * (FP16 ? 2 : 4);
     const auto kernel = pq_distance_kernel<T, FP16>;
     SML_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)smem));
-    kernel<<<batch.nitems, kPqThreads, smem, st>>>(batch, tab, codes, code_size, distances, rows);
+    kernel<<<batch.nitems, kPqThreads, smem, st>>>(batch, tab, codes, code_size, term1_at,
+                                                   distances, rows);
     SML_LAUNCH_TRY("pq_distance_kernel");
     return SIMIL_OK;
 }
 
 template <Table T>
 simil_status launch_precision(bool fp16, const PqBatch &batch, const TableArgs &tab,
-                              const uint8_t *codes, int code_size, float *distances, int *rows,
-                              cudaStream_t st)
+                              const uint8_t *codes, int code_size, int term1_at,
+                              float *distances, int *rows, cudaStream_t st)
 {
-    return fp16 ? launch_table<T, true>(batch, tab, codes, code_size, distances, rows, st)
-                : launch_table<T, false>(batch, tab, codes, code_size, distances, rows, st);
+    return fp16 ? launch_table<T, true>(batch, tab, codes, code_size, term1_at, distances, rows,
+                                        st)
+                : launch_table<T, false>(batch, tab, codes, code_size, term1_at, distances, rows,
+                                         st);
 }
 
 Table table_kind(const sml_ivf_scan_args *a)
 {
-    if (a->metric != SIMIL_METRIC_L2) return Table::term3_only;
-    return a->pq_term1 ? Table::precomputed : Table::residual;
+    return a->metric == SIMIL_METRIC_L2 && a->pq_term1_at == 0 ? Table::residual : Table::term3;
 }
+
+float term3_scale(const sml_ivf_scan_args *a) { return a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f; }
 
 // One thread per (vector, sub-quantizer); grid (vector blocks, m).
 __global__ void pq_encode_kernel(const float *x, int n, int dim, const int64_t *lists,
@@ -255,25 +420,44 @@ simil_status launch_pq_distances(const sml_ivf_scan_args *a, const PqBatch &batc
 {
     const Table kind = table_kind(a);
     const int m = (int)a->pq_m, ksub = (int)a->pq_ksub, dsub = (int)a->pq_dsub;
-    if (kind != Table::residual) {
-        const float scale = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
+    if (kind == Table::term3) {
         pq_term3_kernel<<<batch.nq, 256, 0, st>>>(batch.queries, (int)a->dim, a->pq_codebooks, m,
-                                                   ksub, dsub, scale, scratch);
+                                                   ksub, dsub, term3_scale(a), scratch);
         SML_LAUNCH_TRY("pq_term3_kernel");
     }
-    const TableArgs tab{a->pq_term1, scratch, a->coarse, a->pq_codebooks, m, ksub, dsub,
-                        (int)a->dim};
+    const TableArgs tab{scratch, a->coarse, a->pq_codebooks, m, ksub, dsub, (int)a->dim};
     const uint8_t *codes = static_cast<const uint8_t *>(a->codes);
-    const int cs = (int)a->code_size;
+    const int cs = (int)a->code_size, t1 = (int)a->pq_term1_at;
     const bool fp16 = a->lut_fp16 != 0;
-    switch (kind) {
-    case Table::precomputed:
-        return launch_precision<Table::precomputed>(fp16, batch, tab, codes, cs, distances, rows, st);
-    case Table::term3_only:
-        return launch_precision<Table::term3_only>(fp16, batch, tab, codes, cs, distances, rows, st);
-    default:
-        return launch_precision<Table::residual>(fp16, batch, tab, codes, cs, distances, rows, st);
-    }
+    if (kind == Table::term3)
+        return launch_precision<Table::term3>(fp16, batch, tab, codes, cs, t1, distances, rows, st);
+    return launch_precision<Table::residual>(fp16, batch, tab, codes, cs, t1, distances, rows, st);
+}
+
+bool pq_fused(const sml_ivf_scan_args *a)
+{
+    return table_kind(a) == Table::term3 && a->k <= kPqFusedMaxK;
+}
+
+simil_status launch_pq_fused(const sml_ivf_scan_args *a, PqQueryScan scan, int nq,
+                             cudaStream_t st)
+{
+    scan.dim = (int)a->dim;
+    scan.codebooks = a->pq_codebooks;
+    scan.m = (int)a->pq_m;
+    scan.ksub = (int)a->pq_ksub;
+    scan.dsub = (int)a->pq_dsub;
+    scan.term3_scale = term3_scale(a);
+    scan.codes = static_cast<const uint8_t *>(a->codes);
+    scan.code_size = (int)a->code_size;
+    scan.term1_at = (int)a->pq_term1_at;
+    scan.k = (int)a->k;
+    const bool fp16 = a->lut_fp16 != 0;
+    if (nq == 0) return SIMIL_OK;
+    if (a->k <= 32) return launch_query_k<32>(scan, fp16, nq, st);
+    if (a->k <= 64) return launch_query_k<64>(scan, fp16, nq, st);
+    if (a->k <= 128) return launch_query_k<128>(scan, fp16, nq, st);
+    return launch_query_k<kPqFusedMaxK>(scan, fp16, nq, st);
 }
 
 simil_status cuda_pq_encode(sml_backend *b, const sml_pq_encode_args *a)

@@ -446,7 +446,7 @@ static simil_status sml_fr_pq(sml_reader *r, sml_faiss_parsed *p)
     SML_TRY(sml_fr_array(r, sizeof(float), count, (void **)&p->codebooks, "PQ codebooks"));
     p->pq_m = (int64_t)m;
     p->code_size = (size_t)code_size;
-    p->row_bytes = ((size_t)m + 3) / 4 * 4; /* sml_pq_code_size */
+    p->row_bytes = sml_ivf_pq_row_bytes((int64_t)m, p->metric);
     return SIMIL_OK;
 }
 
@@ -565,7 +565,9 @@ static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, 
         SML_TRY(sml_alloc((void **)&lists, (size_t)p->ntotal, sizeof *lists, "list numbers"));
         for (int64_t l = 0, at = 0; l < p->nlist; l++)
             for (int64_t j = 0; j < p->list_sizes[l]; j++) lists[at++] = l;
-        simil_status s = sml_ivf_append(b, ivf, p->ntotal, lists, p->codes, p->ids);
+        simil_status s = p->kind == SML_FAISS_IVF_PQ
+                             ? sml_ivf_pq_append(index, p->ntotal, lists, p->codes, p->ids)
+                             : sml_ivf_append(b, ivf, p->ntotal, lists, p->codes, p->ids);
         sml_free(lists);
         SML_TRY(s);
     }

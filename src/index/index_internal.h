@@ -91,6 +91,15 @@ simil_status sml_ivf_pq_set_trained(simil_index *index, const float *coarse,
                                     const float *codebooks);
 void sml_ivf_pq_parts(const simil_index *index, struct sml_ivf **ivf, struct sml_pq **pq);
 
+/* Bytes of an IVF-PQ row: the code (sml_pq_code_size), then, for the L2
+ * kernel metric, the row's term 1 as a float. */
+size_t sml_ivf_pq_row_bytes(int64_t m, simil_metric kernel_metric);
+
+/* Append n rows (host, sml_ivf_pq_row_bytes apart, codes filled in) to lists
+ * `lists` with these ids; writes each row's term 1 first (L2). */
+simil_status sml_ivf_pq_append(simil_index *index, int64_t n, const int64_t *lists,
+                               uint8_t *rows, const int64_t *ids);
+
 /* Load a Faiss index file (faiss_read.c) when sml_faiss_file(path) says it
  * looks like one (its first four bytes are a Faiss type code). */
 int sml_faiss_file(const char *path);

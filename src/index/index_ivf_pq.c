@@ -8,9 +8,13 @@
  * come from the paper's decomposition
  *     ||x - c - q(r)||^2 = ||x - c||^2 + (||q(r)||^2 + 2<c, q(r)>) - 2<x, q(r)>
  *                          term 2        term 1 (per list, at training)   term 3
- * when term 1 fits in memory (nlist x m x 2^b floats, up to 1 GiB); otherwise,
- * or on request, each table is computed from the residual.  "PQm" alone is an
- * inverted file of one list. */
+ * Term 1 depends only on the stored vector, so for L2 each row keeps its sum
+ * over the sub-quantizers as a float after the code (4 bytes a vector, where
+ * the paper's per-list tables take nlist x m x 2^b floats).  A query's table
+ * is then term 3 alone, the same for every list it probes, and a row's
+ * distance is term 2 + its term 1 + m entries.  On request
+ * (precomputed_tables = 0) each (query, list) table is computed from the
+ * residual instead.  "PQm" alone is an inverted file of one list. */
 #include <string.h>
 
 #include "algo/pq.h"
@@ -21,65 +25,74 @@
 #include "index/ivf.h"
 
 static const uint32_t sml_tag_codebooks = SML_TAG('P', 'Q', 'C', 'B');
-static const size_t sml_term1_budget = (size_t)1 << 30;
 
 typedef struct sml_ivf_pq {
     sml_ivf ivf;
     sml_pq pq;
     float *codebooks_mem;  /* backend: the PQ codebooks */
-    float *term1_mem;      /* backend: nlist x m x ksub, or NULL */
 } sml_ivf_pq;
 
 static sml_ivf_pq *sml_ivf_pq_of(const simil_index *index) { return index->impl; }
 
-/* Codebooks and term 1 to backend memory (term 1 only for L2, if it fits). */
+/* The codebooks to backend memory. */
 static simil_status sml_ivf_pq_upload(sml_backend *b, sml_ivf_pq *x)
 {
     const sml_pq *pq = &x->pq;
-    const sml_ivf *ivf = &x->ivf;
     const size_t cb_bytes = sizeof(float) * (size_t)(pq->m * pq->ksub * pq->dsub);
-    const size_t t1_count = (size_t)(ivf->nlist * pq->m * pq->ksub);
-    float *cb = NULL, *t1 = NULL, *host = NULL;
+    float *cb = NULL;
     simil_status s = b->ops->mem_alloc(b, cb_bytes, (void **)&cb);
     if (s == SIMIL_OK) s = b->ops->mem_upload(b, cb, pq->centroids, cb_bytes);
-    int term1 = ivf->metric == SIMIL_METRIC_L2 && t1_count * sizeof(float) <= sml_term1_budget;
-    if (s == SIMIL_OK && term1) {
-        s = sml_alloc((void **)&host, t1_count, sizeof(float), "precomputed tables");
-        if (s == SIMIL_OK) {
-            /* a team costs more than small tables (and spins on busy cores) */
-#pragma omp parallel for schedule(static) if (t1_count * (size_t)pq->dsub > ((size_t)1 << 20))
-            for (int64_t l = 0; l < ivf->nlist; l++)
-                for (int64_t i = 0; i < pq->m; i++)
-                    for (int64_t j = 0; j < pq->ksub; j++) {
-                        const float *q = pq->centroids + (i * pq->ksub + j) * pq->dsub;
-                        const float *c = ivf->centroids + l * ivf->dim + i * pq->dsub;
-                        double v = 0;
-                        for (int64_t t = 0; t < pq->dsub; t++)
-                            v += (double)q[t] * q[t] + 2.0 * (double)c[t] * q[t];
-                        host[(l * pq->m + i) * pq->ksub + j] = (float)v;
-                    }
-            s = b->ops->mem_alloc(b, t1_count * sizeof(float), (void **)&t1);
-        }
-        if (s == SIMIL_OK) s = b->ops->mem_upload(b, t1, host, t1_count * sizeof(float));
-    }
-    sml_free(host);
     if (s != SIMIL_OK) {
         b->ops->mem_free(b, cb);
-        b->ops->mem_free(b, t1);
         return s;
     }
     b->ops->mem_free(b, x->codebooks_mem);
-    b->ops->mem_free(b, x->term1_mem);
     x->codebooks_mem = cb;
-    x->term1_mem = t1;
     return SIMIL_OK;
+}
+
+size_t sml_ivf_pq_row_bytes(int64_t m, simil_metric kernel_metric)
+{
+    return sml_pq_code_bytes(m) + (kernel_metric == SIMIL_METRIC_L2 ? sizeof(float) : 0);
+}
+
+/* L2: write term 1 of each of n rows (host, row_bytes apart) after its code:
+ * sum over i of ||q_i||^2 + 2 <c_i, q_i>, q_i the codeword, c the centroid of
+ * the row's list, in float64 like the CPU's other reference sums. */
+static void sml_ivf_pq_term1_rows(const sml_ivf_pq *x, int64_t n, const int64_t *lists,
+                                  uint8_t *rows)
+{
+    const sml_pq *pq = &x->pq;
+    const sml_ivf *ivf = &x->ivf;
+    if (ivf->metric != SIMIL_METRIC_L2) return;
+    const size_t at = sml_pq_code_size(pq);
+#pragma omp parallel for schedule(static) if (n * pq->m * pq->dsub > (1 << 18))
+    for (int64_t r = 0; r < n; r++) {
+        uint8_t *row = rows + (size_t)r * ivf->code_size;
+        const float *c = ivf->centroids + lists[r] * ivf->dim;
+        double v = 0;
+        for (int64_t i = 0; i < pq->m; i++) {
+            const float *q = pq->centroids + (i * pq->ksub + row[i]) * pq->dsub;
+            for (int64_t t = 0; t < pq->dsub; t++)
+                v += (double)q[t] * q[t] + 2.0 * (double)c[i * pq->dsub + t] * q[t];
+        }
+        const float t1 = (float)v;
+        memcpy(row + at, &t1, sizeof t1);
+    }
+}
+
+simil_status sml_ivf_pq_append(simil_index *index, int64_t n, const int64_t *lists,
+                               uint8_t *rows, const int64_t *ids)
+{
+    sml_ivf_pq *x = sml_ivf_pq_of(index);
+    sml_ivf_pq_term1_rows(x, n, lists, rows);
+    return sml_ivf_append(index->backend, &x->ivf, n, lists, rows, ids);
 }
 
 /* Free what a (fresh or swapped-out) IVF-PQ holds. */
 static void sml_ivf_pq_free_parts(sml_backend *b, sml_ivf_pq *x)
 {
     b->ops->mem_free(b, x->codebooks_mem);
-    b->ops->mem_free(b, x->term1_mem);
     sml_ivf_free(b, &x->ivf);
     sml_pq_free(&x->pq);
 }
@@ -114,13 +127,11 @@ static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float 
     if (s == SIMIL_OK) s = sml_ivf_pq_upload(b, &next);
     if (s == SIMIL_OK) {
         sml_ivf_swap_quantizer(&x->ivf, &next.ivf);
-        float *t = x->pq.centroids, *cb = x->codebooks_mem, *t1 = x->term1_mem;
+        float *t = x->pq.centroids, *cb = x->codebooks_mem;
         x->pq.centroids = next.pq.centroids;
         x->codebooks_mem = next.codebooks_mem;
-        x->term1_mem = next.term1_mem;
         next.pq.centroids = t;
         next.codebooks_mem = cb;
-        next.term1_mem = t1;
     }
     sml_ivf_pq_free_parts(b, &next);
     sml_free(res);
@@ -159,7 +170,7 @@ static simil_status sml_ivf_pq_add(simil_index *index, int64_t n, const float *x
         if (s == SIMIL_OK) s = b->ops->pq_encode(b, &enc);
         sml_progress("add", i + m, n);
     }
-    if (s == SIMIL_OK) s = sml_ivf_append(b, &x->ivf, n, lists, codes, ids);
+    if (s == SIMIL_OK) s = sml_ivf_pq_append(index, n, lists, codes, ids);
     sml_free(codes);
     sml_free(lists);
     return s;
@@ -210,7 +221,9 @@ static simil_status sml_ivf_pq_search(const simil_index *index, const sml_search
             .pq_codebooks = x->codebooks_mem,
             .coarse = ivf->centroids_mem,
             .coarse_keys = keys,
-            .pq_term1 = call->params.precomputed_tables ? x->term1_mem : NULL,
+            .pq_term1_at = ivf->metric == SIMIL_METRIC_L2 && call->params.precomputed_tables
+                               ? sml_pq_code_size(&x->pq)
+                               : 0,
             .lut_fp16 = call->params.lut == SIMIL_LUT_FP16 ||
                         (call->params.lut == SIMIL_LUT_AUTO && lut_bytes > 48 * 1024),
         };
@@ -329,7 +342,7 @@ simil_status sml_ivf_pq_init(simil_index *index)
     if (s == SIMIL_OK)
         s = sml_ivf_init(&x->ivf, spec->ivf_nlist > 0 ? spec->ivf_nlist : 1, index->dim,
                          sml_kernel_metric(index->metric), index->metric == SIMIL_METRIC_COSINE,
-                         sml_pq_code_size(&x->pq));
+                         sml_ivf_pq_row_bytes(spec->pq_m, sml_kernel_metric(index->metric)));
     if (s != SIMIL_OK) {
         sml_pq_free(&x->pq);
         sml_free(x);

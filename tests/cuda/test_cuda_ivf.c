@@ -247,10 +247,13 @@ static void compare_approx(const char *what, const simil_index *cpu, const simil
     free(lg);
 }
 
+/* k = 1, 20 and 256 take the fused per-query scan, 300 the pair scan and its
+ * multi-pass selection, 2500 radix selection. */
 static void test_ivf_pq_same_as_cpu(void **state)
 {
     (void)state;
     const int64_t n = 20000, dim = 32, nq = 200, k = 20;
+    const int64_t ks[] = {1, 20, 256, 300, 2500};
     float *x = sml_test_malloc(4 * n * dim), *q = sml_test_malloc(4 * nq * dim);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 51, x));
     SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 52, q));
@@ -261,15 +264,34 @@ static void test_ivf_pq_same_as_cpu(void **state)
         simil_search_params pc, pg;
         simil_search_params_init(&pc);
         pc.nprobe = 8;
-        for (int pre = 0; pre <= 1; pre++) {
-            pc.precomputed_tables = pre;
-            pg = pc;
-            pg.lut = SIMIL_LUT_FP32;
-            compare_approx("IVF32,PQ8 fp32", cpu, gpu, &pc, &pg, q, nq, k, 1e-4);
-            /* fp16 tables: entries off by 2^-11 of the table's range at most */
-            pg.lut = SIMIL_LUT_FP16;
-            compare_approx("IVF32,PQ8 fp16", cpu, gpu, &pc, &pg, q, nq, k, 2e-2);
-        }
+        for (int pre = 0; pre <= 1; pre++)
+            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                pc.precomputed_tables = pre;
+                pg = pc;
+                pg.lut = SIMIL_LUT_FP32;
+                char what[96];
+                snprintf(what, sizeof what, "IVF32,PQ8 metric %d precomputed %d k=%lld fp32",
+                         (int)metrics[m], pre, (long long)ks[ki]);
+                compare_approx(what, cpu, gpu, &pc, &pg, q, nq, ks[ki], 1e-4);
+                /* fp16 tables: entries off by 2^-11 of the table's range at most */
+                pg.lut = SIMIL_LUT_FP16;
+                what[strlen(what) - 4] = 0;
+                strcat(what, "fp16");
+                compare_approx(what, cpu, gpu, &pc, &pg, q, nq, ks[ki], 2e-2);
+            }
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+    }
+    /* codes of fewer than 8 bits: tables of 2^5 entries per sub-quantizer */
+    {
+        simil_index *cpu, *gpu;
+        twin("IVF32,PQ8x5", dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
+        simil_search_params pc, pg;
+        simil_search_params_init(&pc);
+        pc.nprobe = 8;
+        pg = pc;
+        pg.lut = SIMIL_LUT_FP32;
+        compare_approx("IVF32,PQ8x5 fp32", cpu, gpu, &pc, &pg, q, nq, k, 1e-4);
         simil_index_destroy(cpu);
         simil_index_destroy(gpu);
     }
