@@ -303,16 +303,11 @@ static simil_status sml_fr_ivf_header(sml_reader *r, sml_faiss_parsed *p, int le
     return sml_fr_direct_map(r);
 }
 
-/* Where the codes of rows [at, at + n) go in p->codes, and the codes widened
- * in place from code_size to row_bytes (zero padding), last row first. */
+/* The codes of rows [at, at + n) of p->codes widened in place from
+ * code_size to row_bytes. */
 static void sml_fr_widen(const sml_faiss_parsed *p, int64_t at, int64_t n)
 {
-    if (p->row_bytes == p->code_size) return;
-    uint8_t *base = p->codes + (size_t)at * p->row_bytes;
-    for (int64_t j = n - 1; j >= 0; j--) {
-        memmove(base + (size_t)j * p->row_bytes, base + (size_t)j * p->code_size, p->code_size);
-        memset(base + (size_t)j * p->row_bytes + p->code_size, 0, p->row_bytes - p->code_size);
-    }
+    sml_rows_widen(p->codes + (size_t)at * p->row_bytes, n, p->code_size, p->row_bytes);
 }
 
 /* The list sizes of "ilar": "full" (nlist sizes) or "sprs" (list, size pairs). */

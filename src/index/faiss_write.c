@@ -109,8 +109,7 @@ static simil_status sml_fw_invlists(sml_writer *w, sml_backend *b, const sml_ivf
         if (n == 0) continue;
         SML_TRY(b->ops->mem_download(b, buf, ivf->codes_mem + (size_t)ivf->offset[l] * row_bytes,
                                      (size_t)n * row_bytes));
-        for (int64_t j = 1; j < n && code_size < row_bytes; j++)
-            memmove(buf + (size_t)j * code_size, buf + (size_t)j * row_bytes, code_size);
+        sml_rows_narrow(buf, n, row_bytes, code_size);
         SML_TRY(sml_writer_write(w, buf, (size_t)n * code_size));
         SML_TRY(sml_writer_write(w, ivf->host_ids + ivf->offset[l], (size_t)n * sizeof(int64_t)));
     }

@@ -58,9 +58,10 @@ size_t sml_ivf_pq_row_bytes(int64_t m, simil_metric kernel_metric)
 
 /* L2: write term 1 of each of n rows (host, row_bytes apart) after its code:
  * sum over i of ||q_i||^2 + 2 <c_i, q_i>, q_i the codeword, c the centroid of
- * the row's list, in float64 like the CPU's other reference sums. */
+ * the row's list (lists[r], or `list` for every row where lists is NULL), in
+ * float64 like the CPU's other reference sums. */
 static void sml_ivf_pq_term1_rows(const sml_ivf_pq *x, int64_t n, const int64_t *lists,
-                                  uint8_t *rows)
+                                  int64_t list, uint8_t *rows)
 {
     const sml_pq *pq = &x->pq;
     const sml_ivf *ivf = &x->ivf;
@@ -69,7 +70,7 @@ static void sml_ivf_pq_term1_rows(const sml_ivf_pq *x, int64_t n, const int64_t 
 #pragma omp parallel for schedule(static) if (n * pq->m * pq->dsub > (1 << 18))
     for (int64_t r = 0; r < n; r++) {
         uint8_t *row = rows + (size_t)r * ivf->code_size;
-        const float *c = ivf->centroids + lists[r] * ivf->dim;
+        const float *c = ivf->centroids + (lists ? lists[r] : list) * ivf->dim;
         double v = 0;
         for (int64_t i = 0; i < pq->m; i++) {
             const float *q = pq->centroids + (i * pq->ksub + row[i]) * pq->dsub;
@@ -81,11 +82,17 @@ static void sml_ivf_pq_term1_rows(const sml_ivf_pq *x, int64_t n, const int64_t 
     }
 }
 
+/* Files hold the codes alone: term 1 is rebuilt on load (sml_ivf.derive). */
+static void sml_ivf_pq_derive(const void *owner, int64_t list, int64_t n, uint8_t *rows)
+{
+    sml_ivf_pq_term1_rows(owner, n, NULL, list, rows);
+}
+
 simil_status sml_ivf_pq_append(simil_index *index, int64_t n, const int64_t *lists,
                                uint8_t *rows, const int64_t *ids)
 {
     sml_ivf_pq *x = sml_ivf_pq_of(index);
-    sml_ivf_pq_term1_rows(x, n, lists, rows);
+    sml_ivf_pq_term1_rows(x, n, lists, 0, rows);
     return sml_ivf_append(index->backend, &x->ivf, n, lists, rows, ids);
 }
 
@@ -348,6 +355,9 @@ simil_status sml_ivf_pq_init(simil_index *index)
         sml_free(x);
         return s;
     }
+    x->ivf.file_code_size = sml_pq_code_size(&x->pq);
+    x->ivf.derive = sml_ivf_pq_derive;
+    x->ivf.derive_owner = x;
     index->impl = x;
     index->vt = &sml_ivf_pq_vtable;
     index->trained = 0;

@@ -24,6 +24,7 @@ simil_status sml_ivf_init(sml_ivf *ivf, int64_t nlist, int64_t dim, simil_metric
     ivf->metric = metric;
     ivf->spherical = spherical;
     ivf->code_size = code_size;
+    ivf->file_code_size = code_size;
     simil_status s = sml_alloc((void **)&ivf->centroids, (size_t)(nlist * dim), sizeof(float),
                                "coarse centroids");
     if (s == SIMIL_OK) s = sml_calloc((void **)&ivf->offset, (size_t)nlist, sizeof(int64_t), "lists");
@@ -463,27 +464,77 @@ simil_status sml_ivf_save(sml_backend *b, const sml_ivf *ivf, sml_writer *w)
         SML_TRY(sml_writer_write(w, ivf->host_ids + ivf->offset[l],
                                  sizeof(int64_t) * (size_t)ivf->size[l]));
     SML_TRY(sml_section_end(w));
-    /* codes list by list, through a host buffer where the arena is on a GPU */
-    SML_TRY(sml_section_begin(w, sml_tag_codes, ivf->code_size * (uint64_t)total));
+    /* codes list by list, through a host buffer where the arena is on a GPU
+     * or the rows carry derived bytes */
+    const size_t file_row = ivf->file_code_size;
+    SML_TRY(sml_section_begin(w, sml_tag_codes, file_row * (uint64_t)total));
     int64_t largest = 0;
     for (int64_t l = 0; l < nlist; l++)
         if (ivf->size[l] > largest) largest = ivf->size[l];
-    void *buf = NULL;
-    if (b->gpu >= 0 && largest > 0)
-        SML_TRY(sml_alloc(&buf, (size_t)largest, ivf->code_size, "a save buffer"));
+    uint8_t *buf = NULL;
+    if ((b->gpu >= 0 || file_row < ivf->code_size) && largest > 0)
+        SML_TRY(sml_alloc((void **)&buf, (size_t)largest, ivf->code_size, "a save buffer"));
     simil_status s = SIMIL_OK;
     for (int64_t l = 0; l < nlist && s == SIMIL_OK; l++) {
         const uint8_t *src = ivf->codes_mem + (size_t)ivf->offset[l] * ivf->code_size;
-        size_t bytes = (size_t)ivf->size[l] * ivf->code_size;
-        if (buf != NULL && bytes > 0) {
-            s = b->ops->mem_download(b, buf, src, bytes);
+        const int64_t n = ivf->size[l];
+        if (buf != NULL && n > 0) {
+            s = b->ops->mem_download(b, buf, src, (size_t)n * ivf->code_size);
+            sml_rows_narrow(buf, n, ivf->code_size, file_row);
             src = buf;
         }
-        if (s == SIMIL_OK) s = sml_writer_write(w, src, bytes);
+        if (s == SIMIL_OK) s = sml_writer_write(w, src, (size_t)n * file_row);
     }
     sml_free(buf);
     SML_TRY(s);
     return sml_section_end(w);
+}
+
+void sml_rows_widen(uint8_t *base, int64_t n, size_t from, size_t to)
+{
+    for (int64_t j = n - 1; j >= 0 && to > from; j--) {
+        memmove(base + (size_t)j * to, base + (size_t)j * from, from);
+        memset(base + (size_t)j * to + from, 0, to - from);
+    }
+}
+
+void sml_rows_narrow(uint8_t *base, int64_t n, size_t from, size_t to)
+{
+    for (int64_t j = 1; j < n && to < from; j++)
+        memmove(base + (size_t)j * to, base + (size_t)j * from, to);
+}
+
+/* LCOD of rows shorter than the arena's: list by list, widened, the derived
+ * bytes rebuilt, then uploaded. */
+static simil_status sml_ivf_load_derived(sml_backend *b, sml_ivf *ivf, sml_reader *r,
+                                         int64_t ntotal)
+{
+    uint64_t bytes;
+    SML_TRY(sml_section_open(r, sml_tag_codes, &bytes));
+    SML_RETURN_IF(bytes != ivf->file_code_size * (uint64_t)ntotal, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: codes of %llu bytes, %llu expected", r->path,
+                  (unsigned long long)bytes,
+                  (unsigned long long)(ivf->file_code_size * (uint64_t)ntotal));
+    int64_t largest = 0;
+    for (int64_t l = 0; l < ivf->nlist; l++)
+        if (ivf->size[l] > largest) largest = ivf->size[l];
+    uint8_t *buf;
+    SML_TRY(sml_alloc((void **)&buf, (size_t)(largest > 0 ? largest : 1), ivf->code_size,
+                      "a load buffer"));
+    simil_status s = SIMIL_OK;
+    for (int64_t l = 0; l < ivf->nlist && s == SIMIL_OK; l++) {
+        const int64_t n = ivf->size[l];
+        if (n == 0) continue;
+        s = sml_section_read(r, buf, (size_t)n * ivf->file_code_size);
+        if (s != SIMIL_OK) break;
+        sml_rows_widen(buf, n, ivf->file_code_size, ivf->code_size);
+        ivf->derive(ivf->derive_owner, l, n, buf);
+        s = b->ops->mem_upload(b, ivf->codes_mem + (size_t)ivf->offset[l] * ivf->code_size, buf,
+                               (size_t)n * ivf->code_size);
+    }
+    sml_free(buf);
+    SML_TRY(s);
+    return sml_section_close(r);
 }
 
 /* Read the sizes and check them against the header's ntotal and the file. */
@@ -506,7 +557,7 @@ static simil_status sml_ivf_load_sizes(sml_ivf *ivf, sml_reader *r, int64_t ntot
     SML_RETURN_IF(total != ntotal, SIMIL_ERR_CORRUPT,
                   "'%s' is damaged: lists hold %" PRId64 " vectors, the header says %" PRId64,
                   r->path, total, ntotal);
-    SML_RETURN_IF((uint64_t)ntotal > r->size / (ivf->code_size + sizeof(int64_t)),
+    SML_RETURN_IF((uint64_t)ntotal > r->size / (ivf->file_code_size + sizeof(int64_t)),
                   SIMIL_ERR_CORRUPT, "'%s' is truncated: %" PRId64 " vectors cannot fit", r->path,
                   ntotal);
     return SIMIL_OK;
@@ -543,6 +594,7 @@ simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t n
         SML_RETURN_IF(ivf->host_ids[i] < 0, SIMIL_ERR_CORRUPT, "'%s' is damaged: negative id",
                       r->path);
     SML_TRY(b->ops->mem_upload(b, ivf->ids_mem, ivf->host_ids, (size_t)bytes));
+    if (ivf->file_code_size < ivf->code_size) return sml_ivf_load_derived(b, ivf, r, ntotal);
     return sml_section_read_mem(r, sml_tag_codes, b, ivf->codes_mem,
                                 ivf->code_size * (uint64_t)ntotal);
 }

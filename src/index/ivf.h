@@ -22,6 +22,12 @@ typedef struct sml_ivf {
     simil_metric metric;      /* of the coarse search: L2 or IP */
     int spherical;            /* cosine: unit-norm centroids */
     size_t code_size;         /* bytes per stored row, a multiple of 4 */
+    /* Rows may end in data derived from their code (IVF-PQ's term 1): files
+     * hold the first file_code_size bytes of each row (code_size unless set),
+     * and loading rebuilds the rest with derive(derive_owner, list, n, rows). */
+    size_t file_code_size;
+    void (*derive)(const void *owner, int64_t list, int64_t n, uint8_t *rows);
+    const void *derive_owner;
     float *centroids;         /* host: nlist x dim */
     float *centroids_mem;     /* backend: the same, their squared norms, ids 0..nlist-1 */
     float *centroid_norms_mem;
@@ -77,6 +83,12 @@ int64_t sml_ivf_list_of(const sml_ivf *ivf, int64_t row);
 
 /* Empty every list; the quantizer stays. */
 void sml_ivf_reset(sml_backend *b, sml_ivf *ivf);
+
+/* n rows of `from` bytes at base, moved apart (in place) to rows of `to`
+ * bytes, the new tail bytes zeroed (widen, to > from); or the first `to`
+ * bytes of each, packed together (narrow, to < from). */
+void sml_rows_widen(uint8_t *base, int64_t n, size_t from, size_t to);
+void sml_rows_narrow(uint8_t *base, int64_t n, size_t from, size_t to);
 
 /* Sections IVFC (centroids), LSIZ (list sizes), LIDS (ids), LCOD (codes),
  * lists in order.  Load expects ntotal rows in all. */
