@@ -50,9 +50,11 @@ typedef struct simil_search_params {
     float extra_distance;       /* XFBQ: widen the candidates by this fraction of the
                                    distance range; < 0: the default, 0.05 */
     simil_lut_precision lut;    /* IVF-PQ lookup tables; default SIMIL_LUT_AUTO */
-    int precomputed_tables;     /* IVF-PQ: 1 (default) uses the tables precomputed at
-                                   training where there are some; 0 computes every
-                                   query's tables from its residuals */
+    int precomputed_tables;     /* IVF-PQ, L2: 1 (default) uses the decomposition
+                                   of the distance, with each vector's term 1
+                                   stored at add time and one table per query; 0
+                                   computes a table per (query, list) from the
+                                   residual */
 } simil_search_params;
 
 SIMIL_API void simil_search_params_init(simil_search_params *params);
