@@ -59,20 +59,26 @@ size_t sml_ivf_pq_row_bytes(int64_t m, simil_metric kernel_metric)
 /* L2: write term 1 of each of n rows (host, row_bytes apart) after its code:
  * sum over i of ||q_i||^2 + 2 <c_i, q_i>, q_i the codeword, c the centroid of
  * the row's list (lists[r], or `list` for every row where lists is NULL), in
- * float64 like the CPU's other reference sums. */
-static void sml_ivf_pq_term1_rows(const sml_ivf_pq *x, int64_t n, const int64_t *lists,
-                                  int64_t list, uint8_t *rows)
+ * float64 like the CPU's other reference sums.  Returns 0 if some code is
+ * past its codebook (a damaged file with codes of fewer than 8 bits). */
+static int sml_ivf_pq_term1_rows(const sml_ivf_pq *x, int64_t n, const int64_t *lists,
+                                 int64_t list, uint8_t *rows)
 {
     const sml_pq *pq = &x->pq;
     const sml_ivf *ivf = &x->ivf;
-    if (ivf->metric != SIMIL_METRIC_L2) return;
+    if (ivf->metric != SIMIL_METRIC_L2) return 1;
     const size_t at = sml_pq_code_size(pq);
-#pragma omp parallel for schedule(static) if (n * pq->m * pq->dsub > (1 << 18))
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n * pq->m * pq->dsub > (1 << 18))
     for (int64_t r = 0; r < n; r++) {
         uint8_t *row = rows + (size_t)r * ivf->code_size;
         const float *c = ivf->centroids + (lists ? lists[r] : list) * ivf->dim;
         double v = 0;
         for (int64_t i = 0; i < pq->m; i++) {
+            if (row[i] >= pq->ksub) {
+                bad = 1;
+                break;
+            }
             const float *q = pq->centroids + (i * pq->ksub + row[i]) * pq->dsub;
             for (int64_t t = 0; t < pq->dsub; t++)
                 v += (double)q[t] * q[t] + 2.0 * (double)c[i * pq->dsub + t] * q[t];
@@ -80,19 +86,22 @@ static void sml_ivf_pq_term1_rows(const sml_ivf_pq *x, int64_t n, const int64_t 
         const float t1 = (float)v;
         memcpy(row + at, &t1, sizeof t1);
     }
+    return !bad;
 }
 
 /* Files hold the codes alone: term 1 is rebuilt on load (sml_ivf.derive). */
-static void sml_ivf_pq_derive(const void *owner, int64_t list, int64_t n, uint8_t *rows)
+static int sml_ivf_pq_derive(const void *owner, int64_t list, int64_t n, uint8_t *rows)
 {
-    sml_ivf_pq_term1_rows(owner, n, NULL, list, rows);
+    return sml_ivf_pq_term1_rows(owner, n, NULL, list, rows);
 }
 
 simil_status sml_ivf_pq_append(simil_index *index, int64_t n, const int64_t *lists,
                                uint8_t *rows, const int64_t *ids)
 {
     sml_ivf_pq *x = sml_ivf_pq_of(index);
-    sml_ivf_pq_term1_rows(x, n, lists, 0, rows);
+    /* the encoder's and Faiss's 8-bit codes always fit their codebooks */
+    SML_RETURN_IF(!sml_ivf_pq_term1_rows(x, n, lists, 0, rows), SIMIL_ERR_INTERNAL,
+                  "IVF-PQ: a code to append is past its codebook");
     return sml_ivf_append(index->backend, &x->ivf, n, lists, rows, ids);
 }
 

@@ -528,7 +528,12 @@ static simil_status sml_ivf_load_derived(sml_backend *b, sml_ivf *ivf, sml_reade
         s = sml_section_read(r, buf, (size_t)n * ivf->file_code_size);
         if (s != SIMIL_OK) break;
         sml_rows_widen(buf, n, ivf->file_code_size, ivf->code_size);
-        ivf->derive(ivf->derive_owner, l, n, buf);
+        if (!ivf->derive(ivf->derive_owner, l, n, buf)) {
+            s = sml_error(SIMIL_ERR_CORRUPT,
+                          "'%s' is damaged: list %" PRId64 " holds a code past its codebook",
+                          r->path, l);
+            break;
+        }
         s = b->ops->mem_upload(b, ivf->codes_mem + (size_t)ivf->offset[l] * ivf->code_size, buf,
                                (size_t)n * ivf->code_size);
     }

@@ -24,9 +24,10 @@ typedef struct sml_ivf {
     size_t code_size;         /* bytes per stored row, a multiple of 4 */
     /* Rows may end in data derived from their code (IVF-PQ's term 1): files
      * hold the first file_code_size bytes of each row (code_size unless set),
-     * and loading rebuilds the rest with derive(derive_owner, list, n, rows). */
+     * and loading rebuilds the rest with derive(derive_owner, list, n, rows),
+     * which returns 0 where a code is not one the owner could have written. */
     size_t file_code_size;
-    void (*derive)(const void *owner, int64_t list, int64_t n, uint8_t *rows);
+    int (*derive)(const void *owner, int64_t list, int64_t n, uint8_t *rows);
     const void *derive_owner;
     float *centroids;         /* host: nlist x dim */
     float *centroids_mem;     /* backend: the same, their squared norms, ids 0..nlist-1 */

@@ -247,6 +247,26 @@ static void compare_approx(const char *what, const simil_index *cpu, const simil
     free(lg);
 }
 
+/* An L2 index trained on the CPU and loaded on the GPU, compared at one
+ * nprobe with the GPU's tables in lut precision. */
+static void compare_twin(const char *desc, int64_t n, int64_t dim, const float *x,
+                         const float *q, int64_t nq, int64_t k, int64_t nprobe,
+                         simil_lut_precision lut, double rel)
+{
+    simil_index *cpu, *gpu;
+    twin(desc, dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
+    simil_search_params pc, pg;
+    simil_search_params_init(&pc);
+    pc.nprobe = nprobe;
+    pg = pc;
+    pg.lut = lut;
+    char what[96];
+    snprintf(what, sizeof what, "%s %s", desc, lut == SIMIL_LUT_FP16 ? "fp16" : "fp32");
+    compare_approx(what, cpu, gpu, &pc, &pg, q, nq, k, rel);
+    simil_index_destroy(cpu);
+    simil_index_destroy(gpu);
+}
+
 /* k = 1, 20 and 256 take the fused per-query scan, 300 the pair scan and its
  * multi-pass selection, 2500 radix selection. */
 static void test_ivf_pq_same_as_cpu(void **state)
@@ -283,31 +303,11 @@ static void test_ivf_pq_same_as_cpu(void **state)
         simil_index_destroy(gpu);
     }
     /* codes of fewer than 8 bits: tables of 2^5 entries per sub-quantizer */
-    {
-        simil_index *cpu, *gpu;
-        twin("IVF32,PQ8x5", dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
-        simil_search_params pc, pg;
-        simil_search_params_init(&pc);
-        pc.nprobe = 8;
-        pg = pc;
-        pg.lut = SIMIL_LUT_FP32;
-        compare_approx("IVF32,PQ8x5 fp32", cpu, gpu, &pc, &pg, q, nq, k, 1e-4);
-        simil_index_destroy(cpu);
-        simil_index_destroy(gpu);
-    }
+    compare_twin("IVF32,PQ8x5", n, dim, x, q, nq, k, 8, SIMIL_LUT_FP32, 1e-4);
     /* large raw values: fp16 tables must not overflow */
     for (int64_t i = 0; i < n * dim; i++) x[i] *= 3000.0f;
     for (int64_t i = 0; i < nq * dim; i++) q[i] *= 3000.0f;
-    simil_index *cpu, *gpu;
-    twin("IVF16,PQ16", dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
-    simil_search_params pc, pg;
-    simil_search_params_init(&pc);
-    pc.nprobe = 4;
-    pg = pc;
-    pg.lut = SIMIL_LUT_FP16;
-    compare_approx("large values fp16", cpu, gpu, &pc, &pg, q, nq, k, 2e-2);
-    simil_index_destroy(cpu);
-    simil_index_destroy(gpu);
+    compare_twin("IVF16,PQ16", n, dim, x, q, nq, k, 4, SIMIL_LUT_FP16, 2e-2);
     free(x);
     free(q);
 }
