@@ -79,7 +79,7 @@ typedef struct sml_ivf_scan_args {
 /* IVF-PQ codes: the residual of each vector (x minus the coarse centroid of
  * its list) coded with the PQ codebooks. */
 typedef struct sml_pq_encode_args {
-    const float *x;              /* host: n x dim */
+    const float *x;              /* host or mem: n x dim */
     int64_t n;
     int64_t dim;
     const int64_t *lists;        /* host: n lists */

@@ -10,6 +10,7 @@
 #include <atomic>
 
 #include "core/alloc.h"
+#include "core/vectors.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_kernels.cuh"
@@ -108,9 +109,51 @@ simil_status mem_copy_kind(sml_backend *b, void *dst, const void *src, size_t by
     return SIMIL_OK;
 }
 
+// Large uploads from pageable memory go through two pinned pieces: the host
+// threads copy piece i + 1 (sml_copy_parallel) while the DMA engine moves
+// piece i.  A plain cudaMemcpy from pageable memory is staged by the driver
+// on one thread, and measured 7.5 GB/s on the H200 machine (51 ms per
+// million 96-d vectors, paid twice per vector by IVF-PQ adds before).
+constexpr size_t kStagedPiece = (size_t)32 << 20;
+
+simil_status upload_staged(Device *dev, char *dst, const char *src, size_t bytes,
+                           cudaEvent_t moved[2])
+{
+    char *pinned;
+    SML_TRY(device_pinned(dev, 2 * kStagedPiece, reinterpret_cast<void **>(&pinned)));
+    cudaStream_t st = dev->stream[0];
+    for (size_t at = 0, i = 0; at < bytes; at += kStagedPiece, ++i) {
+        const size_t n = bytes - at < kStagedPiece ? bytes - at : kStagedPiece;
+        char *piece = pinned + (i & 1) * kStagedPiece;
+        if (i >= 2) SML_CUDA_TRY(cudaEventSynchronize(moved[i & 1]));
+        sml_copy_parallel(piece, src + at, n);
+        SML_CUDA_TRY(cudaMemcpyAsync(dst + at, piece, n, cudaMemcpyHostToDevice, st));
+        SML_CUDA_TRY(cudaEventRecord(moved[i & 1], st));
+    }
+    SML_CUDA_TRY(cudaStreamSynchronize(st));
+    return SIMIL_OK;
+}
+
 simil_status mem_upload(sml_backend *b, void *mem, const void *host, size_t bytes)
 {
-    return mem_copy_kind(b, mem, host, bytes, cudaMemcpyHostToDevice);
+    if (bytes < 2 * kStagedPiece || is_device_pointer(host))
+        return mem_copy_kind(b, mem, host, bytes, cudaMemcpyHostToDevice);
+    Device *dev = device_of(b);
+    cudaEvent_t moved[2] = {nullptr, nullptr};
+    pthread_mutex_lock(&dev->lock);
+    simil_status s = cuda_status(cudaSetDevice(b->gpu), "cudaSetDevice", __FILE__, __LINE__);
+    if (s == SIMIL_OK) s = device_join_caller(dev);
+    for (int i = 0; i < 2 && s == SIMIL_OK; ++i)
+        s = cuda_status(cudaEventCreateWithFlags(&moved[i], cudaEventDisableTiming),
+                        "cudaEventCreate", __FILE__, __LINE__);
+    if (s == SIMIL_OK)
+        s = upload_staged(dev, static_cast<char *>(mem), static_cast<const char *>(host), bytes,
+                          moved);
+    if (s != SIMIL_OK) cudaStreamSynchronize(dev->stream[0]);
+    for (int i = 0; i < 2; ++i)
+        if (moved[i]) cudaEventDestroy(moved[i]);
+    pthread_mutex_unlock(&dev->lock);
+    return s;
 }
 
 simil_status mem_download(sml_backend *b, void *host, const void *mem, size_t bytes)

@@ -155,21 +155,30 @@ static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float 
     return s;
 }
 
+/* Each chunk goes to backend memory once, where both the coarse assignment
+ * and the encoder read it. */
 static simil_status sml_ivf_pq_add(simil_index *index, int64_t n, const float *xs,
                                    const int64_t *ids)
 {
     sml_ivf_pq *x = sml_ivf_pq_of(index);
     sml_backend *b = index->backend;
     const size_t code_size = x->ivf.code_size;
+    const int64_t chunk = n < ((int64_t)1 << 20) ? n : (int64_t)1 << 20;
     int64_t *lists = NULL;
     uint8_t *codes = NULL;
+    float *staged = NULL;
     simil_status s = sml_alloc((void **)&lists, (size_t)n, sizeof *lists, "list assignments");
     if (s == SIMIL_OK) s = sml_alloc((void **)&codes, (size_t)n, code_size, "codes");
-    const int64_t chunk = (int64_t)1 << 20;
+    if (s == SIMIL_OK && b->gpu >= 0)
+        s = b->ops->mem_alloc(b, sizeof(float) * (size_t)(chunk * index->dim), (void **)&staged);
     for (int64_t i = 0; i < n && s == SIMIL_OK; i += chunk) {
         const int64_t m = n - i < chunk ? n - i : chunk;
         const float *part = xs + i * index->dim;
-        s = sml_ivf_probe(b, &x->ivf, m, part, 1, lists + i, NULL);
+        if (staged != NULL) {
+            s = b->ops->mem_upload(b, staged, part, sizeof(float) * (size_t)(m * index->dim));
+            part = staged;
+        }
+        if (s == SIMIL_OK) s = sml_ivf_probe(b, &x->ivf, m, part, 1, lists + i, NULL);
         sml_pq_encode_args enc = {
             .x = part,
             .n = m,
@@ -187,6 +196,7 @@ static simil_status sml_ivf_pq_add(simil_index *index, int64_t n, const float *x
         sml_progress("add", i + m, n);
     }
     if (s == SIMIL_OK) s = sml_ivf_pq_append(index, n, lists, codes, ids);
+    b->ops->mem_free(b, staged);
     sml_free(codes);
     sml_free(lists);
     return s;

@@ -33,6 +33,7 @@ typedef struct sml_ivf {
     float *centroids_mem;     /* backend: the same, their squared norms, ids 0..nlist-1 */
     float *centroid_norms_mem;
     int64_t *centroid_ids_mem;
+    void *centroid_shadow;    /* the backend's shadow of centroids_mem (backend.h), or NULL */
     int trained;
     /* the arena */
     uint8_t *codes_mem;       /* backend: capacity x code_size */
