@@ -158,8 +158,11 @@ simil_status plan_search(const Search &s, bool fast, size_t budget, Plan *out)
     p.fast = fast;
     p.radix = a->k > kMaxWarpSelectK;
     // The fast path keeps 2k candidates, at least 64: with fewer, a few
-    // percent of the queries on uniform data fail the bound at k = 10.
-    p.kk = fast ? warp_select_queue(a->k * 2 > 64 ? (int)a->k * 2 : 64) : (int)a->k;
+    // percent of the queries on uniform data fail the bound at k = 10.  For
+    // k <= 4 (an IVF's list assignment: k = 1) 32 suffice, and on short rows
+    // the smaller queue warms up far sooner.
+    const int floor = a->k <= 4 ? 32 : 64;
+    p.kk = fast ? warp_select_queue(a->k * 2 > floor ? (int)a->k * 2 : floor) : (int)a->k;
     const size_t score_bytes = fast ? 2 : 4;
     for (p.qt = (int)(a->nq < s.max_query_tile ? a->nq : s.max_query_tile); p.qt >= 1;
          p.qt /= 2) {

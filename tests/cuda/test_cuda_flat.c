@@ -140,6 +140,36 @@ static void test_tiling_millions(void **state)
     free(q);
 }
 
+/* Uploads of 64 MB and more go through pinned pieces of 32 MB
+ * (cuda_backend.cu): a 1024-d add moves 256 MB per chunk of 65,536 rows.
+ * Rows on both sides of every piece boundary, and the last, come back as
+ * they went in, and each finds itself. */
+static void test_staged_upload(void **state)
+{
+    (void)state;
+    const int64_t n = 70000, dim = 1024, rows_per_piece = ((int64_t)32 << 20) / (4 * dim);
+    float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim)), *r = sml_test_malloc(4 * dim);
+    sml_test_fill_uniform(x, n * dim, 9, -1, 1);
+    simil_index *gpu;
+    SML_ASSERT_OK(simil_index_create(&gpu, dim, "Flat", SIMIL_METRIC_L2, "gpu"));
+    SML_ASSERT_OK(simil_index_add(gpu, n, x, NULL));
+    for (int64_t row = 0; row < n; row += rows_per_piece) {
+        const int64_t ids[] = {row == 0 ? 0 : row - 1, row, n - 1};
+        for (int i = 0; i < 3; i++) {
+            SML_ASSERT_OK(simil_index_reconstruct(gpu, ids[i], r));
+            if (memcmp(r, x + ids[i] * dim, 4 * dim) != 0)
+                fail_msg("row %lld changed on its way to the GPU", (long long)ids[i]);
+            float d;
+            int64_t l;
+            SML_ASSERT_OK(simil_index_search(gpu, 1, x + ids[i] * dim, 1, NULL, &d, &l));
+            assert_int_equal(l, ids[i]);
+        }
+    }
+    simil_index_destroy(gpu);
+    free(x);
+    free(r);
+}
+
 static void test_device_memory(void **state)
 {
     (void)state;
@@ -359,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_dims_and_k),
         cmocka_unit_test(test_empty_and_tiny),
         cmocka_unit_test(test_tiling_millions),
+        cmocka_unit_test(test_staged_upload),
         cmocka_unit_test(test_device_memory),
         cmocka_unit_test(test_staged_tiles),
         cmocka_unit_test(test_nan_rejected),
