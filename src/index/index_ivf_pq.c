@@ -56,17 +56,20 @@ size_t sml_ivf_pq_row_bytes(int64_t m, simil_metric kernel_metric)
     return sml_pq_code_bytes(m) + (kernel_metric == SIMIL_METRIC_L2 ? sizeof(float) : 0);
 }
 
-/* L2: write term 1 of each of n rows (host, row_bytes apart) after its code:
- * sum over i of ||q_i||^2 + 2 <c_i, q_i>, q_i the codeword, c the centroid of
- * the row's list (lists[r], or `list` for every row where lists is NULL), in
- * float64 like the CPU's other reference sums.  Returns 0 if some code is
- * past its codebook (a damaged file with codes of fewer than 8 bits). */
+/* Check the codes of n rows (host, row_bytes apart) against the codebooks
+ * and, for L2, write each row's term 1 after its code: sum over i of
+ * ||q_i||^2 + 2 <c_i, q_i>, q_i the codeword, c the centroid of the row's list
+ * (lists[r], or `list` for every row where lists is NULL), in float64 like
+ * the CPU's other reference sums.  Returns 0 if some code is past its
+ * codebook (a damaged file with codes of fewer than 8 bits), which a scan
+ * would look up past its table. */
 static int sml_ivf_pq_term1_rows(const sml_ivf_pq *x, int64_t n, const int64_t *lists,
                                  int64_t list, uint8_t *rows)
 {
     const sml_pq *pq = &x->pq;
     const sml_ivf *ivf = &x->ivf;
-    if (ivf->metric != SIMIL_METRIC_L2) return 1;
+    const int l2 = ivf->metric == SIMIL_METRIC_L2;
+    if (!l2 && pq->ksub == 256) return 1;
     const size_t at = sml_pq_code_size(pq);
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (n * pq->m * pq->dsub > (1 << 18))
@@ -79,17 +82,20 @@ static int sml_ivf_pq_term1_rows(const sml_ivf_pq *x, int64_t n, const int64_t *
                 bad = 1;
                 break;
             }
+            if (!l2) continue;
             const float *q = pq->centroids + (i * pq->ksub + row[i]) * pq->dsub;
             for (int64_t t = 0; t < pq->dsub; t++)
                 v += (double)q[t] * q[t] + 2.0 * (double)c[i * pq->dsub + t] * q[t];
         }
+        if (!l2) continue;
         const float t1 = (float)v;
         memcpy(row + at, &t1, sizeof t1);
     }
     return !bad;
 }
 
-/* Files hold the codes alone: term 1 is rebuilt on load (sml_ivf.derive). */
+/* Files hold the codes alone: loading checks them, and for L2 rebuilds
+ * term 1 (sml_ivf.derive). */
 static int sml_ivf_pq_derive(const void *owner, int64_t list, int64_t n, uint8_t *rows)
 {
     return sml_ivf_pq_term1_rows(owner, n, NULL, list, rows);
@@ -375,8 +381,11 @@ simil_status sml_ivf_pq_init(simil_index *index)
         return s;
     }
     x->ivf.file_code_size = sml_pq_code_size(&x->pq);
-    x->ivf.derive = sml_ivf_pq_derive;
-    x->ivf.derive_owner = x;
+    /* IP rows of 8-bit codes have nothing to rebuild or check: they load in bulk */
+    if (x->ivf.metric == SIMIL_METRIC_L2 || x->pq.ksub < 256) {
+        x->ivf.derive = sml_ivf_pq_derive;
+        x->ivf.derive_owner = x;
+    }
     index->impl = x;
     index->vt = &sml_ivf_pq_vtable;
     index->trained = 0;

@@ -566,8 +566,8 @@ void sml_rows_narrow(uint8_t *base, int64_t n, size_t from, size_t to)
         memmove(base + (size_t)j * to, base + (size_t)j * from, to);
 }
 
-/* LCOD of rows shorter than the arena's: list by list, widened, the derived
- * bytes rebuilt, then uploaded. */
+/* LCOD through the owner's derive hook: list by list, widened to the arena's
+ * rows, checked and completed, then uploaded. */
 static simil_status sml_ivf_load_derived(sml_backend *b, sml_ivf *ivf, sml_reader *r,
                                          int64_t ntotal)
 {
@@ -661,7 +661,7 @@ simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t n
         SML_RETURN_IF(ivf->host_ids[i] < 0, SIMIL_ERR_CORRUPT, "'%s' is damaged: negative id",
                       r->path);
     SML_TRY(b->ops->mem_upload(b, ivf->ids_mem, ivf->host_ids, (size_t)bytes));
-    if (ivf->file_code_size < ivf->code_size) return sml_ivf_load_derived(b, ivf, r, ntotal);
+    if (ivf->derive != NULL) return sml_ivf_load_derived(b, ivf, r, ntotal);
     return sml_section_read_mem(r, sml_tag_codes, b, ivf->codes_mem,
                                 ivf->code_size * (uint64_t)ntotal);
 }

@@ -23,9 +23,11 @@ typedef struct sml_ivf {
     int spherical;            /* cosine: unit-norm centroids */
     size_t code_size;         /* bytes per stored row, a multiple of 4 */
     /* Rows may end in data derived from their code (IVF-PQ's term 1): files
-     * hold the first file_code_size bytes of each row (code_size unless set),
-     * and loading rebuilds the rest with derive(derive_owner, list, n, rows),
-     * which returns 0 where a code is not one the owner could have written. */
+     * hold the first file_code_size bytes of each row (code_size unless set).
+     * Where derive is set, loading hands it each list's rows, widened, to
+     * rebuild the rest (derive(derive_owner, list, n, rows)); it returns 0
+     * where a code is not one the owner could have written.  It must be set
+     * when file_code_size < code_size. */
     size_t file_code_size;
     int (*derive)(const void *owner, int64_t list, int64_t n, uint8_t *rows);
     const void *derive_owner;

@@ -232,39 +232,45 @@ static void test_ids_remove_files(void **state)
 /* A file whose codes of fewer than 8 bits point past their codebook (here a
  * code byte of 200 for 5-bit codes) is refused as damaged when term 1 is
  * rebuilt on load, before anything reads past the codebook. */
+/* A code byte past a codebook of fewer than 8 bits (a damaged or crafted
+ * file) is refused at load, for L2 (where term 1 is rebuilt from the codes)
+ * and IP alike: a scan would read past its lookup table. */
 static void test_code_past_codebook(void **state)
 {
     (void)state;
     const int64_t n = 2000, dim = 16;
     float *x = sml_test_malloc(4 * n * dim);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 23, x));
-    simil_index *index;
-    SML_ASSERT_OK(simil_index_create(&index, dim, "IVF4,PQ4x5", SIMIL_METRIC_L2, "cpu"));
-    SML_ASSERT_OK(simil_index_train(index, n, x));
-    SML_ASSERT_OK(simil_index_add(index, n, x, NULL));
-    const char *path = sml_test_path("ivfpq-bad-code.simil");
-    SML_ASSERT_OK(simil_index_save(index, path));
-    simil_index_destroy(index);
-    FILE *f = fopen(path, "r+b");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    const long size = ftell(f);
-    unsigned char *bytes = sml_test_malloc((size_t)size);
-    rewind(f);
-    assert_int_equal(fread(bytes, 1, (size_t)size, f), (size_t)size);
-    long lcod = -1;
-    for (long i = 0; i + 4 <= size && lcod < 0; i++)
-        if (memcmp(bytes + i, "LCOD", 4) == 0) lcod = i;
-    assert_true(lcod >= 0);
-    /* the section header is 24 bytes; its payload starts with the first code */
-    fseek(f, lcod + 24, SEEK_SET);
-    assert_int_equal(fputc(200, f), 200);
-    fclose(f);
-    simil_index *loaded = (simil_index *)0x1;
-    SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_index_load(&loaded, path, "cpu"));
-    assert_non_null(strstr(simil_last_error(), "past its codebook"));
-    assert_null(loaded);
-    free(bytes);
+    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP};
+    for (int mi = 0; mi < 2; mi++) {
+        simil_index *index;
+        SML_ASSERT_OK(simil_index_create(&index, dim, "IVF4,PQ4x5", metrics[mi], "cpu"));
+        SML_ASSERT_OK(simil_index_train(index, n, x));
+        SML_ASSERT_OK(simil_index_add(index, n, x, NULL));
+        const char *path = sml_test_path("ivfpq-bad-code.simil");
+        SML_ASSERT_OK(simil_index_save(index, path));
+        simil_index_destroy(index);
+        FILE *f = fopen(path, "r+b");
+        assert_non_null(f);
+        fseek(f, 0, SEEK_END);
+        const long size = ftell(f);
+        unsigned char *bytes = sml_test_malloc((size_t)size);
+        rewind(f);
+        assert_int_equal(fread(bytes, 1, (size_t)size, f), (size_t)size);
+        long lcod = -1;
+        for (long i = 0; i + 4 <= size && lcod < 0; i++)
+            if (memcmp(bytes + i, "LCOD", 4) == 0) lcod = i;
+        assert_true(lcod >= 0);
+        /* the section header is 24 bytes; its payload starts with the first code */
+        fseek(f, lcod + 24, SEEK_SET);
+        assert_int_equal(fputc(200, f), 200);
+        fclose(f);
+        simil_index *loaded = (simil_index *)0x1;
+        SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_index_load(&loaded, path, "cpu"));
+        assert_non_null(strstr(simil_last_error(), "past its codebook"));
+        assert_null(loaded);
+        free(bytes);
+    }
     free(x);
 }
 
