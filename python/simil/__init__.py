@@ -202,7 +202,9 @@ class Index:
         """Train the index on x (n x dim, or one vector of dim values).
 
         Indexes that need no training (Flat) accept the call and do nothing.
-        Training an index that holds vectors is refused by some index types.
+        An index whose stored vectors depend on its training (an inverted
+        file, PQ, OPQ) refuses it while it holds vectors (InvalidArgumentError;
+        reset() it first); flat XFBQ recodes its vectors with the new alpha.
         """
         self._core.train(_rows(x, "training vectors", self.dim))
 

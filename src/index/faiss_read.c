@@ -230,7 +230,7 @@ static simil_status sml_fr_quantizer(sml_reader *r, sml_faiss_parsed *p, uint64_
     SML_TRY(sml_fr_u32(r, &code));
     if (!sml_fr_is_flat(code))
         return sml_faiss_unsupported(r->path, code, " as a coarse quantizer");
-    sml_fr_head h;
+    sml_fr_head h = {0};
     SML_TRY(sml_fr_flat(r, &h, &p->coarse));
     SML_RETURN_IF(h.dim != p->dim || nlist < 1 || (uint64_t)h.ntotal != nlist, SIMIL_ERR_CORRUPT,
                   "'%s' is damaged: an IVF of %llu lists in dimension %" PRId64
@@ -286,7 +286,7 @@ static simil_status sml_fr_direct_map(sml_reader *r)
 /* Header, nlist, nprobe, quantizer, [old: ids,] direct map. */
 static simil_status sml_fr_ivf_header(sml_reader *r, sml_faiss_parsed *p, int legacy)
 {
-    sml_fr_head h;
+    sml_fr_head h = {0};
     SML_TRY(sml_fr_header(r, &h));
     SML_RETURN_IF(!h.trained, SIMIL_ERR_UNSUPPORTED,
                   "'%s' holds an untrained Faiss IVF index; train it in Faiss before saving, "
@@ -450,7 +450,7 @@ static simil_status sml_fr_index(sml_reader *r, sml_faiss_parsed *p, int depth);
 /* IndexIDMap[2]: header, the index inside, then its ntotal external ids. */
 static simil_status sml_fr_idmap(sml_reader *r, sml_faiss_parsed *p)
 {
-    sml_fr_head h;
+    sml_fr_head h = {0};
     SML_TRY(sml_fr_header(r, &h));
     SML_TRY(sml_fr_index(r, p, 1));
     SML_RETURN_IF(h.dim != p->dim || h.ntotal != p->ntotal || h.metric != p->metric,
@@ -475,7 +475,7 @@ static simil_status sml_fr_index(sml_reader *r, sml_faiss_parsed *p, int depth)
         return sml_fr_idmap(r, p);
     }
     if (sml_fr_is_flat(code)) {
-        sml_fr_head h;
+        sml_fr_head h = {0};
         p->kind = SML_FAISS_FLAT;
         SML_TRY(sml_fr_flat(r, &h, &p->vectors));
         p->dim = h.dim;
@@ -542,7 +542,7 @@ static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, 
 {
     sml_backend *b = index->backend;
     sml_ivf *ivf;
-    int64_t next_id;
+    int64_t next_id = 0;
     SML_TRY(sml_faiss_ids(p, path, &next_id));
     if (p->kind == SML_FAISS_IVF_PQ) {
         sml_pq *pq;

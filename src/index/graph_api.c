@@ -84,7 +84,7 @@ static simil_status sml_source_gather(sml_source *s, int64_t m, const int64_t *n
     for (int64_t first = 0; first < s->n && next < m; first += s->batch) {
         int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
         if (nodes[next] >= first + count) continue;
-        const float *rows;
+        const float *rows = NULL;
         SML_TRY(sml_source_rows(s, first, count, &rows));
         for (; next < m && nodes[next] < first + count; next++)
             memcpy(out + next * s->dim, rows + (nodes[next] - first) * s->dim, row);
@@ -211,7 +211,7 @@ static simil_status sml_graph_add(sml_graph_build *g)
     if (s->x != NULL) return simil_index_add(g->index, s->n, s->x, NULL);
     for (int64_t first = 0; first < s->n; first += s->batch) {
         int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
-        const float *rows;
+        const float *rows = NULL;
         SML_TRY(sml_source_rows(s, first, count, &rows));
         for (int64_t i = 0; i < count; i++) g->ids[i] = first + i;
         sml_progress_mute();
@@ -242,7 +242,7 @@ static simil_status sml_graph_query(sml_graph_build *g)
     int64_t next = 0;
     for (int64_t first = 0; first < s->n; first += s->batch) {
         int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
-        const float *rows;
+        const float *rows = NULL;
         SML_TRY(sml_source_rows(s, first, count, &rows));
         SML_TRY(simil_index_search(g->index, count, rows, g->k + 1, &g->p->search, g->res_dist,
                                    g->res_ids));
@@ -298,7 +298,7 @@ static simil_status sml_quality_chunk(const simil_knn_graph_params *p, sml_sourc
                                       float *true_dist, sml_quality_scratch *q)
 {
     int largest = p->metric != SIMIL_METRIC_L2;
-    const float *rows;
+    const float *rows = NULL;
     for (int64_t i = 0; i < count; i++) q->ids[i] = first + i;
     SML_TRY(sml_source_rows(s, first, count, &rows));
     SML_TRY(simil_index_reset(flat));

@@ -182,11 +182,26 @@ static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, con
     return s;
 }
 
+/* Whether an index's stored vectors depend on what train learns: an inverted
+ * file holds them in the lists of its centroids, PQ and OPQ as codes under
+ * their codebooks and rotation.  (Flat XFBQ recodes its vectors when train
+ * picks a new alpha.) */
+static int sml_vectors_depend_on_training(const sml_index_spec *spec)
+{
+    return spec->ivf_nlist > 0 || spec->encoding == SML_ENCODING_PQ || spec->opq_m > 0;
+}
+
 simil_status simil_index_train(simil_index *index, int64_t n, const float *x)
 {
     SML_CHECK_INDEX(index);
     SML_RETURN_IF(n < 0, SIMIL_ERR_INVALID_ARGUMENT, "train: n=%" PRId64 " is negative", n);
     if (index->vt->train == NULL) return SIMIL_OK;
+    SML_RETURN_IF(index->ntotal > 0 && sml_vectors_depend_on_training(&index->spec),
+                  SIMIL_ERR_INVALID_ARGUMENT,
+                  "train: index '%s' holds %" PRId64 " vectors, placed and encoded with its "
+                  "current training, which retraining would leave unreachable; remove them "
+                  "first (simil_index_reset) or train a new index",
+                  index->description, index->ntotal);
     const float *prepared;
     float *copy;
     SML_TRY(sml_prepare_vectors(index, n, x, "train", &prepared, &copy));

@@ -146,6 +146,51 @@ static void test_progress_callback(void **state)
     free(x);
 }
 
+/* Training an index whose stored vectors depend on its training (their
+ * lists, codes, rotation) is refused while it holds vectors, and the refusal
+ * changes nothing; after a reset it trains again.  Flat XFBQ recodes its
+ * vectors, so it accepts the call. */
+static void test_retrain_with_vectors(void **state)
+{
+    (void)state;
+    const int64_t n = 3000, dim = 16, k = 5;
+    const char *refused[] = {"IVF16,Flat", "IVF16,PQ4", "PQ4", "OPQ4,IVF16,PQ4",
+                             "IVF16,PQ4,Refine", "IVF16,XFBQ"};
+    const char *devices[] = {"cpu", "cpu", "cpu", "cpu", "cpu", "cpu", "cpu:2"};
+    float *x = malloc(sizeof(float) * (size_t)(n * dim));
+    float d0[5], d1[5];
+    int64_t l0[5], l1[5];
+    assert_non_null(x);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 5, x));
+    for (int i = 0; i < 7; i++) {
+        const char *desc = refused[i < 6 ? i : 0];
+        simil_index *index;
+        SML_ASSERT_OK(simil_index_create(&index, dim, desc, SIMIL_METRIC_L2, devices[i]));
+        SML_ASSERT_OK(simil_index_train(index, n, x));
+        SML_ASSERT_OK(simil_index_add(index, n, x, NULL));
+        SML_ASSERT_OK(simil_index_search(index, 1, x, k, NULL, d0, l0));
+        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_train(index, n / 2, x + dim));
+        assert_non_null(strstr(simil_last_error(), "simil_index_reset"));
+        assert_int_equal(simil_index_size(index), n);
+        SML_ASSERT_OK(simil_index_search(index, 1, x, k, NULL, d1, l1));
+        assert_memory_equal(d0, d1, sizeof d0);
+        assert_memory_equal(l0, l1, sizeof l0);
+        SML_ASSERT_OK(simil_index_reset(index));
+        SML_ASSERT_OK(simil_index_train(index, n / 2, x + dim));
+        SML_ASSERT_OK(simil_index_add(index, n, x, NULL));
+        assert_int_equal(simil_index_size(index), n);
+        simil_index_destroy(index);
+    }
+    simil_index *xfbq;
+    SML_ASSERT_OK(simil_index_create(&xfbq, dim, "XFBQ", SIMIL_METRIC_COSINE, "cpu"));
+    SML_ASSERT_OK(simil_index_add(xfbq, n, x, NULL));
+    SML_ASSERT_OK(simil_index_train(xfbq, n / 2, x + dim));
+    SML_ASSERT_OK(simil_index_search(xfbq, 1, x, k, NULL, d1, l1));
+    assert_int_equal(l1[0], 0);
+    simil_index_destroy(xfbq);
+    free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +200,7 @@ int main(void)
         cmocka_unit_test(test_handles),
         cmocka_unit_test(test_gpu_request_without_gpu),
         cmocka_unit_test(test_progress_callback),
+        cmocka_unit_test(test_retrain_with_vectors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -700,11 +700,18 @@ static void oom_search(const simil_index *index, const float *x, float *d, int64
     SML_ASSERT_OK(simil_index_search(index, OOM_Q, x, OOM_K, &p, d, l));
 }
 
-static void oom_prepare(oom_case *c)
+/* The vectors an index holds before op: none before an IVF's train, which
+ * is refused while it holds vectors (test_api's test_retrain_with_vectors). */
+static int64_t oom_held(const oom_case *c, int op)
+{
+    return op == 4 && strncmp(c->desc, "IVF", 3) == 0 ? 0 : OOM_N / 2;
+}
+
+static void oom_prepare(oom_case *c, int op)
 {
     SML_ASSERT_OK(simil_index_create(&c->index, OOM_DIM, c->desc, SIMIL_METRIC_COSINE, "cpu"));
     SML_ASSERT_OK(simil_index_train(c->index, OOM_N, c->x));
-    SML_ASSERT_OK(simil_index_add(c->index, OOM_N / 2, c->x, NULL));
+    SML_ASSERT_OK(simil_index_add(c->index, oom_held(c, op), c->x, NULL));
     oom_search(c->index, c->x, c->d, c->l);
 }
 
@@ -744,7 +751,7 @@ static void test_out_of_memory(void **state)
             c.desc = descs[t];
             int64_t points = 0;
             for (int64_t n = 1;; n++) {
-                oom_prepare(&c);
+                oom_prepare(&c, op);
                 const float alpha = sml_xfbq_index_alpha(c.index);
                 sml_alloc_fail_at(n, 1);
                 const simil_status s = oom_op(&c, op);
@@ -760,7 +767,7 @@ static void test_out_of_memory(void **state)
                 /* the index as it was */
                 float d[OOM_Q * OOM_K];
                 int64_t l[OOM_Q * OOM_K];
-                assert_int_equal(simil_index_size(c.index), OOM_N / 2);
+                assert_int_equal(simil_index_size(c.index), oom_held(&c, op));
                 if (op != 4) assert_float_equal(sml_xfbq_index_alpha(c.index), alpha, 0);
                 if (op != 4) {
                     oom_search(c.index, c.x, d, l);
