@@ -155,11 +155,36 @@ static simil_status sml_shards_copy_parts(simil_index *index, int first)
     return SIMIL_OK;
 }
 
+/* Part 0's copy is trained and copied to the other parts, and all of them
+ * replace the old parts only once every copy is made.  Copying part 0 to
+ * the others is only right while they are empty: a sharded flat XFBQ index
+ * holding vectors (the one type whose train accepts them, index.c) would get
+ * shard 0's vectors in every shard. */
 static simil_status sml_shards_train(simil_index *index, int64_t n, const float *x)
 {
     sml_shards *sh = sml_shards_of(index);
-    SML_TRY(simil_index_train(sh->parts[0], n, x));
-    return sml_shards_copy_parts(index, 1);
+    SML_RETURN_IF(index->ntotal > 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "train: the sharded index '%s' holds %" PRId64 " vectors, which its shards "
+                  "would lose; remove them first (simil_index_reset), then train and add",
+                  index->description, index->ntotal);
+    sml_placement where;
+    SML_TRY(sml_device_placement(index->device, &where));
+    simil_index *trained = NULL;
+    simil_status s = sml_part_clone(sh->parts[0], where.device[0], &trained);
+    if (s == SIMIL_OK) s = simil_index_train(trained, n, x);
+    if (s != SIMIL_OK) {
+        simil_index_destroy(trained);
+        return s;
+    }
+    simil_index *old = sh->parts[0];
+    sh->parts[0] = trained;
+    s = sml_shards_copy_parts(index, 1);
+    if (s != SIMIL_OK) {
+        sh->parts[0] = old;
+        old = trained;
+    }
+    simil_index_destroy(old);
+    return s;
 }
 
 /* ---- add, search, remove --------------------------------------------- */
@@ -179,16 +204,11 @@ static simil_status sml_shards_add(simil_index *index, int64_t n, const float *x
     }
     simil_status s = sml_parts_run(jobs, parts);
     if (s != SIMIL_OK) {
-        /* take back what the parts that succeeded added */
+        /* take back what the parts that succeeded added, by id: a copy of one
+         * of these ids that a part held before goes too (ids may repeat) */
         for (int i = 0; i < parts; i++)
-            if (jobs[i].status == SIMIL_OK && jobs[i].n > 0) {
-                int64_t *sorted;
-                if (sml_alloc((void **)&sorted, (size_t)jobs[i].n, sizeof *sorted, "ids") != SIMIL_OK)
-                    continue;
-                memcpy(sorted, jobs[i].ids, sizeof *sorted * (size_t)jobs[i].n);
-                simil_index_remove(sh->parts[i], jobs[i].n, sorted, NULL);
-                sml_free(sorted);
-            }
+            if (jobs[i].status == SIMIL_OK && jobs[i].n > 0)
+                simil_index_remove(sh->parts[i], jobs[i].n, jobs[i].ids, NULL);
     }
     return s;
 }

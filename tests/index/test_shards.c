@@ -1,8 +1,8 @@
 /* test_shards.c: an index split over several parts (CPU parts here; the GPU
  * variant runs in tests/cuda): sharded search equals one-device search
  * (exact for Flat, the same lists for IVF with the shared quantizer),
- * replicas split uneven query counts, nq < replicas, remove, files, and
- * placement errors. */
+ * replicas split uneven query counts, nq < replicas, remove, files, train,
+ * and placement errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +106,43 @@ static void test_remove_and_files(void **state)
     free(x);
 }
 
+/* Training a sharded index: the shards get one training, and one that holds
+ * vectors refuses it and keeps every shard's vectors (a sharded flat XFBQ
+ * index used to copy shard 0, vectors and all, over the others). */
+static void test_train(void **state)
+{
+    (void)state;
+    float *x = sml_test_malloc(sizeof(float) * N * D);
+    SML_ASSERT_OK(simil_generate("mix", 0, N, D, 17, x));
+    simil_index *xfbq;
+    SML_ASSERT_OK(simil_index_create(&xfbq, D, "XFBQ", SIMIL_METRIC_COSINE, "cpu:3"));
+    SML_ASSERT_OK(simil_index_add(xfbq, N, x, NULL));
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_train(xfbq, N, x));
+    assert_non_null(strstr(simil_last_error(), "simil_index_reset"));
+    assert_int_equal(simil_index_size(xfbq), N);
+    float d[K];
+    int64_t l[K];
+    for (int64_t i = 0; i < N; i += N / 6) {
+        SML_ASSERT_OK(simil_index_search(xfbq, 1, x + i * D, K, NULL, d, l));
+        assert_int_equal(l[0], i);
+    }
+    SML_ASSERT_OK(simil_index_reset(xfbq));
+    SML_ASSERT_OK(simil_index_train(xfbq, N, x));
+    simil_index_destroy(xfbq);
+    /* an empty sharded IVF trains once, and again: every shard has the
+     * coarse quantizer of a one-device index trained on the same data */
+    simil_index *sh, *one;
+    SML_ASSERT_OK(simil_index_create(&sh, D, "IVF32,Flat", SIMIL_METRIC_L2, "cpu:2/r2"));
+    SML_ASSERT_OK(simil_index_train(sh, N / 2, x + (N / 2) * D));
+    SML_ASSERT_OK(simil_index_train(sh, N, x));
+    SML_ASSERT_OK(simil_index_add(sh, N, x, NULL));
+    one = filled("IVF32,Flat", "cpu", x);
+    same_results("retrained shards", sh, one, NQ, x);
+    simil_index_destroy(sh);
+    simil_index_destroy(one);
+    free(x);
+}
+
 static void test_placement_errors(void **state)
 {
     (void)state;
@@ -128,6 +165,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharded_equals_single),
         cmocka_unit_test(test_remove_and_files),
+        cmocka_unit_test(test_train),
         cmocka_unit_test(test_placement_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
