@@ -1,5 +1,6 @@
 /* test_cpu_select.c: the CPU top-k against a full sort, for every k from 1
- * to n on small rows and selected k on long rows, with ties and NaN. */
+ * to n on small rows and selected k on long rows, with ties and NaN, with
+ * labels by position and as a reversed label array. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +20,14 @@ static int pair_cmp(const void *pa, const void *pb)
     return (a->label > b->label) - (a->label < b->label);
 }
 
-/* Select k of keys[0..n) labelled by position; compare with qsort. */
-static void check_select(const float *keys, int64_t n, int64_t k, const char *what)
+/* Select k of keys[0..n), labelled by position (reversed: n - 1 - position,
+ * passed as a label array, so that ties break against the order of the
+ * row); compare with qsort. */
+static void check_select_labels(const float *keys, int64_t n, int64_t k, const char *what,
+                                int reversed)
 {
+    int64_t *labels = sml_test_malloc(sizeof(int64_t) * (size_t)(n + 1));
+    for (int64_t i = 0; i < n; i++) labels[i] = reversed ? n - 1 - i : i;
     sml_topk_pair *storage = sml_test_malloc(sizeof *storage * (size_t)sml_topk_capacity(k));
     sml_topk t;
     sml_topk_reset(&t, storage, k);
@@ -29,7 +35,7 @@ static void check_select(const float *keys, int64_t n, int64_t k, const char *wh
     for (int64_t i = 0; i < n;) {
         int64_t m = 1 + (i * 7919) % 97;
         if (m > n - i) m = n - i;
-        sml_topk_push_row(&t, keys + i, m, NULL, i);
+        sml_topk_push_row(&t, keys + i, m, reversed ? labels + i : NULL, i);
         i += m;
     }
     float *got_k = sml_test_malloc(sizeof(float) * (size_t)k);
@@ -39,7 +45,7 @@ static void check_select(const float *keys, int64_t n, int64_t k, const char *wh
     pair *all = sml_test_malloc(sizeof *all * (size_t)(n + 1));
     int64_t valid = 0;
     for (int64_t i = 0; i < n; i++)
-        if (!isnan(keys[i])) all[valid++] = (pair){keys[i], i};
+        if (!isnan(keys[i])) all[valid++] = (pair){keys[i], labels[i]};
     qsort(all, (size_t)valid, sizeof *all, pair_cmp);
     for (int64_t j = 0; j < k; j++) {
         if (j < valid) {
@@ -56,6 +62,13 @@ static void check_select(const float *keys, int64_t n, int64_t k, const char *wh
     free(got_k);
     free(got_l);
     free(storage);
+    free(labels);
+}
+
+static void check_select(const float *keys, int64_t n, int64_t k, const char *what)
+{
+    check_select_labels(keys, n, k, what, 0);
+    check_select_labels(keys, n, k, what, 1);
 }
 
 static void test_every_k_small(void **state)
@@ -105,6 +118,11 @@ static void test_nan_and_inf(void **state)
     keys[11] = -INFINITY;
     keys[40] = NAN;
     for (int64_t k = 1; k <= 64; k++) check_select(keys, 64, k, "nan");
+    /* rows of NaN alone (k = 1 takes its own path) */
+    for (int i = 0; i < 64; i++) keys[i] = i % 3 ? NAN : INFINITY;
+    for (int64_t k = 1; k <= 3; k++) check_select(keys, 64, k, "nan and inf");
+    for (int i = 0; i < 64; i++) keys[i] = NAN;
+    for (int64_t k = 1; k <= 3; k++) check_select(keys, 64, k, "all nan");
 }
 
 int main(void)
