@@ -1,7 +1,6 @@
 /* cpu_pq.c: IVF-PQ on the CPU: encoding residuals, and scanning lists with
  * lookup tables (the GPU paper's IVFADC).  Threads take vectors (encode) or
  * queries (scan). */
-#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -9,52 +8,70 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "cpu/cpu_ivf.h"
-#include "cpu/cpu_knn.h"
 #include "cpu/cpu_select.h"
+
+/* The codebooks by dimension: by_dim[(i dsub + t) ksub + j] = q_ij[t], so
+ * that distances or dot products to all the codewords of a sub-quantizer
+ * run over the ksub codewords in the inner loop, which vectorizes (one
+ * product of dsub floats per codeword did not: it took most of a query's
+ * time at PQ16 on Fashion-MNIST).  Transposing costs as much as one query's
+ * table, once per call. */
+static void sml_pq_by_dim(const float *codebooks, int64_t m, int64_t ksub, int64_t dsub,
+                          float *by_dim)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < ksub; j++)
+            for (int64_t t = 0; t < dsub; t++)
+                by_dim[(i * dsub + t) * ksub + j] = codebooks[(i * ksub + j) * dsub + t];
+}
+
+/* dist[j] = ||v - q_ij||^2 over the ksub codewords of sub-quantizer i, each
+ * summed over t in order. */
+static void sml_pq_codeword_distances(const float *by_dim, int64_t i, int64_t ksub, int64_t dsub,
+                                      const float *v, float *dist)
+{
+    for (int64_t j = 0; j < ksub; j++) dist[j] = 0.0f;
+    for (int64_t t = 0; t < dsub; t++) {
+        const float r = v[t];
+        const float *q = by_dim + (i * dsub + t) * ksub;
+#pragma omp simd
+        for (int64_t j = 0; j < ksub; j++) dist[j] += (r - q[j]) * (r - q[j]);
+    }
+}
 
 simil_status sml_cpu_pq_encode(sml_backend *b, const sml_pq_encode_args *a)
 {
     int threads = omp_get_max_threads();
-    float *res;
-    SML_TRY(sml_alloc((void **)&res, (size_t)(threads * a->dim), sizeof *res, "residuals"));
+    const int64_t per_thread = a->dim + a->ksub;
+    float *scratch, *by_dim = NULL;
+    SML_TRY(sml_alloc((void **)&scratch, (size_t)(threads * per_thread), sizeof *scratch,
+                      "residuals"));
+    simil_status s = sml_alloc((void **)&by_dim, (size_t)(a->m * a->ksub * a->dsub),
+                               sizeof *by_dim, "PQ codebooks");
+    if (s != SIMIL_OK) {
+        sml_free(scratch);
+        return s;
+    }
+    sml_pq_by_dim(a->codebooks, a->m, a->ksub, a->dsub, by_dim);
 #pragma omp parallel for num_threads(threads) schedule(static) if (a->n > 256)
     for (int64_t r = 0; r < a->n; r++) {
-        float *v = res + omp_get_thread_num() * a->dim;
+        float *v = scratch + omp_get_thread_num() * per_thread, *dist = v + a->dim;
         const float *x = a->x + r * a->dim;
         const float *c = a->coarse + a->lists[r] * a->dim;
         for (int64_t t = 0; t < a->dim; t++) v[t] = x[t] - c[t];
         uint8_t *code = a->codes + (size_t)r * a->code_size;
         memset(code, 0, a->code_size);
         for (int64_t i = 0; i < a->m; i++) {
-            const float *cb = a->codebooks + i * a->ksub * a->dsub;
-            float best = FLT_MAX;
+            sml_pq_codeword_distances(by_dim, i, a->ksub, a->dsub, v + i * a->dsub, dist);
             int64_t arg = 0;
-            for (int64_t j = 0; j < a->ksub; j++) {
-                float d = sml_cpu_l2sq(v + i * a->dsub, cb + j * a->dsub, a->dsub);
-                if (d < best) {
-                    best = d;
-                    arg = j;
-                }
-            }
+            for (int64_t j = 1; j < a->ksub; j++)
+                if (dist[j] < dist[arg]) arg = j;
             code[i] = (uint8_t)arg;
         }
     }
-    sml_free(res);
+    sml_free(by_dim);
+    sml_free(scratch);
     return SIMIL_OK;
-}
-
-/* The codebooks by dimension: by_dim[(i dsub + t) ksub + j] = q_ij[t], so
- * that building a table runs over the ksub codewords in the inner loop,
- * which vectorizes (a dot product of dsub floats per entry did not: building
- * the tables took most of a query's time at PQ16 on Fashion-MNIST).
- * Transposing costs as much as one query's table, once per call. */
-static void sml_pq_by_dim(const sml_ivf_scan_args *a, float *by_dim)
-{
-    const int64_t m = a->pq_m, ksub = a->pq_ksub, dsub = a->pq_dsub;
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < ksub; j++)
-            for (int64_t t = 0; t < dsub; t++)
-                by_dim[(i * dsub + t) * ksub + j] = a->pq_codebooks[(i * ksub + j) * dsub + t];
 }
 
 /* Residual tables (L2 without term 1 in the rows): ||(x - c_l)_i - q_ij||^2. */
@@ -64,15 +81,8 @@ static void sml_pq_residual_table(const sml_ivf_scan_args *a, const float *by_di
     const int64_t m = a->pq_m, ksub = a->pq_ksub, dsub = a->pq_dsub;
     const float *c = a->coarse + l * a->dim;
     for (int64_t t = 0; t < a->dim; t++) res[t] = x[t] - c[t];
-    for (int64_t e = 0; e < m * ksub; e++) lut[e] = 0.0f;
     for (int64_t i = 0; i < m; i++)
-        for (int64_t t = 0; t < dsub; t++) {
-            const float r = res[i * dsub + t];
-            const float *q = by_dim + (i * dsub + t) * ksub;
-            float *out = lut + i * ksub;
-#pragma omp simd
-            for (int64_t j = 0; j < ksub; j++) out[j] += (r - q[j]) * (r - q[j]);
-        }
+        sml_pq_codeword_distances(by_dim, i, ksub, dsub, res + i * dsub, lut + i * ksub);
 }
 
 /* term3 of a query: -2 <x_i, q_ij> (L2, with term 1 in the rows) or
@@ -94,33 +104,45 @@ static void sml_pq_term3(const sml_ivf_scan_args *a, const float *by_dim, const 
     }
 }
 
-/* Push rows [r, end) of one list: their keys are base + term 1 + m entries of
- * tab, each row's added in code order; four rows at a time, so that the
- * four chains of dependent additions overlap. */
+/* A row's key: base + term 1 + its m entries of tab, added in code order. */
+static inline float sml_pq_row_start(const sml_ivf_scan_args *a, const uint8_t *code, float base)
+{
+    float t1 = 0.0f;
+    if (a->pq_term1_at) memcpy(&t1, code + a->pq_term1_at, sizeof t1);
+    return a->pq_term1_at ? base + t1 : base;
+}
+
+/* Push rows [r, end) of one list, four at a time, so that the four chains of
+ * dependent additions overlap.  The four sums are separate scalars: as an
+ * array, gcc packed them into one vector kept on the stack, and a store per
+ * lookup made the scan a third slower. */
 static void sml_pq_scan_rows(const sml_ivf_scan_args *a, const float *tab, float base, int64_t r,
                              int64_t end, sml_topk *top)
 {
     const int64_t m = a->pq_m, ksub = a->pq_ksub;
     const uint8_t *codes = a->codes;
     const size_t cs = a->code_size;
-    for (; r < end; r += 4) {
-        const int64_t rows = end - r < 4 ? end - r : 4;
-        float d[4];
-        const uint8_t *code[4];
-        for (int64_t u = 0; u < 4; u++) {
-            code[u] = codes + (size_t)(r + (u < rows ? u : 0)) * cs;
-            d[u] = base;
-            if (a->pq_term1_at) {
-                float t1;
-                memcpy(&t1, code[u] + a->pq_term1_at, sizeof t1);
-                d[u] += t1;
-            }
-        }
+    for (; r + 4 <= end; r += 4) {
+        const uint8_t *c0 = codes + (size_t)r * cs, *c1 = c0 + cs, *c2 = c1 + cs, *c3 = c2 + cs;
+        float d0 = sml_pq_row_start(a, c0, base), d1 = sml_pq_row_start(a, c1, base);
+        float d2 = sml_pq_row_start(a, c2, base), d3 = sml_pq_row_start(a, c3, base);
         for (int64_t i = 0; i < m; i++) {
             const float *row = tab + i * ksub;
-            for (int64_t u = 0; u < 4; u++) d[u] += row[code[u][i]];
+            d0 += row[c0[i]];
+            d1 += row[c1[i]];
+            d2 += row[c2[i]];
+            d3 += row[c3[i]];
         }
-        for (int64_t u = 0; u < rows; u++) sml_topk_push(top, d[u], a->ids[r + u]);
+        sml_topk_push(top, d0, a->ids[r]);
+        sml_topk_push(top, d1, a->ids[r + 1]);
+        sml_topk_push(top, d2, a->ids[r + 2]);
+        sml_topk_push(top, d3, a->ids[r + 3]);
+    }
+    for (; r < end; r++) {
+        const uint8_t *c = codes + (size_t)r * cs;
+        float d = sml_pq_row_start(a, c, base);
+        for (int64_t i = 0; i < m; i++) d += tab[i * ksub + c[i]];
+        sml_topk_push(top, d, a->ids[r]);
     }
 }
 
@@ -154,7 +176,7 @@ simil_status sml_cpu_ivf_pq_scan(sml_backend *b, const sml_ivf_scan_args *a)
         sml_free(storage);
         return s;
     }
-    sml_pq_by_dim(a, by_dim);
+    sml_pq_by_dim(a->pq_codebooks, a->pq_m, a->pq_ksub, a->pq_dsub, by_dim);
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 4)
     for (int64_t q = 0; q < a->nq; q++) {
         const int t = omp_get_thread_num();
