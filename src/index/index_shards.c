@@ -157,12 +157,12 @@ static simil_status sml_shards_copy_parts(simil_index *index, int first)
 
 /* Part 0's copy is trained and copied to the other parts, and all of them
  * replace the old parts only once every copy is made.  Copying part 0 to
- * the others is only right while they are empty: a sharded flat XFBQ index
- * holding vectors (the one type whose train accepts them, index.c) would get
- * shard 0's vectors in every shard. */
+ * the others is only right while they are empty: a sharded Flat or flat
+ * XFBQ index holding vectors would get shard 0's vectors in every shard. */
 static simil_status sml_shards_train(simil_index *index, int64_t n, const float *x)
 {
     sml_shards *sh = sml_shards_of(index);
+    if (sh->parts[0]->vt->train == NULL) return SIMIL_OK; /* nothing to train (Flat) */
     SML_RETURN_IF(index->ntotal > 0, SIMIL_ERR_INVALID_ARGUMENT,
                   "train: the sharded index '%s' holds %" PRId64 " vectors, which its shards "
                   "would lose; remove them first (simil_index_reset), then train and add",

@@ -107,8 +107,9 @@ static void test_remove_and_files(void **state)
 }
 
 /* Training a sharded index: the shards get one training, and one that holds
- * vectors refuses it and keeps every shard's vectors (a sharded flat XFBQ
- * index used to copy shard 0, vectors and all, over the others). */
+ * vectors refuses it and keeps every shard's vectors (sharded Flat and flat
+ * XFBQ indexes used to copy shard 0, vectors and all, over the others);
+ * sharded Flat accepts it and does nothing. */
 static void test_train(void **state)
 {
     (void)state;
@@ -129,6 +130,16 @@ static void test_train(void **state)
     SML_ASSERT_OK(simil_index_reset(xfbq));
     SML_ASSERT_OK(simil_index_train(xfbq, N, x));
     simil_index_destroy(xfbq);
+    /* Flat has nothing to train: accepted, and every shard keeps its vectors */
+    simil_index *flat;
+    SML_ASSERT_OK(simil_index_create(&flat, D, "Flat", SIMIL_METRIC_L2, "cpu:3"));
+    SML_ASSERT_OK(simil_index_add(flat, N, x, NULL));
+    SML_ASSERT_OK(simil_index_train(flat, N, x));
+    for (int64_t i = 0; i < N; i += N / 6) {
+        SML_ASSERT_OK(simil_index_search(flat, 1, x + i * D, K, NULL, d, l));
+        assert_int_equal(l[0], i);
+    }
+    simil_index_destroy(flat);
     /* an empty sharded IVF trains once, and again: every shard has the
      * coarse quantizer of a one-device index trained on the same data */
     simil_index *sh, *one;
