@@ -74,9 +74,10 @@ SIMIL_API void simil_index_destroy(simil_index *index);
 
 /* Train on n vectors (n x dim floats, host memory).  Indexes that need no
  * training (Flat) accept the call and do nothing.  An index whose stored
- * vectors depend on its training (an inverted file, PQ, OPQ) refuses it
- * while it holds vectors (SIMIL_ERR_INVALID_ARGUMENT; reset it first); flat
- * XFBQ accepts it and recodes its vectors with the new alpha. */
+ * vectors depend on its training (an inverted file, PQ, OPQ, and a sharded
+ * index of any type that trains) refuses it while it holds vectors
+ * (SIMIL_ERR_INVALID_ARGUMENT; reset it first); flat XFBQ accepts it and
+ * recodes its vectors with the new alpha. */
 SIMIL_API simil_status simil_index_train(simil_index *index, int64_t n, const float *x);
 
 /* Add n vectors.  ids: n ids >= 0, or NULL to number the vectors sequentially

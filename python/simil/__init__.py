@@ -203,8 +203,9 @@ class Index:
 
         Indexes that need no training (Flat) accept the call and do nothing.
         An index whose stored vectors depend on its training (an inverted
-        file, PQ, OPQ) refuses it while it holds vectors (InvalidArgumentError;
-        reset() it first); flat XFBQ recodes its vectors with the new alpha.
+        file, PQ, OPQ, and a sharded index of any type that trains) refuses it
+        while it holds vectors (InvalidArgumentError; reset() it first); flat
+        XFBQ recodes its vectors with the new alpha.
         """
         self._core.train(_rows(x, "training vectors", self.dim))
 
