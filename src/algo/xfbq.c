@@ -36,15 +36,6 @@ uint64_t sml_xfbq_dmax(const sml_xfbq *q)
            (uint64_t)((1 << q->base_bits) - 1);
 }
 
-/* The scale that turns row x into the values to code. */
-static float sml_xfbq_row_scale(const float *x, int64_t dim, float alpha, int normalize)
-{
-    if (!normalize) return alpha;
-    double s = 0;
-    for (int64_t j = 0; j < dim; j++) s += (double)x[j] * x[j];
-    return s > 0 ? (float)(alpha / sqrt(s)) : 0.0f;
-}
-
 /* Rearrange a[0..n) so that a[r] holds the value of rank r (quickselect). */
 static float sml_select_rank(float *a, int64_t n, int64_t r)
 {
@@ -107,24 +98,12 @@ simil_status sml_xfbq_choose_alpha(int64_t n, int64_t dim, const float *x, int n
     return SIMIL_OK;
 }
 
-/* The code of one row: 64 dimensions at a time, each plane's word built in
- * a register (the padding bits past dim stay 0). */
+/* The code of one row, word by word. */
 static void sml_xfbq_encode_row(const sml_xfbq *q, int bits, const float *x, float scale,
                                 uint64_t *code)
 {
-    const int64_t words = q->words;
-    for (int64_t w = 0; w < words; w++) {
-        const int64_t d0 = w * 64, n = q->dim - d0 < 64 ? q->dim - d0 : 64;
-        uint8_t minus[64]; /* bit (bits - 1 - i): f(s_i) = 1, the sign is -1 */
-        for (int64_t e = 0; e < n; e++)
-            minus[e] = (uint8_t)~sml_xfbq_level(x[d0 + e] * scale, bits, (int)((d0 + e) & 1));
-        for (int i = 0; i < bits; i++) {
-            const int shift = bits - 1 - i;
-            uint64_t word = 0;
-            for (int64_t e = 0; e < n; e++) word |= (uint64_t)((minus[e] >> shift) & 1) << e;
-            code[i * words + w] = word;
-        }
-    }
+    for (int64_t w = 0; w < q->words; w++)
+        sml_xfbq_encode_word(x, q->dim, scale, bits, q->words, w, code);
 }
 
 void sml_xfbq_encode(const sml_xfbq *q, int bits, int64_t n, const float *x, int normalize,

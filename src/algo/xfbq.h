@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/xfbq_code.h"
 #include "simil/status.h"
 
 /* Bins of the distance histogram at most (one bin per D value where they fit). */
@@ -61,22 +62,6 @@ simil_status sml_xfbq_init(sml_xfbq *q, int64_t dim, int query_bits, int base_bi
 
 /* dim (2^Q - 1)(2^B - 1), the largest D. */
 uint64_t sml_xfbq_dmax(const sml_xfbq *q);
-
-/* Level of v (already scaled) with bits signs: m in [0, 2^bits), the value
- * being (2m + 1 - 2^bits) / 2^bits; sign s_i = +1 where bit (bits - i) of m
- * is set.  Exactly the greedy code above, for every float; down: the tie
- * rule of odd dimensions. */
-static inline int sml_xfbq_level(float v, int bits, int down)
-{
-    const float half = (float)(1 << (bits - 1));
-    const float t = v * half;  /* exact: a power-of-two scale */
-    if (!(t > -half)) return 0;
-    if (t >= half) return (1 << bits) - 1;
-    float f = (float)(int)t;   /* floor, for |t| < 128 */
-    if (f > t) f -= 1.0f;
-    if (down && f == t) f -= 1.0f;
-    return (int)half + (int)f;
-}
 
 /* alpha = 1 / (the 0.98 quantile of |x_ij|) over a sample of up to 2^21
  * components (whole rows, evenly spaced), each row scaled to unit norm first

@@ -134,6 +134,19 @@ typedef struct sml_xfbq_scan_args {
     int threads;                 /* CPU threads, 0 = all */
 } sml_xfbq_scan_args;
 
+/* XFBQ codes of n vectors with `bits` sign planes each, bit for bit those of
+ * the host encoder (core/xfbq_code.h, algo/xfbq.h). */
+typedef struct sml_xfbq_encode_args {
+    const float *x;              /* mem: n x dim */
+    int64_t n;
+    int64_t dim;
+    int bits;
+    int64_t words;               /* 64-bit words per bit plane */
+    float alpha;
+    int normalize;               /* scale each row by alpha / ||x||, not alpha */
+    uint64_t *codes;             /* mem: n x (bits x words) */
+} sml_xfbq_encode_args;
+
 typedef struct sml_backend_ops {
     void (*close)(sml_backend *b);
 
@@ -165,6 +178,9 @@ typedef struct sml_backend_ops {
     simil_status (*pq_encode)(sml_backend *b, const sml_pq_encode_args *args);
     /* XFBQ: histogram selection and exact re-ranking (sml_xfbq_scan_args). */
     simil_status (*xfbq_scan)(sml_backend *b, const sml_xfbq_scan_args *args);
+    /* Optional, NULL where the host codes as fast (the CPU): XFBQ codes of
+     * vectors already in backend memory (the queries of a search). */
+    simil_status (*xfbq_encode)(sml_backend *b, const sml_xfbq_encode_args *args);
 
     /* The k smallest (largest when largest != 0) values of each row of a
      * rows x cols matrix, sorted, with their column indices; past cols the

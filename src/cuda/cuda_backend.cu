@@ -218,6 +218,7 @@ sml_backend_ops make_ops()
     o.ivf_pq_scan = cuda_ivf_pq_scan;
     o.pq_encode = cuda_pq_encode;
     o.xfbq_scan = cuda_xfbq_scan;
+    o.xfbq_encode = cuda_xfbq_encode;
     o.select_k = cuda_select_k;
     o.cluster_sums = cuda_cluster_sums;
     o.shadow_sync = shadow_sync;

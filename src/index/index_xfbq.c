@@ -330,28 +330,40 @@ static simil_status sml_xfbq_search(const simil_index *index, const sml_search_c
         if (nprobe > x->ivf.nlist) nprobe = x->ivf.nlist;
     }
     const int64_t flat_offset = 0, flat_size = index->ntotal;
-    uint64_t *codes = NULL, *codes_mem = NULL;
+    uint64_t *codes = NULL;
     int64_t *probes = NULL;
-    float *queries = (float *)call->queries;
-    const size_t qbytes = sizeof(float) * (size_t)(nq * dim);
-    const size_t cbytes = sizeof(uint64_t) * (size_t)(nq * code_words);
-    simil_status s = sml_alloc((void **)&codes, (size_t)(nq * code_words), sizeof *codes,
-                               "query codes");
-    if (s == SIMIL_OK)
-        s = sml_calloc((void **)&probes, (size_t)(nq * nprobe), sizeof *probes, "probes");
-    if (s == SIMIL_OK) {
+    char *device_block = NULL; /* GPU: the queries, then their codes */
+    const float *queries = call->queries;
+    const size_t qbytes = (sizeof(float) * (size_t)(nq * dim) + 255) / 256 * 256;
+    const size_t cbytes = sizeof *codes * (size_t)(nq * code_words);
+    simil_status s = sml_calloc((void **)&probes, (size_t)(nq * nprobe), sizeof *probes, "probes");
+    if (s == SIMIL_OK && b->gpu >= 0) {
+        s = b->ops->mem_alloc(b, qbytes + cbytes, (void **)&device_block);
+        if (s == SIMIL_OK) {
+            queries = (const float *)device_block;
+            codes = (uint64_t *)(device_block + qbytes);
+            s = b->ops->mem_upload(b, device_block, call->queries,
+                                   sizeof(float) * (size_t)(nq * dim));
+        }
+    } else if (s == SIMIL_OK) {
+        s = sml_alloc((void **)&codes, (size_t)(nq * code_words), sizeof *codes, "query codes");
+    }
+    if (s == SIMIL_OK && b->ops->xfbq_encode != NULL) {
+        const sml_xfbq_encode_args enc = {
+            .x = queries,
+            .n = nq,
+            .dim = dim,
+            .bits = x->q.query_bits,
+            .words = x->q.words,
+            .alpha = x->q.alpha,
+            .normalize = x->normalize,
+            .codes = codes,
+        };
+        s = b->ops->xfbq_encode(b, &enc);
+    } else if (s == SIMIL_OK) {
+        /* a backend without the op works in host memory */
         sml_xfbq_encode(&x->q, x->q.query_bits, nq, call->queries, x->normalize, codes,
                         (size_t)code_words * sizeof *codes);
-        codes_mem = codes;
-    }
-    if (s == SIMIL_OK && b->gpu >= 0) {
-        /* the queries and their codes go to the device once */
-        queries = NULL;
-        codes_mem = NULL;
-        s = b->ops->mem_alloc(b, qbytes, (void **)&queries);
-        if (s == SIMIL_OK) s = b->ops->mem_upload(b, queries, call->queries, qbytes);
-        if (s == SIMIL_OK) s = b->ops->mem_alloc(b, cbytes, (void **)&codes_mem);
-        if (s == SIMIL_OK) s = b->ops->mem_upload(b, codes_mem, codes, cbytes);
     }
     if (s == SIMIL_OK && x->inverted)
         s = sml_ivf_probe(b, &x->ivf, nq, queries, nprobe, probes, NULL);
@@ -361,7 +373,7 @@ static simil_status sml_xfbq_search(const simil_index *index, const sml_search_c
         sml_xfbq_selection(&x->q, extra, &sel);
         sml_xfbq_scan_args args = {
             .queries = queries,
-            .query_codes = codes_mem,
+            .query_codes = codes,
             .nq = nq,
             .dim = dim,
             .query_bits = x->q.query_bits,
@@ -389,9 +401,10 @@ static simil_status sml_xfbq_search(const simil_index *index, const sml_search_c
         };
         s = b->ops->xfbq_scan(b, &args);
     }
-    if (queries != call->queries) b->ops->mem_free(b, queries);
-    if (codes_mem != codes) b->ops->mem_free(b, codes_mem);
-    sml_free(codes);
+    if (device_block != NULL)
+        b->ops->mem_free(b, device_block);
+    else
+        sml_free(codes);
     sml_free(probes);
     return s;
 }

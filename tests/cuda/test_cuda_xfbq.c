@@ -7,13 +7,16 @@
  * selection) and past n, every metric, extra distances, grouped queries of
  * flat XFBQ (batches not a multiple of 4), several blocks per query, probes of
  * empty lists, remove, reconstruct, alpha set on the GPU, and precision on
- * Fashion-MNIST. */
+ * Fashion-MNIST.  The GPU codes the queries itself: its codes must be the
+ * host encoder's, bit for bit (test_query_codes_match_host). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "algo/xfbq.h"
+#include "cuda/cuda_backend.h"
 #include "util/test_util.h"
 
 static const double rel_tol = 1e-4;
@@ -282,10 +285,81 @@ static void test_fashion_mnist_precision(void **state)
     free(t);
 }
 
+/* The CUDA encoder against the host's on values that probe every branch of
+ * the greedy code: exact zeros, exact level boundaries (ties, both parities
+ * of dimension), values past the clip, negative zero, tiny and huge rows,
+ * every bit count, with and without per-row normalization. */
+static void test_query_codes_match_host(void **state)
+{
+    (void)state;
+    sml_backend *b;
+    SML_ASSERT_OK(sml_cuda_backend_open(0, &b));
+    const int64_t dims[] = {1, 63, 64, 65, 96, 785};
+    const int64_t n = 37;
+    uint64_t seed = 5;
+    for (int di = 0; di < 6; di++) {
+        const int64_t dim = dims[di];
+        float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+        for (int64_t i = 0; i < n * dim; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            const int kind = (int)((seed >> 33) % 6);
+            const float u = (float)((seed >> 40) & 0xffff) / 65536.0f - 0.5f;
+            x[i] = kind == 0   ? 0.0f
+                   : kind == 1 ? -0.0f
+                   : kind == 2 ? (float)((int)(u * 16)) / 8.0f  /* multiples of 1/8 */
+                   : kind == 3 ? u * 40.0f                      /* past the clip */
+                               : u;
+        }
+        for (int64_t j = 0; j < dim; j++) x[3 * dim + j] = 0.0f;       /* a zero row */
+        for (int64_t j = 0; j < dim; j++) x[4 * dim + j] *= 1e-30f;    /* a tiny one */
+        for (int64_t j = 0; j < dim; j++) x[5 * dim + j] *= 1e30f;     /* a huge one */
+        float *x_mem;
+        SML_ASSERT_OK(b->ops->mem_alloc(b, sizeof(float) * (size_t)(n * dim), (void **)&x_mem));
+        SML_ASSERT_OK(b->ops->mem_upload(b, x_mem, x, sizeof(float) * (size_t)(n * dim)));
+        for (int bits = 1; bits <= 8; bits++)
+            for (int normalize = 0; normalize <= 1; normalize++) {
+                sml_xfbq q;
+                SML_ASSERT_OK(sml_xfbq_init(&q, dim, bits, 3));
+                q.alpha = normalize ? 2.5f : 1.75f;
+                const size_t words = (size_t)(bits * q.words);
+                uint64_t *host = sml_test_malloc(8 * words * (size_t)n);
+                uint64_t *back = sml_test_malloc(8 * words * (size_t)n);
+                sml_xfbq_encode(&q, bits, n, x, normalize, host, 8 * words);
+                uint64_t *codes_mem;
+                SML_ASSERT_OK(b->ops->mem_alloc(b, 8 * words * (size_t)n, (void **)&codes_mem));
+                const sml_xfbq_encode_args enc = {
+                    .x = x_mem,
+                    .n = n,
+                    .dim = dim,
+                    .bits = bits,
+                    .words = q.words,
+                    .alpha = q.alpha,
+                    .normalize = normalize,
+                    .codes = codes_mem,
+                };
+                SML_ASSERT_OK(b->ops->xfbq_encode(b, &enc));
+                SML_ASSERT_OK(b->ops->mem_download(b, back, codes_mem, 8 * words * (size_t)n));
+                for (size_t w = 0; w < words * (size_t)n; w++)
+                    if (back[w] != host[w])
+                        fail_msg("dim %lld, %d bits, normalize %d: row %zu word %zu is %016llx "
+                                 "on the GPU, %016llx on the host",
+                                 (long long)dim, bits, normalize, w / words, w % words,
+                                 (unsigned long long)back[w], (unsigned long long)host[w]);
+                b->ops->mem_free(b, codes_mem);
+                free(host);
+                free(back);
+            }
+        b->ops->mem_free(b, x_mem);
+        free(x);
+    }
+    sml_backend_close(b);
+}
+
 int main(void)
 {
     sml_test_require_gpu();
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_query_codes_match_host),
         cmocka_unit_test(test_flat_same_as_cpu),
         cmocka_unit_test(test_metrics_and_bits),
         cmocka_unit_test(test_many_blocks_per_query),
