@@ -48,11 +48,11 @@ constexpr int kPqFusedMaxK = 256;
 // (device memory), launch_pq_fused the rest from the search.
 struct PqQueryScan {
     const float *queries;        // the batch's first query
-    const int *probes;           // nq x nprobe lists, -1 for none
+    const int64_t *probes;       // nq x nprobe lists, -1 for none
     const float *probe_keys;     // nq x nprobe coarse keys (term 2, or -<x, c>)
     int nprobe;
-    const long long *list_offset;
-    const int *list_size;
+    const int64_t *list_offset;  // as the search has them (sml_ivf_scan_args)
+    const int64_t *list_size;
     float *out_keys;             // nq x k, ascending
     int *out_idx;                // nq x k arena rows, -1 past the candidates
     // from the search

@@ -247,9 +247,9 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
     WarpSelect<K> ws;
     ws.init(a.k, INFINITY, kEmptyIdx);
     for (int p = 0; p < a.nprobe; ++p) {
-        const int l = a.probes[(long long)q * a.nprobe + p];
+        const int64_t l = a.probes[(long long)q * a.nprobe + p];
         if (l < 0) continue;
-        const int cols = a.list_size[l];
+        const int cols = (int)a.list_size[l];
         const long long first = a.list_offset[l];
         const float base = a.probe_keys[(long long)q * a.nprobe + p] + offset;
         // every lane of a warp takes the same trips: need_merge is warp-wide
