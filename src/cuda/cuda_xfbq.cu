@@ -36,9 +36,10 @@
 // 16384 positions), a warp ballots 32 positions at a time.  Re-rank: eight
 // lanes per candidate (four per warp), lanes over dimensions, a grid of up to
 // 8 blocks per SM striding over the candidates.  (Reading the floats four at
-// a time, so that a warp's load fetches whole 128-byte spans, measured the
-// same 3.9 ms for mix10M at nprobe 8: the re-ranking is bound by DRAM, 11 GB
-// of scattered rows, not by its L2 requests.)
+// a time, so that a warp's load fetches whole 128-byte spans, took 3.9 ms
+// against this kernel's 3.8 for mix10M at nprobe 8, extra 0.008: the
+// re-ranking is bound by DRAM, 11 GB of scattered rows, not by its L2
+// requests.)
 //
 // Also here: the queries' codes (cuda_xfbq_encode: one thread per vector and
 // word, the host encoder's arithmetic from core/xfbq_code.h), which took 1.4
