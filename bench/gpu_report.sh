@@ -36,8 +36,8 @@ for section in "$@"; do
       $b/bench_knn_graph fashion-mnist --device gpu --nprobe 4,8,16
       $b/bench_knn_graph mix10M --device gpu --nprobe 2,4,8 ;;
     xfbq)
-      $b/bench_gpu_xfbq mix10M --flat-queries 1000 --extras 0.005,0.01 --nprobes 4,6,8 \
-        --ivf-extras 0.006,0.008,0.01
+      $b/bench_gpu_xfbq mix10M --flat-queries 1000 --extras 0.005,0.01 --nprobes 4,6,7,8 \
+        --ivf-extras 0.006,0.008,0.009,0.01
       $b/bench_gpu_xfbq fashion-mnist flat ivf ivfx --extras 0.01,0.02 --nprobes 8,16 \
         --ivf-extras 0.01,0.02 ;;
     scale)
