@@ -2,6 +2,7 @@
 #include "core/vectors.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -10,11 +11,22 @@
  * in float, whose largest finite value is about 3.4e38. */
 static const double sml_norm2_bound = 1e37;
 
+/* Threads for a pass over count floats: one per 2^16 of them, at most all.
+ * A search's queries are checked by every caller thread; teams of all the
+ * cores for a megabyte of work made two searches in one process (one per
+ * GPU) start 2 x 32 threads on 32 cores. */
+static int sml_vectors_threads(int64_t count)
+{
+    const int64_t want = (count + 65535) / 65536;
+    const int most = omp_get_max_threads();
+    return want < most ? (int)(want > 0 ? want : 1) : most;
+}
+
 simil_status sml_vectors_check(const float *x, int64_t n, int64_t dim, int bound_norms,
                                const char *what)
 {
     int64_t bad_row = -1;
-#pragma omp parallel for schedule(static) if (n * dim > (1 << 18))
+#pragma omp parallel for schedule(static) num_threads(sml_vectors_threads(n * dim))
     for (int64_t i = 0; i < n; i++) {
         const float *row = x + i * dim;
         double norm2 = 0;
@@ -44,7 +56,7 @@ simil_status sml_vectors_check(const float *x, int64_t n, int64_t dim, int bound
 
 void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out)
 {
-#pragma omp parallel for schedule(static) if (n * dim > (1 << 18))
+#pragma omp parallel for schedule(static) num_threads(sml_vectors_threads(n * dim))
     for (int64_t i = 0; i < n; i++) {
         const float *row = x + i * dim;
         double norm2 = 0;
