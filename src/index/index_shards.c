@@ -50,11 +50,11 @@ typedef struct sml_part_job {
 static void *sml_part_thread(void *arg)
 {
     sml_part_job *job = arg;
-    /* The parts share the cores: each thread's OpenMP team (query checks,
-     * host-side planning) gets its share, not all of them.  On two H200s
-     * (mix10M IVF4096,Flat, replicated) full teams gave 1.06-1.16x over one
-     * GPU and OMP_NUM_THREADS=8 for the whole process 1.41x; this per-part
-     * share was not yet measured there (docs/benchmarks.md). */
+    /* The parts share the cores: each thread's OpenMP team (host-side
+     * planning, CPU parts' searches) gets its share, not all of them.  On
+     * two H200s this share alone did not lift replication (1.1x); sizing the
+     * query check's team to its work did (core/vectors.c,
+     * docs/distributed.md). */
     const int before = omp_get_max_threads();  /* restored: this may be the caller's thread */
     omp_set_num_threads(job->omp_threads);
     job->status = job->run(job);
