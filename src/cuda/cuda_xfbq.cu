@@ -592,9 +592,10 @@ simil_status launch_distances(const Batch &b, const DistItem *items, int n, cuda
 // Steps 3 and 4 for batch queries [first, first + n), whose candidates fit.
 template <typename DT>
 simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p, Batch &b,
-                         const Scratch &s, const int *count, long long q0, int first, int n,
-                         long long *cstart, cudaStream_t st)
+                         const Scratch &s, long long q0, int first, int n, cudaStream_t st)
 {
+    const int *count = p.count;
+    long long *cstart = p.cstart;
     long long at = 0;
     int most = 1;
     for (int q = 0; q < n; ++q) {
@@ -659,7 +660,6 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     const Scratch need = carve(a, p, sizeof(DT), cand_cap, nullptr);
     char *ws = nullptr;
     simil_status s = device_workspace(dev, need.total, reinterpret_cast<void **>(&ws));
-    int *count = p.count;
     Scratch sc{};
     Batch b{};
     if (s == SIMIL_OK) {
@@ -711,16 +711,16 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     }
     if (s == SIMIL_OK)
         s = cuda_status(
-            cudaMemcpyAsync(count, sc.count, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st),
+            cudaMemcpyAsync(p.count, sc.count, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st),
             "XFBQ candidates", __FILE__, __LINE__);
     if (s == SIMIL_OK) s = cuda_status(cudaStreamSynchronize(st), "XFBQ scan", __FILE__, __LINE__);
     // selection passes over runs of queries whose candidates fit
     for (int first = 0; s == SIMIL_OK && first < nq;) {
         int n = 0;
         long long total = 0;
-        while (first + n < nq && (n == 0 || total + pad4(count[first + n]) <= cand_cap))
-            total += pad4(count[first + n++]);
-        s = select_pass<DT>(dev, a, p, b, sc, count, q0, first, n, p.cstart, st);
+        while (first + n < nq && (n == 0 || total + pad4(p.count[first + n]) <= cand_cap))
+            total += pad4(p.count[first + n++]);
+        s = select_pass<DT>(dev, a, p, b, sc, q0, first, n, st);
         first += n;
     }
     return s;
@@ -745,8 +745,6 @@ int batch_queries(const sml_xfbq_scan_args *a, long long q0, size_t dsize)
     return n;
 }
 
-}  // namespace
-
 // One thread per (vector, word): the vector's scale, then its word of every
 // plane, with the host's arithmetic (core/xfbq_code.h).
 __global__ void xfbq_encode_kernel(const sml_xfbq_encode_args a)
@@ -759,6 +757,8 @@ __global__ void xfbq_encode_kernel(const sml_xfbq_encode_args a)
     sml_xfbq_encode_word(row, a.dim, scale, a.bits, a.words, t - r * a.words,
                          a.codes + r * a.bits * a.words);
 }
+
+}  // namespace
 
 simil_status cuda_xfbq_encode(sml_backend *be, const sml_xfbq_encode_args *a)
 {
