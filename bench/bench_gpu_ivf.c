@@ -7,6 +7,9 @@
  *                                                     first 2M vectors; 38 GB of host memory)
  *   bench_gpu_ivf kmeans            (first 1M vectors of mix10M, k=4096, 20 iterations)
  *
+ * An NPROBE may end in "/fp16" or "/fp32" to choose IVF-PQ's lookup-table
+ * precision for that setting (e.g. 14/fp16); without it, the default (auto).
+ *
  * Reports train and add seconds, then for each nprobe the median of 3 timed
  * searches of the 10,000 queries (after a warm-up, host input and output),
  * QPS, and recall10@10 and R@1 against exact GPU search. */
@@ -68,7 +71,14 @@ static void sweep(const char *name, const char *desc, int64_t n, int64_t dim, co
     for (int a = 0; a < argc; a++) {
         simil_search_params p;
         simil_search_params_init(&p);
-        p.nprobe = atoll(argv[a]);
+        char *lut = NULL;
+        p.nprobe = strtoll(argv[a], &lut, 10);
+        if (strcmp(lut, "/fp16") == 0) p.lut = SIMIL_LUT_FP16;
+        else if (strcmp(lut, "/fp32") == 0) p.lut = SIMIL_LUT_FP32;
+        else if (*lut != '\0') {
+            fprintf(stderr, "bad NPROBE '%s': a count, optionally with /fp16 or /fp32\n", argv[a]);
+            exit(2);
+        }
         if (simil_index_search(ivf, nq, q, k, &p, d, l)) die("search");
         double s[3];
         for (int r = 0; r < 3; r++) {
@@ -83,8 +93,8 @@ static void sweep(const char *name, const char *desc, int64_t n, int64_t dim, co
                 first += l[i * k + j] == gt[i * k];
                 for (int64_t t = 0; t < k; t++) hits += l[i * k + j] == gt[i * k + t];
             }
-        printf("%s %s nprobe=%lld: %.2f ms, %.0f QPS, recall10@10 %.4f, R@1 %.4f\n", name, desc,
-               (long long)p.nprobe, 1e3 * s[1], nq / s[1], (double)hits / (double)(nq * k),
+        printf("%s %s nprobe=%s: %.2f ms, %.0f QPS, recall10@10 %.4f, R@1 %.4f\n", name, desc,
+               argv[a], 1e3 * s[1], nq / s[1], (double)hits / (double)(nq * k),
                (double)first / (double)nq);
     }
     simil_index_destroy(ivf);
