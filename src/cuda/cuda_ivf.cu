@@ -470,7 +470,8 @@ simil_status fused_batch(Device *dev, const sml_ivf_scan_args *a, long long q0, 
                  at_keys = at_probes + up(8 * pairs), staged = at_keys + up(4 * pairs);
     const size_t at_out_keys = staged, at_out_idx = at_out_keys + up(4 * nq * k),
                  at_dist = at_out_idx + up(4 * nq * k), at_labels = at_dist + up(4 * nq * k),
-                 total = at_labels + up(8 * nq * k);
+                 at_scratch = at_labels + up(8 * nq * k),
+                 total = at_scratch + up(pq_fused_scratch_bytes(a));
     char *ws, *host;
     SML_TRY(device_workspace(dev, total, reinterpret_cast<void **>(&ws)));
     SML_TRY(device_pinned(dev, staged, reinterpret_cast<void **>(&host)));
@@ -488,6 +489,7 @@ simil_status fused_batch(Device *dev, const sml_ivf_scan_args *a, long long q0, 
     scan.list_size = reinterpret_cast<const int64_t *>(ws + at_sizes);
     scan.out_keys = reinterpret_cast<float *>(ws + at_out_keys);
     scan.out_idx = reinterpret_cast<int *>(ws + at_out_idx);
+    scan.codebooks_by_codeword = reinterpret_cast<float *>(ws + at_scratch);
     SML_TRY(launch_pq_fused(a, scan, nq, st));
     float *dist = reinterpret_cast<float *>(ws + at_dist);
     int64_t *labels = reinterpret_cast<int64_t *>(ws + at_labels);

@@ -64,9 +64,13 @@ struct PqQueryScan {
     int code_size;
     int term1_at;
     int k;
+    int stage_stride;  // words between staged rows (set by the launch)
+    float *codebooks_by_codeword;  // pq_fused_scratch_bytes of device memory
 };
 
 bool pq_fused(const sml_ivf_scan_args *a);
+// Device scratch that launch_pq_fused needs beside the batch.
+size_t pq_fused_scratch_bytes(const sml_ivf_scan_args *a);
 simil_status launch_pq_fused(const sml_ivf_scan_args *a, PqQueryScan scan, int nq,
                              cudaStream_t st);
 

@@ -246,7 +246,12 @@ struct WarpSelect {
         update_kth();
     }
 
-    __device__ __noinline__ void merge()
+    // Out of line, which keeps the selection kernels small, but puts the
+    // queue in local memory around the call; merge_inline keeps it in
+    // registers, for kernels where each add would otherwise go to memory.
+    __device__ __noinline__ void merge() { merge_inline(); }
+
+    __device__ __forceinline__ void merge_inline()
     {
         float sk[TP];
         int sv[TP];

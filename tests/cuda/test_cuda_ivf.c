@@ -312,6 +312,43 @@ static void test_ivf_pq_same_as_cpu(void **state)
     free(q);
 }
 
+/* The fused scan's two table layouts: by codeword for m a power of two from
+ * 4 to 64 with fp32 tables and k <= 64 (each lane visits its row's
+ * sub-quantizers in its own order), by sub-quantizer otherwise (m = 12, and
+ * k = 100 here), for both metrics, 8- and 6-bit codes. */
+static void test_ivf_pq_fused_layouts(void **state)
+{
+    (void)state;
+    const int64_t n = 20000, dim = 192, nq = 100;
+    const char *descs[] = {"IVF16,PQ4",  "IVF16,PQ8",  "IVF16,PQ16", "IVF16,PQ32",
+                           "IVF16,PQ64", "IVF16,PQ12", "IVF16,PQ16x6"};
+    const int64_t ks[] = {10, 50, 100};
+    float *x = sml_test_malloc(4 * n * dim), *q = sml_test_malloc(4 * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 61, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 62, q));
+    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP};
+    for (size_t d = 0; d < sizeof descs / sizeof descs[0]; d++)
+        for (int m = 0; m < 2; m++) {
+            simil_index *cpu, *gpu;
+            twin(descs[d], dim, metrics[m], n, x, &cpu, &gpu);
+            simil_search_params pc, pg;
+            simil_search_params_init(&pc);
+            pc.nprobe = 4;
+            pg = pc;
+            pg.lut = SIMIL_LUT_FP32;
+            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                char what[96];
+                snprintf(what, sizeof what, "%s metric %d k=%lld", descs[d], (int)metrics[m],
+                         (long long)ks[ki]);
+                compare_approx(what, cpu, gpu, &pc, &pg, q, nq, ks[ki], 1e-4);
+            }
+            simil_index_destroy(cpu);
+            simil_index_destroy(gpu);
+        }
+    free(x);
+    free(q);
+}
+
 /* The GPU's add (coarse assignment on the exact fp16 path, then the encoder)
  * against the CPU's, from one trained index, for sub-vectors of every width
  * class the encoder has: 3, 8, 12, 24 and 48 floats (kept in registers of 4,
@@ -424,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_fashion_mnist_recall),
         cmocka_unit_test(test_kmeans_objective_agrees),
         cmocka_unit_test(test_ivf_pq_same_as_cpu),
+        cmocka_unit_test(test_ivf_pq_fused_layouts),
         cmocka_unit_test(test_ivf_pq_gpu_encoder_matches_cpu),
         cmocka_unit_test(test_ivf_pq_fashion_56_bytes),
     };
