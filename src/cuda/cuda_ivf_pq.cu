@@ -49,15 +49,19 @@ enum class Table { term3, residual };
 
 constexpr int kPqThreads = 256;
 
+// scale * <xi, c> over dsub floats: a term-3 entry.
+__device__ __forceinline__ float scaled_dot(const float *xi, const float *c, int dsub, float scale)
+{
+    float s = 0;
+    for (int t = 0; t < dsub; ++t) s = fmaf(xi[t], c[t], s);
+    return scale * s;
+}
+
 // Entry e = i * ksub + j of query x's term 3: scale * <x_i, q_ij>.
 __device__ __forceinline__ float term3_entry(const float *x, const float *codebooks, int ksub,
                                              int dsub, float scale, int e)
 {
-    const float *xi = x + (e / ksub) * dsub;
-    const float *c = codebooks + (long long)e * dsub;
-    float s = 0;
-    for (int t = 0; t < dsub; ++t) s = fmaf(xi[t], c[t], s);
-    return scale * s;
+    return scaled_dot(x + (e / ksub) * dsub, codebooks + (long long)e * dsub, dsub, scale);
 }
 
 // term3[q] for the pair scan.  One block per query.
@@ -252,11 +256,9 @@ __device__ __forceinline__ void fill_swizzled(float *table, int ksub, int dsub, 
     constexpr int W = swizzled_columns(M);
     for (int e = threadIdx.x; e < M * ksub; e += blockDim.x) {
         const int j = e / M, i = e % M;
-        const float *xi = x + i * dsub, *c = by_codeword + (long long)e * dsub;
-        float v = 0;
-        for (int t = 0; t < dsub; ++t) v = fmaf(xi[t], c[t], v);
+        const float v = scaled_dot(x + i * dsub, by_codeword + (long long)e * dsub, dsub, scale);
 #pragma unroll
-        for (int col = i; col < W; col += M) table[j * W + col] = scale * v;
+        for (int col = i; col < W; col += M) table[j * W + col] = v;
     }
 }
 
@@ -292,7 +294,7 @@ __device__ __forceinline__ float row_sum_swizzled(const uint32_t *words, const f
 // least m / 4) that spreads those reads over the most banks.
 __host__ __device__ __forceinline__ int stage_stride(int code_size) { return (code_size / 4) | 1; }
 
-int swizzled_stage_stride(int m)
+constexpr int swizzled_stage_stride(int m)
 {
     int best = m / 4, best_ways = 33;
     for (int stride = m / 4; stride < m / 4 + 32; ++stride) {
@@ -438,7 +440,8 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
 template <int K, bool FP16, int SWZ>
 simil_status launch_query(PqQueryScan a, int nq, cudaStream_t st)
 {
-    a.stage_stride = SWZ > 0 ? swizzled_stage_stride(SWZ) : stage_stride(a.code_size);
+    constexpr int kSwizzledStride = SWZ > 0 ? swizzled_stage_stride(SWZ) : 0;
+    a.stage_stride = SWZ > 0 ? kSwizzledStride : stage_stride(a.code_size);
     const size_t table = SWZ > 0 ? (size_t)a.ksub * swizzled_columns(SWZ) * 4
                                  : (size_t)query_table_bytes(a.m * a.ksub, FP16);
     const int tail = SWZ > 0 ? a.code_size / 4 - SWZ / 4 : 0;
