@@ -64,7 +64,6 @@ struct PqQueryScan {
     int code_size;
     int term1_at;
     int k;
-    int stage_stride;  // words between staged rows (set by the launch)
     float *codebooks_by_codeword;  // pq_fused_scratch_bytes of device memory
 };
 

@@ -263,56 +263,53 @@ __device__ __forceinline__ void fill_swizzled(float *table, int ksub, int dsub, 
 }
 
 // Sum of a row's m entries from the table by codeword (see above); `words`
-// is the row's codes, one byte per sub-quantizer.
+// is the row's codes, one byte per sub-quantizer.  Lane l needs code word
+// (l % m) / 4 ^ u at step u.  Reading that word from shared memory would put
+// up to four lanes in one bank; the lane reads its words in order (its row is
+// at an odd stride: 32 banks) and permutes them in registers instead.
 template <int M>
 __device__ __forceinline__ float row_sum_swizzled(const uint32_t *words, const float *table,
                                                   int lane)
 {
     constexpr int kPitchShift = M > 32 ? 8 : 7;  // log2 of a codeword's bytes
+    constexpr int kWords = M / 4;
     const int first = (lane & (M - 1)) >> 2;
+    uint32_t w[kWords];
+#pragma unroll
+    for (int u = 0; u < kWords; ++u) w[u] = words[u];
+    // w[u] = words[u ^ first], one bit of first at a time
+#pragma unroll
+    for (int bit = 1; bit < kWords; bit <<= 1) {
+        const bool flip = first & bit;
+#pragma unroll
+        for (int u = 0; u < kWords; ++u)
+            if (!(u & bit)) {
+                const uint32_t lo = w[u], hi = w[u | bit];
+                w[u] = flip ? hi : lo;
+                w[u | bit] = flip ? lo : hi;
+            }
+    }
     const int r = lane & 3;  // byte b of the permuted word is byte r ^ b of the code word
     const uint32_t order = (uint32_t)(r | (r ^ 1) << 4 | (r ^ 2) << 8 | (r ^ 3) << 12);
     const char *base = reinterpret_cast<const char *>(table);
     const uint32_t lane4 = (uint32_t)lane << 2;
     float acc = 0;
 #pragma unroll
-    for (int u = 0; u < M / 4; ++u) {
-        const uint32_t w = __byte_perm(words[first ^ u], 0, order);
+    for (int u = 0; u < kWords; ++u) {
+        const uint32_t word = __byte_perm(w[u], 0, order);
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
             // byte offset of column lane ^ (4u + b) of the codeword
-            const uint32_t at = ((((w >> (8 * b)) & 0xff) << kPitchShift) | lane4) ^ (16 * u + 4 * b);
+            const uint32_t at = ((((word >> (8 * b)) & 0xff) << kPitchShift) | lane4) ^ (16 * u + 4 * b);
             acc += *reinterpret_cast<const float *>(base + at);
         }
     }
     return acc;
 }
 
-// Words between the rows a warp stages in shared memory.  By sub-quantizer,
-// the 32 lanes read word t of their own rows: an odd stride puts them in 32
-// banks.  By codeword, lane l reads code word (l % m) / 4 ^ u: the stride (at
-// least m / 4) that spreads those reads over the most banks.
+// Words between the rows a warp stages in shared memory: the 32 lanes read
+// word t of their own rows, and an odd stride puts them in 32 banks.
 __host__ __device__ __forceinline__ int stage_stride(int code_size) { return (code_size / 4) | 1; }
-
-constexpr int swizzled_stage_stride(int m)
-{
-    int best = m / 4, best_ways = 33;
-    for (int stride = m / 4; stride < m / 4 + 32; ++stride) {
-        int ways = 0;
-        for (int u = 0; u < m / 4; ++u) {
-            int count[32] = {0};
-            for (int l = 0; l < 32; ++l) {
-                const int c = ++count[(l * stride + (((l & (m - 1)) >> 2) ^ u)) & 31];
-                ways = c > ways ? c : ways;
-            }
-        }
-        if (ways < best_ways) {
-            best = stride;
-            best_ways = ways;
-        }
-    }
-    return best;
-}
 
 // Bytes of the fused kernel's table, padded to 16.
 __host__ __device__ __forceinline__ int query_table_bytes(int entries, bool fp16)
@@ -361,23 +358,15 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
     }
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int wpr = a.code_size / 4, stride = a.stage_stride;
+    const int wpr = a.code_size / 4, stride = stage_stride(a.code_size);
     const float inv_wpr = 1.0f / wpr;
-    // By codeword, the code words of the rows are staged at `stride` and the
-    // words after them (term 1) apart, at their own count: each read pattern
-    // gets its own conflict-free layout.
-    const int code_words = SWZ > 0 ? SWZ / 4 : wpr, tail = wpr - code_words;
     uint32_t *stage =
         reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(pq_smem) + table_bytes) +
-        warp * 32 * (stride + tail);
-    uint32_t *stage_tail = stage + 32 * stride;
+        warp * 32 * stride;
     const uint8_t *mine = reinterpret_cast<const uint8_t *>(stage + lane * stride);
     // the lane's row's term 1 (L2 with term-3 tables), else none
     const float *term1 =
-        a.term1_at == 0 ? nullptr
-        : SWZ > 0 ? reinterpret_cast<const float *>(
-                        reinterpret_cast<const uint8_t *>(stage_tail + lane * tail) + a.term1_at - SWZ)
-                  : reinterpret_cast<const float *>(mine + a.term1_at);
+        a.term1_at == 0 ? nullptr : reinterpret_cast<const float *>(mine + a.term1_at);
     WarpSelect<K> ws;
     ws.init(a.k, INFINITY, kEmptyIdx);
     for (int p = 0; p < a.nprobe; ++p) {
@@ -391,14 +380,15 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
             const int n = min(32, cols - r0);
             const uint32_t *src =
                 reinterpret_cast<const uint32_t *>(a.codes + (first + r0) * a.code_size);
-            for (int w = lane; w < n * wpr; w += 32) {
-                const int row = (int)((w + 0.5f) * inv_wpr);  // exact: w < 32 wpr
-                const int col = w - row * wpr;
-                const uint32_t v = __ldg(src + w);
-                if (col < code_words)
-                    stage[row * stride + col] = v;
-                else
-                    stage_tail[row * tail + col - code_words] = v;
+            if (stride == wpr) {
+                // rows at their own size: the tile is copied as it lies
+                for (int w = lane; w < n * wpr; w += 32) stage[w] = __ldg(src + w);
+            } else {
+                for (int w = lane; w < n * wpr; w += 32) {
+                    const int row = (int)((w + 0.5f) * inv_wpr);  // exact: w < 32 wpr
+                    const int col = w - row * wpr;
+                    stage[row * stride + col] = __ldg(src + w);
+                }
             }
             __syncwarp();
             float key = INFINITY;
@@ -440,12 +430,9 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
 template <int K, bool FP16, int SWZ>
 simil_status launch_query(PqQueryScan a, int nq, cudaStream_t st)
 {
-    constexpr int kSwizzledStride = SWZ > 0 ? swizzled_stage_stride(SWZ) : 0;
-    a.stage_stride = SWZ > 0 ? kSwizzledStride : stage_stride(a.code_size);
     const size_t table = SWZ > 0 ? (size_t)a.ksub * swizzled_columns(SWZ) * 4
                                  : (size_t)query_table_bytes(a.m * a.ksub, FP16);
-    const int tail = SWZ > 0 ? a.code_size / 4 - SWZ / 4 : 0;
-    const size_t scan = table + (size_t)kPqWarps * 32 * (a.stage_stride + tail) * 4;
+    const size_t scan = table + (size_t)kPqWarps * 32 * stage_stride(a.code_size) * 4;
     const size_t queues = (size_t)kPqWarps * K * 8;
     const size_t smem = scan > queues ? scan : queues;
     const auto kernel = pq_query_kernel<K, FP16, SWZ>;
