@@ -45,10 +45,11 @@ typedef struct sml_knn_args {
 /* Scan of inverted lists (ivf.h): for each query, the k best rows among the
  * lists of its probes. */
 typedef struct sml_ivf_scan_args {
-    const float *queries;        /* mem: nq x dim, prepared */
+    const float *queries;        /* any: nq x dim, prepared */
     int64_t nq;
     int64_t dim;
-    const int64_t *probes;       /* host: nq x nprobe list numbers, -1 for none */
+    const int64_t *probes;       /* host: nq x nprobe list numbers, -1 for none; or
+                                    NULL: the backend finds them (coarse_search) */
     int64_t nprobe;
     const int64_t *list_offset;  /* host: per list, its first arena row */
     const int64_t *list_size;    /* host: per list, its rows */
@@ -67,13 +68,18 @@ typedef struct sml_ivf_scan_args {
     int64_t pq_dsub;
     const float *pq_codebooks;   /* mem: m x ksub x dsub */
     const float *coarse;         /* mem: nlist x dim coarse centroids */
-    const float *coarse_keys;    /* host: nq x nprobe, the coarse search's keys
-                                    (||x - c||^2 for L2, -<x, c> for IP) */
+    const float *coarse_keys;    /* host, with probes: nq x nprobe, the coarse
+                                    search's keys (||x - c||^2 for L2, -<x, c> for IP) */
     size_t pq_term1_at;          /* L2: byte offset in each row of its term 1 (a
                                     float), for tables of term 3 alone; or 0 to
                                     compute each (query, list) table from the
                                     residual x - c */
     int lut_fp16;                /* GPU: lookup tables in fp16 shared memory */
+    /* Without probes: the coarse quantizer as a k-NN search (base, base_norms,
+     * base_ids, base_shadow, n, dim, metric; the backend sets the rest).  The
+     * probes are then the nprobe nearest centroids, found where the scan runs:
+     * on a GPU they never travel through the host. */
+    sml_knn_args coarse_search;
 } sml_ivf_scan_args;
 
 /* IVF-PQ codes: the residual of each vector (x minus the coarse centroid of

@@ -11,8 +11,39 @@
 #include "cpu/cpu_knn.h"
 #include "cpu/cpu_select.h"
 
+simil_status sml_cpu_ivf_scan_probed(sml_backend *b, const sml_ivf_scan_args *a,
+                                     simil_status (*scan)(sml_backend *,
+                                                          const sml_ivf_scan_args *))
+{
+    const size_t pairs = (size_t)(a->nq * a->nprobe);
+    int64_t *probes;
+    float *keys = NULL;
+    SML_TRY(sml_alloc((void **)&probes, pairs, sizeof *probes, "probes"));
+    simil_status s = sml_alloc((void **)&keys, pairs, sizeof *keys, "coarse distances");
+    sml_knn_args knn = a->coarse_search;
+    knn.queries = a->queries;
+    knn.nq = a->nq;
+    knn.k = a->nprobe;
+    knn.distances = keys;
+    knn.labels = probes;
+    knn.threads = a->threads;
+    if (s == SIMIL_OK) s = b->ops->knn(b, &knn);
+    if (s == SIMIL_OK) {
+        if (knn.metric != SIMIL_METRIC_L2)
+            for (size_t i = 0; i < pairs; i++) keys[i] = -keys[i]; /* similarity to key */
+        sml_ivf_scan_args probed = *a;
+        probed.probes = probes;
+        probed.coarse_keys = keys;
+        s = scan(b, &probed);
+    }
+    sml_free(keys);
+    sml_free(probes);
+    return s;
+}
+
 simil_status sml_cpu_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
 {
+    if (a->probes == NULL) return sml_cpu_ivf_scan_probed(b, a, sml_cpu_ivf_flat_scan);
     int threads = a->threads > 0 ? a->threads : omp_get_max_threads();
     /* k beyond any query's candidates only pads: keep the buffers small */
     int64_t most = 0;

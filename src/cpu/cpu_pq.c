@@ -148,6 +148,7 @@ static void sml_pq_scan_rows(const sml_ivf_scan_args *a, const float *tab, float
 
 simil_status sml_cpu_ivf_pq_scan(sml_backend *b, const sml_ivf_scan_args *a)
 {
+    if (a->probes == NULL) return sml_cpu_ivf_scan_probed(b, a, sml_cpu_ivf_pq_scan);
     const int threads = a->threads > 0 ? a->threads : omp_get_max_threads();
     const int64_t table = a->pq_m * a->pq_ksub;
     int64_t kept = a->k, most = 0;

@@ -36,6 +36,7 @@ void device_release(Device *dev)
     }
     if (dev->caller) cudaEventDestroy(dev->caller);
     device_free(dev->workspace);
+    device_free(dev->io);
     pinned_free(dev->pinned);
     pthread_mutex_destroy(&dev->lock);
     sml_free(dev);
@@ -273,17 +274,31 @@ void pinned_free(void *p)
     live_blocks.fetch_sub(1);
 }
 
+namespace {
+
+simil_status grow_device_buffer(void **buffer, size_t *have, size_t bytes, void **out)
+{
+    if (bytes > *have) {
+        device_free(*buffer);
+        *buffer = nullptr;
+        *have = 0;
+        SML_CUDA_TRY(device_malloc(buffer, bytes));
+        *have = bytes;
+    }
+    *out = *buffer;
+    return SIMIL_OK;
+}
+
+}  // namespace
+
 simil_status device_workspace(Device *dev, size_t bytes, void **out)
 {
-    if (bytes > dev->workspace_bytes) {
-        device_free(dev->workspace);
-        dev->workspace = nullptr;
-        dev->workspace_bytes = 0;
-        SML_CUDA_TRY(device_malloc(&dev->workspace, bytes));
-        dev->workspace_bytes = bytes;
-    }
-    *out = dev->workspace;
-    return SIMIL_OK;
+    return grow_device_buffer(&dev->workspace, &dev->workspace_bytes, bytes, out);
+}
+
+simil_status device_io(Device *dev, size_t bytes, void **out)
+{
+    return grow_device_buffer(&dev->io, &dev->io_bytes, bytes, out);
 }
 
 simil_status device_pinned(Device *dev, size_t bytes, void **out)

@@ -27,6 +27,8 @@ struct Device {
     size_t workspace_bytes;
     void *pinned;
     size_t pinned_bytes;
+    void *io;  // a search's inputs, beside the workspace that its steps use
+    size_t io_bytes;
     pthread_mutex_t lock;
 };
 
@@ -50,10 +52,11 @@ cudaError_t device_malloc(T **p, size_t bytes)
 // The backend of a GPU index: its ops table points here.
 inline Device *device_of(sml_backend *b) { return static_cast<Device *>(b->impl); }
 
-// Grow the workspace (or pinned buffer) to at least bytes; contents are lost.
-// Caller holds dev->lock.
+// Grow the workspace (or pinned buffer, or input buffer) to at least bytes;
+// contents are lost.  Caller holds dev->lock.
 simil_status device_workspace(Device *dev, size_t bytes, void **out);
 simil_status device_pinned(Device *dev, size_t bytes, void **out);
+simil_status device_io(Device *dev, size_t bytes, void **out);
 
 // The caller may still be writing the GPU arrays it passes, on the legacy
 // default stream (a cudaMemcpy from pageable memory returns before its DMA
@@ -84,6 +87,8 @@ simil_status shadow_sync(sml_backend *b, void **shadow, const float *base, int64
 void shadow_free(sml_backend *b, void *shadow);
 
 simil_status cuda_knn(sml_backend *b, const sml_knn_args *args);
+// cuda_knn for a caller that holds dev->lock and has joined the caller's stream.
+simil_status knn_locked(Device *dev, const sml_knn_args *args);
 simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *args);
 simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_scan_args *args);
 simil_status cuda_pq_encode(sml_backend *b, const sml_pq_encode_args *args);

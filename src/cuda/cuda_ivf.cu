@@ -1,7 +1,8 @@
 // cuda_ivf.cu: inverted-list scans on the GPU (the GPU paper, section 5.2):
 // IVF-Flat, and the driver IVF-PQ shares (its distances: cuda_ivf_pq.cu).
 //
-// For a batch of queries and their probes (from the coarse search):
+// A search's queries go to the device once, in batches (stage_inputs), for
+// the coarse search and the scan.  For a batch and its probes:
 //  1. The (query, probe) pairs are grouped by list on the host.  IVF-Flat
 //     reads each list once per 32 of its queries: a tiled kernel computes the
 //     exact distances of those queries to the list's vectors, like a small
@@ -17,7 +18,8 @@
 //     writes each candidate's arena row, and radix selection picks the k best
 //     of each query's whole segment run.
 // IVF-PQ with term-3 tables and k <= kPqFusedMaxK skips all of that: one
-// block per query scans its lists and selects in registers (fused_batch).
+// block per query scans its lists and selects in registers (fused_batch),
+// reading the probes where the coarse search wrote them in device memory.
 // IVF-Flat distances are exact fp32 (sum of squared differences, or dot
 // products), the same arithmetic as the CPU scan.
 #include <string.h>
@@ -458,36 +460,105 @@ simil_status scan_batch(Device *dev, const sml_ivf_scan_args *a, bool pq, long l
     return s;
 }
 
-// IVF-PQ, fused: queries [q0, q0 + nq) in one launch; the list layout, the
-// probes and their coarse keys go to the device in one pinned copy, as the
-// search has them (converting each probe to int on the host took 0.4-0.56 ms
-// for 10,000 queries at nprobe 16, 5% of the search).
-simil_status fused_batch(Device *dev, const sml_ivf_scan_args *a, long long q0, int nq)
+// A batch's inputs in device memory: its queries, and for the fused scan its
+// probes with their coarse keys and the list layout.
+struct Inputs {
+    const float *queries;        // nq x dim
+    const int64_t *probes;       // nq x nprobe (fused)
+    const float *keys;           // nq x nprobe: coarse keys ...
+    float key_sign;              // ... times this
+    const int64_t *list_offset;  // nlist each (fused), as the search holds them
+    const int64_t *list_size;
+};
+
+// Device memory for one batch's inputs; queries per batch keep within it (and
+// the fused grid within one launch).
+constexpr size_t kInputBudget = (size_t)256 << 20;
+constexpr int kMaxBatchQueries = 65536;
+
+int input_batch(const sml_ivf_scan_args *a, long long q0, bool host_queries, bool fused)
+{
+    const size_t per_query =
+        (host_queries ? 4 * (size_t)a->dim : 0) + (fused ? 12 * (size_t)a->nprobe : 0) + 1;
+    const long long fit = (long long)(kInputBudget / per_query);
+    long long n = a->nq - q0;
+    if (n > kMaxBatchQueries) n = kMaxBatchQueries;
+    if (n > fit) n = fit > 0 ? fit : 1;
+    return (int)n;
+}
+
+// Queries [q0, q0 + nq) to the device (unless there already), and for the
+// fused scan their probes: the caller's, or the coarse search's, which writes
+// them in device memory.  What comes from the host goes in one copy through
+// the pinned buffer: the list layout, the queries, given probes and keys.
+simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0, int nq, bool fused,
+                          Inputs *in)
 {
     cudaStream_t st = dev->stream[0];
-    const size_t nlist = (size_t)a->nlist, pairs = (size_t)nq * a->nprobe, k = (size_t)a->k;
-    const size_t at_sizes = up(8 * nlist), at_probes = at_sizes + up(8 * nlist),
-                 at_keys = at_probes + up(8 * pairs), staged = at_keys + up(4 * pairs);
-    const size_t at_out_keys = staged, at_out_idx = at_out_keys + up(4 * nq * k),
-                 at_dist = at_out_idx + up(4 * nq * k), at_labels = at_dist + up(4 * nq * k),
-                 at_scratch = at_labels + up(8 * nq * k),
+    const bool host_queries = !is_device_pointer(a->queries);
+    const bool given = a->probes != nullptr;
+    const size_t nlist = fused ? (size_t)a->nlist : 0, pairs = fused ? (size_t)nq * a->nprobe : 0;
+    const size_t q_bytes = host_queries ? 4 * (size_t)nq * a->dim : 0;
+    const size_t at_sizes = up(8 * nlist), at_queries = at_sizes + up(8 * nlist),
+                 at_probes = at_queries + up(q_bytes), at_keys = at_probes + up(8 * pairs),
+                 total = at_keys + up(4 * pairs);
+    const size_t staged = given ? total : at_probes;
+    char *io, *host = nullptr;
+    SML_TRY(device_io(dev, total, reinterpret_cast<void **>(&io)));
+    if (staged > 0) SML_TRY(device_pinned(dev, staged, reinterpret_cast<void **>(&host)));
+    if (fused) {
+        sml_copy_parallel(host, a->list_offset, 8 * nlist);
+        sml_copy_parallel(host + at_sizes, a->list_size, 8 * nlist);
+    }
+    if (host_queries) sml_copy_parallel(host + at_queries, a->queries + q0 * a->dim, q_bytes);
+    if (given && fused) {
+        sml_copy_parallel(host + at_probes, a->probes + q0 * a->nprobe, 8 * pairs);
+        sml_copy_parallel(host + at_keys, a->coarse_keys + q0 * a->nprobe, 4 * pairs);
+    }
+    if (staged > 0) {
+        SML_CUDA_TRY(cudaMemcpyAsync(io, host, staged, cudaMemcpyHostToDevice, st));
+        // the next steps may regrow the pinned buffer: the copy from it ends first
+        SML_CUDA_TRY(cudaStreamSynchronize(st));
+    }
+    in->queries = host_queries ? reinterpret_cast<const float *>(io + at_queries)
+                               : a->queries + q0 * a->dim;
+    in->list_offset = reinterpret_cast<const int64_t *>(io);
+    in->list_size = reinterpret_cast<const int64_t *>(io + at_sizes);
+    in->probes = reinterpret_cast<const int64_t *>(io + at_probes);
+    in->keys = reinterpret_cast<const float *>(io + at_keys);
+    in->key_sign = 1.0f;
+    if (given || !fused) return SIMIL_OK;
+    sml_knn_args knn = a->coarse_search;
+    knn.queries = in->queries;
+    knn.nq = nq;
+    knn.k = a->nprobe;
+    knn.distances = reinterpret_cast<float *>(io + at_keys);
+    knn.labels = reinterpret_cast<int64_t *>(io + at_probes);
+    in->key_sign = knn.metric == SIMIL_METRIC_L2 ? 1.0f : -1.0f;  // similarity to key
+    return knn_locked(dev, &knn);
+}
+
+// IVF-PQ, fused: queries [q0, q0 + nq) in one launch, from their inputs on
+// the device.
+simil_status fused_batch(Device *dev, const sml_ivf_scan_args *a, const Inputs &in, long long q0,
+                         int nq)
+{
+    cudaStream_t st = dev->stream[0];
+    const size_t k = (size_t)a->k;
+    const size_t at_out_idx = up(4 * nq * k), at_dist = at_out_idx + up(4 * nq * k),
+                 at_labels = at_dist + up(4 * nq * k), at_scratch = at_labels + up(8 * nq * k),
                  total = at_scratch + up(pq_fused_scratch_bytes(a));
-    char *ws, *host;
+    char *ws;
     SML_TRY(device_workspace(dev, total, reinterpret_cast<void **>(&ws)));
-    SML_TRY(device_pinned(dev, staged, reinterpret_cast<void **>(&host)));
-    sml_copy_parallel(host, a->list_offset, 8 * nlist);
-    sml_copy_parallel(host + at_sizes, a->list_size, 8 * nlist);
-    sml_copy_parallel(host + at_probes, a->probes + q0 * a->nprobe, 8 * pairs);
-    sml_copy_parallel(host + at_keys, a->coarse_keys + q0 * a->nprobe, 4 * pairs);
-    SML_CUDA_TRY(cudaMemcpyAsync(ws, host, staged, cudaMemcpyHostToDevice, st));
     PqQueryScan scan{};
-    scan.queries = a->queries + q0 * a->dim;
-    scan.probes = reinterpret_cast<const int64_t *>(ws + at_probes);
-    scan.probe_keys = reinterpret_cast<const float *>(ws + at_keys);
+    scan.queries = in.queries;
+    scan.probes = in.probes;
+    scan.probe_keys = in.keys;
+    scan.probe_key_sign = in.key_sign;
     scan.nprobe = (int)a->nprobe;
-    scan.list_offset = reinterpret_cast<const int64_t *>(ws);
-    scan.list_size = reinterpret_cast<const int64_t *>(ws + at_sizes);
-    scan.out_keys = reinterpret_cast<float *>(ws + at_out_keys);
+    scan.list_offset = in.list_offset;
+    scan.list_size = in.list_size;
+    scan.out_keys = reinterpret_cast<float *>(ws);
     scan.out_idx = reinterpret_cast<int *>(ws + at_out_idx);
     scan.codebooks_by_codeword = reinterpret_cast<float *>(ws + at_scratch);
     SML_TRY(launch_pq_fused(a, scan, nq, st));
@@ -502,10 +573,6 @@ simil_status fused_batch(Device *dev, const sml_ivf_scan_args *a, long long q0, 
     SML_CUDA_TRY(cudaStreamSynchronize(st));
     return SIMIL_OK;
 }
-
-// Queries per fused batch: the staged probes stay small, the grid within
-// one launch.
-constexpr int kFusedBatchQueries = 65536;
 
 // Queries per batch: as many as keep the distances within the budget.
 int batch_queries(const sml_ivf_scan_args *a, long long q0)
@@ -527,6 +594,49 @@ int batch_queries(const sml_ivf_scan_args *a, long long q0)
     return n;
 }
 
+// The scans planned on the host (IVF-Flat; IVF-PQ unfused) for queries
+// [q0, q0 + nq), in device memory at queries: their probes are the caller's,
+// or found now into host memory.
+simil_status scan_planned(Device *dev, const sml_ivf_scan_args *a, bool pq, const float *queries,
+                          long long q0, int nq)
+{
+    sml_ivf_scan_args batch = *a;
+    batch.queries = queries;
+    batch.nq = nq;
+    batch.distances = a->distances + q0 * a->k;
+    batch.labels = a->labels + q0 * a->k;
+    int64_t *probes = nullptr;
+    float *keys = nullptr;
+    simil_status s = SIMIL_OK;
+    if (a->probes) {
+        batch.probes = a->probes + q0 * a->nprobe;
+        batch.coarse_keys = a->coarse_keys ? a->coarse_keys + q0 * a->nprobe : nullptr;
+    } else {
+        const size_t pairs = (size_t)nq * a->nprobe;
+        s = sml_alloc(reinterpret_cast<void **>(&probes), pairs, sizeof *probes, "probes");
+        if (s == SIMIL_OK) s = sml_alloc(reinterpret_cast<void **>(&keys), pairs, sizeof *keys, "coarse distances");
+        sml_knn_args knn = a->coarse_search;
+        knn.queries = queries;
+        knn.nq = nq;
+        knn.k = a->nprobe;
+        knn.distances = keys;
+        knn.labels = probes;
+        if (s == SIMIL_OK) s = knn_locked(dev, &knn);
+        if (s == SIMIL_OK && knn.metric != SIMIL_METRIC_L2)
+            for (size_t i = 0; i < pairs; ++i) keys[i] = -keys[i];  // similarity to key
+        batch.probes = probes;
+        batch.coarse_keys = keys;
+    }
+    for (long long sub = 0; s == SIMIL_OK && sub < nq;) {
+        const int n = batch_queries(&batch, sub);
+        s = scan_batch(dev, &batch, pq, sub, n);
+        sub += n;
+    }
+    sml_free(keys);
+    sml_free(probes);
+    return s;
+}
+
 simil_status ivf_scan(sml_backend *b, const sml_ivf_scan_args *a, bool pq)
 {
     SML_RETURN_IF(a->k >= INT32_MAX || a->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
@@ -534,11 +644,14 @@ simil_status ivf_scan(sml_backend *b, const sml_ivf_scan_args *a, bool pq)
     Device *dev = device_of(b);
     pthread_mutex_lock(&dev->lock);
     simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
-    const bool fused = pq && pq_fused(a);
+    if (s == SIMIL_OK) s = device_join_caller(dev);
+    const bool fused = pq && pq_fused(a), host_queries = !is_device_pointer(a->queries);
     for (long long q0 = 0; s == SIMIL_OK && q0 < a->nq;) {
-        const int n = fused ? (int)(a->nq - q0 < kFusedBatchQueries ? a->nq - q0 : kFusedBatchQueries)
-                            : batch_queries(a, q0);
-        s = fused ? fused_batch(dev, a, q0, n) : scan_batch(dev, a, pq, q0, n);
+        const int n = input_batch(a, q0, host_queries, fused);
+        Inputs in{};
+        s = stage_inputs(dev, a, q0, n, fused, &in);
+        if (s == SIMIL_OK)
+            s = fused ? fused_batch(dev, a, in, q0, n) : scan_planned(dev, a, pq, in.queries, q0, n);
         q0 += n;
     }
     if (s != SIMIL_OK) cudaStreamSynchronize(dev->stream[0]);

@@ -49,7 +49,8 @@ constexpr int kPqFusedMaxK = 256;
 struct PqQueryScan {
     const float *queries;        // the batch's first query
     const int64_t *probes;       // nq x nprobe lists, -1 for none
-    const float *probe_keys;     // nq x nprobe coarse keys (term 2, or -<x, c>)
+    const float *probe_keys;     // nq x nprobe coarse keys (term 2, or -<x, c>) ...
+    float probe_key_sign;        // ... times this (-1: <x, c> from the coarse search)
     int nprobe;
     const int64_t *list_offset;  // as the search has them (sml_ivf_scan_args)
     const int64_t *list_size;

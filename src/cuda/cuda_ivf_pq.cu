@@ -374,7 +374,7 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
         if (l < 0) continue;
         const int cols = (int)a.list_size[l];
         const long long first = a.list_offset[l];
-        const float base = a.probe_keys[(long long)q * a.nprobe + p] + offset;
+        const float base = a.probe_key_sign * a.probe_keys[(long long)q * a.nprobe + p] + offset;
         // every lane of a warp takes the same trips: need_merge is warp-wide
         for (int r0 = warp * 32; r0 < cols; r0 += kPqThreads) {
             const int n = min(32, cols - r0);

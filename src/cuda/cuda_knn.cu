@@ -625,9 +625,8 @@ simil_status run(const Search &s)
 
 }  // namespace
 
-simil_status cuda_knn(sml_backend *backend, const sml_knn_args *a)
+simil_status knn_locked(Device *dev, const sml_knn_args *a)
 {
-    Device *dev = device_of(backend);
     SML_RETURN_IF(a->n >= INT32_MAX || a->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
                   "a GPU index holds fewer than 2^31 vectors; shard larger sets");
     Search s{};
@@ -642,16 +641,23 @@ simil_status cuda_knn(sml_backend *backend, const sml_knn_args *a)
     if (a->nq == 0) return SIMIL_OK;
     s.max_query_tile = s.queries_on_device && s.outputs_on_device ? kMaxQueryTile
                                                                   : staged_tile_cap(s);
-    pthread_mutex_lock(&dev->lock);
-    simil_status st = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
-    if (st == SIMIL_OK) st = device_join_caller(dev);
-    if (st == SIMIL_OK) st = run(s);
+    const simil_status st = run(s);
     if (st != SIMIL_OK) {
         // leave the streams idle for the next call
         cudaStreamSynchronize(dev->stream[0]);
         cudaStreamSynchronize(dev->stream[1]);
         cudaGetLastError();
     }
+    return st;
+}
+
+simil_status cuda_knn(sml_backend *backend, const sml_knn_args *a)
+{
+    Device *dev = device_of(backend);
+    pthread_mutex_lock(&dev->lock);
+    simil_status st = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
+    if (st == SIMIL_OK) st = device_join_caller(dev);
+    if (st == SIMIL_OK) st = knn_locked(dev, a);
     pthread_mutex_unlock(&dev->lock);
     return st;
 }

@@ -52,42 +52,27 @@ static simil_status sml_ivf_flat_search(const simil_index *index, const sml_sear
 {
     const sml_ivf *ivf = sml_ivf_flat(index);
     sml_backend *b = index->backend;
-    const int64_t nprobe = sml_ivf_flat_nprobe(ivf, call);
-    int64_t *probes;
-    SML_TRY(sml_alloc((void **)&probes, (size_t)(call->nq * nprobe), sizeof *probes, "probes"));
-    /* the queries go to backend memory once, for the coarse search and the scan */
-    const size_t bytes = sizeof(float) * (size_t)(call->nq * index->dim);
-    float *queries = (float *)call->queries;
-    simil_status s = SIMIL_OK;
-    if (b->gpu >= 0) {
-        s = b->ops->mem_alloc(b, bytes, (void **)&queries);
-        if (s == SIMIL_OK) s = b->ops->mem_upload(b, queries, call->queries, bytes);
-    }
-    if (s == SIMIL_OK) s = sml_ivf_probe(b, ivf, call->nq, queries, nprobe, probes, NULL);
-    if (s == SIMIL_OK) {
-        sml_ivf_scan_args args = {
-            .queries = queries,
-            .nq = call->nq,
-            .dim = index->dim,
-            .probes = probes,
-            .nprobe = nprobe,
-            .list_offset = ivf->offset,
-            .list_size = ivf->size,
-            .nlist = ivf->nlist,
-            .codes = ivf->codes_mem,
-            .code_size = ivf->code_size,
-            .ids = ivf->ids_mem,
-            .k = call->k,
-            .metric = sml_kernel_metric(index->metric),
-            .distances = call->distances,
-            .labels = call->labels,
-            .threads = call->params.threads,
-        };
-        s = b->ops->ivf_flat_scan(b, &args);
-    }
-    if (queries != call->queries) b->ops->mem_free(b, queries);
-    sml_free(probes);
-    return s;
+    /* the backend finds the probes (and, on a GPU, uploads the queries once
+     * for the coarse search and the scan) */
+    sml_ivf_scan_args args = {
+        .queries = call->queries,
+        .nq = call->nq,
+        .dim = index->dim,
+        .nprobe = sml_ivf_flat_nprobe(ivf, call),
+        .list_offset = ivf->offset,
+        .list_size = ivf->size,
+        .nlist = ivf->nlist,
+        .codes = ivf->codes_mem,
+        .code_size = ivf->code_size,
+        .ids = ivf->ids_mem,
+        .k = call->k,
+        .metric = sml_kernel_metric(index->metric),
+        .distances = call->distances,
+        .labels = call->labels,
+        .threads = call->params.threads,
+        .coarse_search = sml_ivf_coarse_search(ivf),
+    };
+    return b->ops->ivf_flat_scan(b, &args);
 }
 
 static simil_status sml_ivf_flat_remove(simil_index *index, int64_t n_sorted,

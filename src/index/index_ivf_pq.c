@@ -215,56 +215,38 @@ static simil_status sml_ivf_pq_search(const simil_index *index, const sml_search
     const sml_ivf *ivf = &x->ivf;
     int64_t nprobe = call->params.nprobe > 0 ? call->params.nprobe : 1;
     if (nprobe > ivf->nlist) nprobe = ivf->nlist;
-    const size_t pairs = (size_t)(call->nq * nprobe);
-    const size_t bytes = sizeof(float) * (size_t)(call->nq * index->dim);
-    int64_t *probes = NULL;
-    float *keys = NULL, *queries = (float *)call->queries;
-    simil_status s = sml_alloc((void **)&probes, pairs, sizeof *probes, "probes");
-    if (s == SIMIL_OK) s = sml_alloc((void **)&keys, pairs, sizeof *keys, "coarse distances");
-    if (s == SIMIL_OK && b->gpu >= 0) {
-        s = b->ops->mem_alloc(b, bytes, (void **)&queries);
-        if (s == SIMIL_OK) s = b->ops->mem_upload(b, queries, call->queries, bytes);
-    }
-    if (s == SIMIL_OK) s = sml_ivf_probe(b, ivf, call->nq, queries, nprobe, probes, keys);
-    if (s == SIMIL_OK) {
-        if (ivf->metric != SIMIL_METRIC_L2)
-            for (size_t i = 0; i < pairs; i++) keys[i] = -keys[i]; /* similarity to key */
-        const int64_t lut_bytes = x->pq.m * x->pq.ksub * (int64_t)sizeof(float);
-        sml_ivf_scan_args args = {
-            .queries = queries,
-            .nq = call->nq,
-            .dim = index->dim,
-            .probes = probes,
-            .nprobe = nprobe,
-            .list_offset = ivf->offset,
-            .list_size = ivf->size,
-            .nlist = ivf->nlist,
-            .codes = ivf->codes_mem,
-            .code_size = ivf->code_size,
-            .ids = ivf->ids_mem,
-            .k = call->k,
-            .metric = ivf->metric,
-            .distances = call->distances,
-            .labels = call->labels,
-            .threads = call->params.threads,
-            .pq_m = x->pq.m,
-            .pq_ksub = x->pq.ksub,
-            .pq_dsub = x->pq.dsub,
-            .pq_codebooks = x->codebooks_mem,
-            .coarse = ivf->centroids_mem,
-            .coarse_keys = keys,
-            .pq_term1_at = ivf->metric == SIMIL_METRIC_L2 && call->params.precomputed_tables
-                               ? sml_pq_code_size(&x->pq)
-                               : 0,
-            .lut_fp16 = call->params.lut == SIMIL_LUT_FP16 ||
-                        (call->params.lut == SIMIL_LUT_AUTO && lut_bytes > 48 * 1024),
-        };
-        s = b->ops->ivf_pq_scan(b, &args);
-    }
-    if (queries != call->queries) b->ops->mem_free(b, queries);
-    sml_free(keys);
-    sml_free(probes);
-    return s;
+    const int64_t lut_bytes = x->pq.m * x->pq.ksub * (int64_t)sizeof(float);
+    /* the backend finds the probes: on a GPU, the queries, probes and
+     * coarse keys stay in device memory from the coarse search to the scan */
+    sml_ivf_scan_args args = {
+        .queries = call->queries,
+        .nq = call->nq,
+        .dim = index->dim,
+        .nprobe = nprobe,
+        .list_offset = ivf->offset,
+        .list_size = ivf->size,
+        .nlist = ivf->nlist,
+        .codes = ivf->codes_mem,
+        .code_size = ivf->code_size,
+        .ids = ivf->ids_mem,
+        .k = call->k,
+        .metric = ivf->metric,
+        .distances = call->distances,
+        .labels = call->labels,
+        .threads = call->params.threads,
+        .pq_m = x->pq.m,
+        .pq_ksub = x->pq.ksub,
+        .pq_dsub = x->pq.dsub,
+        .pq_codebooks = x->codebooks_mem,
+        .coarse = ivf->centroids_mem,
+        .pq_term1_at = ivf->metric == SIMIL_METRIC_L2 && call->params.precomputed_tables
+                           ? sml_pq_code_size(&x->pq)
+                           : 0,
+        .lut_fp16 = call->params.lut == SIMIL_LUT_FP16 ||
+                    (call->params.lut == SIMIL_LUT_AUTO && lut_bytes > 48 * 1024),
+        .coarse_search = sml_ivf_coarse_search(ivf),
+    };
+    return b->ops->ivf_pq_scan(b, &args);
 }
 
 static simil_status sml_ivf_pq_remove(simil_index *index, int64_t n_sorted, const int64_t *sorted,

@@ -174,26 +174,31 @@ simil_status sml_ivf_set_centroids(sml_backend *b, sml_ivf *ivf, const float *ce
     return SIMIL_OK;
 }
 
-simil_status sml_ivf_probe(sml_backend *b, const sml_ivf *ivf, int64_t n, const float *x,
-                           int64_t nprobe, int64_t *lists, float *dists)
+sml_knn_args sml_ivf_coarse_search(const sml_ivf *ivf)
 {
-    float *own = NULL;
-    if (dists == NULL)
-        SML_TRY(sml_alloc((void **)&own, (size_t)(n * nprobe), sizeof(float), "probe distances"));
-    sml_knn_args args = {
+    return (sml_knn_args){
         .base = ivf->centroids_mem,
         .base_norms = ivf->metric == SIMIL_METRIC_L2 ? ivf->centroid_norms_mem : NULL,
         .base_ids = ivf->centroid_ids_mem,
         .base_shadow = ivf->centroid_shadow,
         .n = ivf->nlist,
         .dim = ivf->dim,
-        .queries = x,
-        .nq = n,
-        .k = nprobe,
         .metric = ivf->metric,
-        .distances = dists ? dists : own,
-        .labels = lists,
     };
+}
+
+simil_status sml_ivf_probe(sml_backend *b, const sml_ivf *ivf, int64_t n, const float *x,
+                           int64_t nprobe, int64_t *lists, float *dists)
+{
+    float *own = NULL;
+    if (dists == NULL)
+        SML_TRY(sml_alloc((void **)&own, (size_t)(n * nprobe), sizeof(float), "probe distances"));
+    sml_knn_args args = sml_ivf_coarse_search(ivf);
+    args.queries = x;
+    args.nq = n;
+    args.k = nprobe;
+    args.distances = dists ? dists : own;
+    args.labels = lists;
     simil_status s = b->ops->knn(b, &args);
     sml_free(own);
     return s;

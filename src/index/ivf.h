@@ -70,6 +70,10 @@ simil_status sml_ivf_set_centroids(sml_backend *b, sml_ivf *ivf, const float *ce
 simil_status sml_ivf_probe(sml_backend *b, const sml_ivf *ivf, int64_t n, const float *x,
                            int64_t nprobe, int64_t *lists, float *dists);
 
+/* The coarse quantizer as a k-NN search: its stored side only (base, norms,
+ * ids, shadow, n, dim, metric), as a scan's coarse_search takes it. */
+sml_knn_args sml_ivf_coarse_search(const sml_ivf *ivf);
+
 /* Append n rows: row i goes to list lists[i], with code codes + i * code_size
  * (host) and id ids[i]. */
 simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64_t *lists,
