@@ -42,6 +42,19 @@ typedef struct sml_knn_args {
     const void *base_shadow;  /* the backend's shadow of base (see shadow_sync), or NULL */
 } sml_knn_args;
 
+/* The search of a stored base (base, norms, ids, shadow, n, dim and metric
+ * from `stored`) by nq queries for their k nearest, into distances and labels. */
+static inline sml_knn_args sml_knn_of(sml_knn_args stored, const float *queries, int64_t nq,
+                                      int64_t k, float *distances, int64_t *labels)
+{
+    stored.queries = queries;
+    stored.nq = nq;
+    stored.k = k;
+    stored.distances = distances;
+    stored.labels = labels;
+    return stored;
+}
+
 /* Scan of inverted lists (ivf.h): for each query, the k best rows among the
  * lists of its probes. */
 typedef struct sml_ivf_scan_args {

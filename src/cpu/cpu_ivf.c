@@ -20,12 +20,7 @@ simil_status sml_cpu_ivf_scan_probed(sml_backend *b, const sml_ivf_scan_args *a,
     float *keys = NULL;
     SML_TRY(sml_alloc((void **)&probes, pairs, sizeof *probes, "probes"));
     simil_status s = sml_alloc((void **)&keys, pairs, sizeof *keys, "coarse distances");
-    sml_knn_args knn = a->coarse_search;
-    knn.queries = a->queries;
-    knn.nq = a->nq;
-    knn.k = a->nprobe;
-    knn.distances = keys;
-    knn.labels = probes;
+    sml_knn_args knn = sml_knn_of(a->coarse_search, a->queries, a->nq, a->nprobe, keys, probes);
     knn.threads = a->threads;
     if (s == SIMIL_OK) s = b->ops->knn(b, &knn);
     if (s == SIMIL_OK) {

@@ -528,12 +528,9 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     in->keys = reinterpret_cast<const float *>(io + at_keys);
     in->key_sign = 1.0f;
     if (given || !fused) return SIMIL_OK;
-    sml_knn_args knn = a->coarse_search;
-    knn.queries = in->queries;
-    knn.nq = nq;
-    knn.k = a->nprobe;
-    knn.distances = reinterpret_cast<float *>(io + at_keys);
-    knn.labels = reinterpret_cast<int64_t *>(io + at_probes);
+    const sml_knn_args knn = sml_knn_of(a->coarse_search, in->queries, nq, a->nprobe,
+                                        reinterpret_cast<float *>(io + at_keys),
+                                        reinterpret_cast<int64_t *>(io + at_probes));
     in->key_sign = knn.metric == SIMIL_METRIC_L2 ? 1.0f : -1.0f;  // similarity to key
     return knn_locked(dev, &knn);
 }
@@ -614,13 +611,9 @@ simil_status scan_planned(Device *dev, const sml_ivf_scan_args *a, bool pq, cons
     } else {
         const size_t pairs = (size_t)nq * a->nprobe;
         s = sml_alloc(reinterpret_cast<void **>(&probes), pairs, sizeof *probes, "probes");
-        if (s == SIMIL_OK) s = sml_alloc(reinterpret_cast<void **>(&keys), pairs, sizeof *keys, "coarse distances");
-        sml_knn_args knn = a->coarse_search;
-        knn.queries = queries;
-        knn.nq = nq;
-        knn.k = a->nprobe;
-        knn.distances = keys;
-        knn.labels = probes;
+        if (s == SIMIL_OK)
+            s = sml_alloc(reinterpret_cast<void **>(&keys), pairs, sizeof *keys, "coarse distances");
+        const sml_knn_args knn = sml_knn_of(a->coarse_search, queries, nq, a->nprobe, keys, probes);
         if (s == SIMIL_OK) s = knn_locked(dev, &knn);
         if (s == SIMIL_OK && knn.metric != SIMIL_METRIC_L2)
             for (size_t i = 0; i < pairs; ++i) keys[i] = -keys[i];  // similarity to key
@@ -650,8 +643,8 @@ simil_status ivf_scan(sml_backend *b, const sml_ivf_scan_args *a, bool pq)
         const int n = input_batch(a, q0, host_queries, fused);
         Inputs in{};
         s = stage_inputs(dev, a, q0, n, fused, &in);
-        if (s == SIMIL_OK)
-            s = fused ? fused_batch(dev, a, in, q0, n) : scan_planned(dev, a, pq, in.queries, q0, n);
+        if (s == SIMIL_OK && fused) s = fused_batch(dev, a, in, q0, n);
+        else if (s == SIMIL_OK) s = scan_planned(dev, a, pq, in.queries, q0, n);
         q0 += n;
     }
     if (s != SIMIL_OK) cudaStreamSynchronize(dev->stream[0]);

@@ -33,7 +33,7 @@ static simil_status sml_ivf_flat_add(simil_index *index, int64_t n, const float 
     simil_status s = SIMIL_OK;
     for (int64_t i = 0; i < n && s == SIMIL_OK; i += chunk) {
         int64_t m = n - i < chunk ? n - i : chunk;
-        s = sml_ivf_probe(index->backend, ivf, m, x + i * index->dim, 1, lists + i, NULL);
+        s = sml_ivf_probe(index->backend, ivf, m, x + i * index->dim, 1, lists + i);
         sml_progress("add", i + m, n);
     }
     if (s == SIMIL_OK) s = sml_ivf_append(index->backend, ivf, n, lists, x, ids);
@@ -41,38 +41,12 @@ static simil_status sml_ivf_flat_add(simil_index *index, int64_t n, const float 
     return s;
 }
 
-/* nprobe of a call: the parameter (default 1), at most nlist. */
-static int64_t sml_ivf_flat_nprobe(const sml_ivf *ivf, const sml_search_call *call)
-{
-    int64_t nprobe = call->params.nprobe > 0 ? call->params.nprobe : 1;
-    return nprobe < ivf->nlist ? nprobe : ivf->nlist;
-}
-
 static simil_status sml_ivf_flat_search(const simil_index *index, const sml_search_call *call)
 {
-    const sml_ivf *ivf = sml_ivf_flat(index);
-    sml_backend *b = index->backend;
     /* the backend finds the probes (and, on a GPU, uploads the queries once
      * for the coarse search and the scan) */
-    sml_ivf_scan_args args = {
-        .queries = call->queries,
-        .nq = call->nq,
-        .dim = index->dim,
-        .nprobe = sml_ivf_flat_nprobe(ivf, call),
-        .list_offset = ivf->offset,
-        .list_size = ivf->size,
-        .nlist = ivf->nlist,
-        .codes = ivf->codes_mem,
-        .code_size = ivf->code_size,
-        .ids = ivf->ids_mem,
-        .k = call->k,
-        .metric = sml_kernel_metric(index->metric),
-        .distances = call->distances,
-        .labels = call->labels,
-        .threads = call->params.threads,
-        .coarse_search = sml_ivf_coarse_search(ivf),
-    };
-    return b->ops->ivf_flat_scan(b, &args);
+    const sml_ivf_scan_args args = sml_ivf_scan_of(sml_ivf_flat(index), call);
+    return index->backend->ops->ivf_flat_scan(index->backend, &args);
 }
 
 static simil_status sml_ivf_flat_remove(simil_index *index, int64_t n_sorted,

@@ -137,7 +137,7 @@ static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float 
     /* residuals against the nearest coarse centroid */
     if (s == SIMIL_OK) s = sml_alloc((void **)&lists, (size_t)n, sizeof *lists, "list assignments");
     if (s == SIMIL_OK) s = sml_alloc((void **)&res, (size_t)(n * index->dim), sizeof *res, "residuals");
-    if (s == SIMIL_OK) s = sml_ivf_probe(b, &next.ivf, n, xs, 1, lists, NULL);
+    if (s == SIMIL_OK) s = sml_ivf_probe(b, &next.ivf, n, xs, 1, lists);
     if (s == SIMIL_OK) {
 #pragma omp parallel for schedule(static) if (n * index->dim > (1 << 18))
         for (int64_t r = 0; r < n; r++)
@@ -184,7 +184,7 @@ static simil_status sml_ivf_pq_add(simil_index *index, int64_t n, const float *x
             s = b->ops->mem_upload(b, staged, part, sizeof(float) * (size_t)(m * index->dim));
             part = staged;
         }
-        if (s == SIMIL_OK) s = sml_ivf_probe(b, &x->ivf, m, part, 1, lists + i, NULL);
+        if (s == SIMIL_OK) s = sml_ivf_probe(b, &x->ivf, m, part, 1, lists + i);
         sml_pq_encode_args enc = {
             .x = part,
             .n = m,
@@ -211,42 +211,22 @@ static simil_status sml_ivf_pq_add(simil_index *index, int64_t n, const float *x
 static simil_status sml_ivf_pq_search(const simil_index *index, const sml_search_call *call)
 {
     const sml_ivf_pq *x = sml_ivf_pq_of(index);
-    sml_backend *b = index->backend;
     const sml_ivf *ivf = &x->ivf;
-    int64_t nprobe = call->params.nprobe > 0 ? call->params.nprobe : 1;
-    if (nprobe > ivf->nlist) nprobe = ivf->nlist;
     const int64_t lut_bytes = x->pq.m * x->pq.ksub * (int64_t)sizeof(float);
     /* the backend finds the probes: on a GPU, the queries, probes and
      * coarse keys stay in device memory from the coarse search to the scan */
-    sml_ivf_scan_args args = {
-        .queries = call->queries,
-        .nq = call->nq,
-        .dim = index->dim,
-        .nprobe = nprobe,
-        .list_offset = ivf->offset,
-        .list_size = ivf->size,
-        .nlist = ivf->nlist,
-        .codes = ivf->codes_mem,
-        .code_size = ivf->code_size,
-        .ids = ivf->ids_mem,
-        .k = call->k,
-        .metric = ivf->metric,
-        .distances = call->distances,
-        .labels = call->labels,
-        .threads = call->params.threads,
-        .pq_m = x->pq.m,
-        .pq_ksub = x->pq.ksub,
-        .pq_dsub = x->pq.dsub,
-        .pq_codebooks = x->codebooks_mem,
-        .coarse = ivf->centroids_mem,
-        .pq_term1_at = ivf->metric == SIMIL_METRIC_L2 && call->params.precomputed_tables
+    sml_ivf_scan_args args = sml_ivf_scan_of(ivf, call);
+    args.pq_m = x->pq.m;
+    args.pq_ksub = x->pq.ksub;
+    args.pq_dsub = x->pq.dsub;
+    args.pq_codebooks = x->codebooks_mem;
+    args.coarse = ivf->centroids_mem;
+    args.pq_term1_at = ivf->metric == SIMIL_METRIC_L2 && call->params.precomputed_tables
                            ? sml_pq_code_size(&x->pq)
-                           : 0,
-        .lut_fp16 = call->params.lut == SIMIL_LUT_FP16 ||
-                    (call->params.lut == SIMIL_LUT_AUTO && lut_bytes > 48 * 1024),
-        .coarse_search = sml_ivf_coarse_search(ivf),
-    };
-    return b->ops->ivf_pq_scan(b, &args);
+                           : 0;
+    args.lut_fp16 = call->params.lut == SIMIL_LUT_FP16 ||
+                    (call->params.lut == SIMIL_LUT_AUTO && lut_bytes > 48 * 1024);
+    return index->backend->ops->ivf_pq_scan(index->backend, &args);
 }
 
 static simil_status sml_ivf_pq_remove(simil_index *index, int64_t n_sorted, const int64_t *sorted,

@@ -273,7 +273,7 @@ static simil_status sml_xfbq_ivf_append(simil_index *index, int64_t n, const flo
     const int64_t chunk = (int64_t)1 << 18;
     for (int64_t i = 0; i < n && s == SIMIL_OK; i += chunk) {
         const int64_t m = n - i < chunk ? n - i : chunk;
-        s = sml_ivf_probe(b, &x->ivf, m, xs + i * index->dim, 1, lists + i, NULL);
+        s = sml_ivf_probe(b, &x->ivf, m, xs + i * index->dim, 1, lists + i);
         sml_xfbq_make_rows(&x->q, m, xs + i * index->dim, x->normalize,
                            rows + (size_t)i * x->q.row_size);
         sml_progress("add", i + m, n);
@@ -366,7 +366,7 @@ static simil_status sml_xfbq_search(const simil_index *index, const sml_search_c
                         (size_t)code_words * sizeof *codes);
     }
     if (s == SIMIL_OK && x->inverted)
-        s = sml_ivf_probe(b, &x->ivf, nq, queries, nprobe, probes, NULL);
+        s = sml_ivf_probe(b, &x->ivf, nq, queries, nprobe, probes);
     if (s == SIMIL_OK) {
         sml_xfbq_select sel;
         const float extra = call->params.extra_distance < 0 ? 0.05f : call->params.extra_distance;

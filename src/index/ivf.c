@@ -174,7 +174,8 @@ simil_status sml_ivf_set_centroids(sml_backend *b, sml_ivf *ivf, const float *ce
     return SIMIL_OK;
 }
 
-sml_knn_args sml_ivf_coarse_search(const sml_ivf *ivf)
+/* The coarse quantizer as a k-NN search: its stored side only. */
+static sml_knn_args sml_ivf_coarse_search(const sml_ivf *ivf)
 {
     return (sml_knn_args){
         .base = ivf->centroids_mem,
@@ -188,20 +189,37 @@ sml_knn_args sml_ivf_coarse_search(const sml_ivf *ivf)
 }
 
 simil_status sml_ivf_probe(sml_backend *b, const sml_ivf *ivf, int64_t n, const float *x,
-                           int64_t nprobe, int64_t *lists, float *dists)
+                           int64_t nprobe, int64_t *lists)
 {
-    float *own = NULL;
-    if (dists == NULL)
-        SML_TRY(sml_alloc((void **)&own, (size_t)(n * nprobe), sizeof(float), "probe distances"));
-    sml_knn_args args = sml_ivf_coarse_search(ivf);
-    args.queries = x;
-    args.nq = n;
-    args.k = nprobe;
-    args.distances = dists ? dists : own;
-    args.labels = lists;
+    float *dists;
+    SML_TRY(sml_alloc((void **)&dists, (size_t)(n * nprobe), sizeof(float), "probe distances"));
+    const sml_knn_args args = sml_knn_of(sml_ivf_coarse_search(ivf), x, n, nprobe, dists, lists);
     simil_status s = b->ops->knn(b, &args);
-    sml_free(own);
+    sml_free(dists);
     return s;
+}
+
+sml_ivf_scan_args sml_ivf_scan_of(const sml_ivf *ivf, const sml_search_call *call)
+{
+    const int64_t nprobe = call->params.nprobe > 0 ? call->params.nprobe : 1;
+    return (sml_ivf_scan_args){
+        .queries = call->queries,
+        .nq = call->nq,
+        .dim = ivf->dim,
+        .nprobe = nprobe < ivf->nlist ? nprobe : ivf->nlist,
+        .list_offset = ivf->offset,
+        .list_size = ivf->size,
+        .nlist = ivf->nlist,
+        .codes = ivf->codes_mem,
+        .code_size = ivf->code_size,
+        .ids = ivf->ids_mem,
+        .k = call->k,
+        .metric = ivf->metric,
+        .distances = call->distances,
+        .labels = call->labels,
+        .threads = call->params.threads,
+        .coarse_search = sml_ivf_coarse_search(ivf),
+    };
 }
 
 /* A new, empty arena of capacity rows (all three parts, or none). */

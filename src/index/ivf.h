@@ -66,13 +66,17 @@ void sml_ivf_swap_quantizer(sml_ivf *ivf, sml_ivf *other);
 simil_status sml_ivf_set_centroids(sml_backend *b, sml_ivf *ivf, const float *centroids);
 
 /* The nprobe nearest lists of each of n vectors (host): lists n x nprobe,
- * nearest first; dists (may be NULL) the matching coarse distances. */
+ * nearest first. */
 simil_status sml_ivf_probe(sml_backend *b, const sml_ivf *ivf, int64_t n, const float *x,
-                           int64_t nprobe, int64_t *lists, float *dists);
+                           int64_t nprobe, int64_t *lists);
 
-/* The coarse quantizer as a k-NN search: its stored side only (base, norms,
- * ids, shadow, n, dim, metric), as a scan's coarse_search takes it. */
-sml_knn_args sml_ivf_coarse_search(const sml_ivf *ivf);
+struct sml_search_call;
+
+/* The scan of a search call (index_internal.h): its queries, k, outputs and
+ * threads, nprobe from its parameters (1 to nlist), the lists, and the coarse
+ * quantizer as the k-NN search that finds the probes (coarse_search).  The
+ * caller adds what its codes need. */
+sml_ivf_scan_args sml_ivf_scan_of(const sml_ivf *ivf, const struct sml_search_call *call);
 
 /* Append n rows: row i goes to list lists[i], with code codes + i * code_size
  * (host) and id ids[i]. */
