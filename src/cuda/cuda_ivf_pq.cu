@@ -22,9 +22,10 @@
 // laid out by codeword instead, and each lane visits its row's sub-quantizers
 // in an order that puts the 32 lanes in 32 different banks: one wavefront per
 // lookup (Nsight Compute, mix10M PQ32 nprobe 16: 1.51 -> 0.66 x 10^9
-// shared-load wavefronts, 1.2 per request with the code words' reads).  That
-// kernel also keeps its warp queue in registers: the out-of-line merge put
-// the queue in local memory, where every offered pair went.
+// shared-load wavefronts).  Each lane reads its row's code words in order and
+// permutes them in registers (row_sum_swizzled).  That kernel also keeps its
+// warp queue in registers: the out-of-line merge put the queue in local
+// memory, where every offered pair went.
 //
 // Pair scan (residual tables, or larger k): one block per (query, list) pair
 // and chunk of up to kPqItemVectors of the list's vectors writes every
@@ -364,9 +365,6 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
         reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(pq_smem) + table_bytes) +
         warp * 32 * stride;
     const uint8_t *mine = reinterpret_cast<const uint8_t *>(stage + lane * stride);
-    // the lane's row's term 1 (L2 with term-3 tables), else none
-    const float *term1 =
-        a.term1_at == 0 ? nullptr : reinterpret_cast<const float *>(mine + a.term1_at);
     WarpSelect<K> ws;
     ws.init(a.k, INFINITY, kEmptyIdx);
     for (int p = 0; p < a.nprobe; ++p) {
@@ -400,7 +398,7 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
                                                 lane);
                 else
                     sum = row_sum<FP16>(mine, m, ksub, pq_smem) * inv_scale;
-                key = base + (term1 ? *term1 : 0.0f) + sum;
+                key = base + row_term1(mine, a.term1_at) + sum;
                 idx = (int)(first + r0 + lane);
             }
             __syncwarp();  // the rows are read before the next copy
@@ -428,7 +426,7 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
 }
 
 template <int K, bool FP16, int SWZ>
-simil_status launch_query(PqQueryScan a, int nq, cudaStream_t st)
+simil_status launch_query(const PqQueryScan &a, int nq, cudaStream_t st)
 {
     const size_t table = SWZ > 0 ? (size_t)a.ksub * swizzled_columns(SWZ) * 4
                                  : (size_t)query_table_bytes(a.m * a.ksub, FP16);
