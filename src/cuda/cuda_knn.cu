@@ -237,6 +237,8 @@ simil_status scan_tiles(const Search &s, const Plan &p, const Buffers &b, const 
     const long long ld = (long long)(p.group + 1) * p.kk;
     bool have_running = false;
     int in_group = 0;
+    // One tile: its list is the result, written straight into slot 0.
+    const bool single = tiles == 1;
     SML_TRY(stream_join(dev, 1, 0));
     for (int t = 0; t < tiles; ++t) {
         const int st = t & 1;
@@ -253,8 +255,9 @@ simil_status scan_tiles(const Search &s, const Plan &p, const Buffers &b, const 
             job.bound_idx = b.part_idx + p.kk - 1;
             job.bound_ld = ld;
         }
-        job.out_keys = b.part_keys + (size_t)(1 + in_group) * p.kk;
-        job.out_idx = b.part_idx + (size_t)(1 + in_group) * p.kk;
+        const size_t slot = single ? 0 : (size_t)(1 + in_group);
+        job.out_keys = b.part_keys + slot * p.kk;
+        job.out_idx = b.part_idx + slot * p.kk;
         job.out_ld = ld;
         job.scores = b.scores[st];
         if (p.fast) {
@@ -279,7 +282,7 @@ simil_status scan_tiles(const Search &s, const Plan &p, const Buffers &b, const 
                                            (p.kk - job.k) * sizeof(int), rows, dev->stream[st]));
         }
         ++in_group;
-        if (in_group == p.group || t == tiles - 1) {
+        if (!single && (in_group == p.group || t == tiles - 1)) {
             SML_TRY(stream_join(dev, 0, 1));
             SML_TRY(merge_tiles(s, p, b, rows, in_group, have_running));
             SML_TRY(stream_join(dev, 1, 0));
