@@ -22,10 +22,10 @@
 // laid out by codeword instead, and each lane visits its row's sub-quantizers
 // in an order that puts the 32 lanes in 32 different banks: one wavefront per
 // lookup (Nsight Compute, mix10M PQ32 nprobe 16: 1.51 -> 0.66 x 10^9
-// shared-load wavefronts).  Each lane reads its row's code words in order and
-// permutes them in registers (row_sum_swizzled).  That kernel also keeps its
-// warp queue in registers: the out-of-line merge put the queue in local
-// memory, where every offered pair went.
+// shared-load wavefronts).  That kernel also keeps its warp queue in
+// registers: the out-of-line merge put the queue in local memory, where every
+// offered pair went.  In both layouts each lane reads its row's code words
+// where they lie in global memory (see pq_query_kernel).
 //
 // Pair scan (residual tables, or larger k): one block per (query, list) pair
 // and chunk of up to kPqItemVectors of the list's vectors writes every
@@ -264,10 +264,10 @@ __device__ __forceinline__ void fill_swizzled(float *table, int ksub, int dsub, 
 }
 
 // Sum of a row's m entries from the table by codeword (see above); `words`
-// is the row's codes, one byte per sub-quantizer.  Lane l needs code word
-// (l % m) / 4 ^ u at step u.  Reading that word from shared memory would put
-// up to four lanes in one bank; the lane reads its words in order (its row is
-// at an odd stride: 32 banks) and permutes them in registers instead.
+// is the row's codes in global memory, one byte per sub-quantizer.  Lane l
+// takes code word (l % m) / 4 ^ u at step u: global loads have no banks, so
+// the lane reads its words in that order (the rows were once staged in shared
+// memory, read in order and permuted in registers: 6% slower at PQ32).
 template <int M>
 __device__ __forceinline__ float row_sum_swizzled(const uint32_t *words, const float *table,
                                                   int lane)
@@ -277,19 +277,7 @@ __device__ __forceinline__ float row_sum_swizzled(const uint32_t *words, const f
     const int first = (lane & (M - 1)) >> 2;
     uint32_t w[kWords];
 #pragma unroll
-    for (int u = 0; u < kWords; ++u) w[u] = words[u];
-    // w[u] = words[u ^ first], one bit of first at a time
-#pragma unroll
-    for (int bit = 1; bit < kWords; bit <<= 1) {
-        const bool flip = first & bit;
-#pragma unroll
-        for (int u = 0; u < kWords; ++u)
-            if (!(u & bit)) {
-                const uint32_t lo = w[u], hi = w[u | bit];
-                w[u] = flip ? hi : lo;
-                w[u | bit] = flip ? lo : hi;
-            }
-    }
+    for (int u = 0; u < kWords; ++u) w[u] = __ldg(words + (u ^ first));
     const int r = lane & 3;  // byte b of the permuted word is byte r ^ b of the code word
     const uint32_t order = (uint32_t)(r | (r ^ 1) << 4 | (r ^ 2) << 8 | (r ^ 3) << 12);
     const char *base = reinterpret_cast<const char *>(table);
@@ -308,10 +296,6 @@ __device__ __forceinline__ float row_sum_swizzled(const uint32_t *words, const f
     return acc;
 }
 
-// Words between the rows a warp stages in shared memory: the 32 lanes read
-// word t of their own rows, and an odd stride puts them in 32 banks.
-__host__ __device__ __forceinline__ int stage_stride(int code_size) { return (code_size / 4) | 1; }
-
 // Bytes of the fused kernel's table, padded to 16.
 __host__ __device__ __forceinline__ int query_table_bytes(int entries, bool fp16)
 {
@@ -320,9 +304,13 @@ __host__ __device__ __forceinline__ int query_table_bytes(int entries, bool fp16
 
 // Fused scan: one block per query; out_keys / out_idx get its k best keys
 // and arena rows (-1 past the candidates).  Each warp takes 32 rows at a
-// time: it copies their codes, contiguous in the arena, into shared memory
-// with coalesced loads (read in place, each lane's row would touch its own
-// sector), then each lane adds up its row.
+// time, and each lane adds up its own row, reading its code words where
+// they lie: the 32 rows are contiguous in the arena, so a warp's loads stay
+// within 32 x code_size bytes that L1 keeps between them.  The kernel is
+// bound by instruction issue, and copying the rows into shared memory first
+// (coalesced loads, stores, a sync) cost about 75 instructions per 32 rows:
+// in place, mix100M IVF16384,PQ16 at nprobe 14 went from 12.2 to 9.3 ms a
+// search and fp16 tables from 15.4 to 12.3 ms (H200, 2026-11-25).
 // The kernel with the table by codeword (K <= 64) keeps its queue in
 // registers; the other, for k up to kPqFusedMaxK, merges out of line.
 template <int SWZ, int K>
@@ -340,7 +328,7 @@ __global__ void __launch_bounds__(kPqThreads, SWZ > 0 ? 5 : 1)
 pq_query_kernel(const __grid_constant__ PqQueryScan a)
 {
     static_assert(SWZ == 0 || !FP16, "the table by codeword is fp32");
-    extern __shared__ float pq_smem[];  // table and staged rows, then the warps' queues
+    extern __shared__ float pq_smem[];  // the table, then the warps' queues
     __shared__ float reduce[32];
     const int q = blockIdx.x;
     const float *x = a.queries + (long long)q * a.dim;
@@ -349,22 +337,12 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
         return term3_entry(x, a.codebooks, ksub, dsub, a.term3_scale, e);
     };
     float inv_scale = 1.0f, offset = 0.0f;
-    int table_bytes;
-    if constexpr (SWZ > 0) {
+    if constexpr (SWZ > 0)
         fill_swizzled<SWZ>(pq_smem, ksub, dsub, x, a.codebooks_by_codeword, a.term3_scale);
-        table_bytes = ksub * swizzled_columns(SWZ) * 4;
-    } else {
+    else
         fill_table<FP16>(pq_smem, m * ksub, m, term3, reduce, inv_scale, offset);
-        table_bytes = query_table_bytes(m * ksub, FP16);
-    }
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int wpr = a.code_size / 4, stride = stage_stride(a.code_size);
-    const float inv_wpr = 1.0f / wpr;
-    uint32_t *stage =
-        reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(pq_smem) + table_bytes) +
-        warp * 32 * stride;
-    const uint8_t *mine = reinterpret_cast<const uint8_t *>(stage + lane * stride);
     WarpSelect<K> ws;
     ws.init(a.k, INFINITY, kEmptyIdx);
     for (int p = 0; p < a.nprobe; ++p) {
@@ -375,33 +353,19 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
         const float base = a.probe_key_sign * a.probe_keys[(long long)q * a.nprobe + p] + offset;
         // every lane of a warp takes the same trips: need_merge is warp-wide
         for (int r0 = warp * 32; r0 < cols; r0 += kPqThreads) {
-            const int n = min(32, cols - r0);
-            const uint32_t *src =
-                reinterpret_cast<const uint32_t *>(a.codes + (first + r0) * a.code_size);
-            if (stride == wpr) {
-                // rows at their own size: the tile is copied as it lies
-                for (int w = lane; w < n * wpr; w += 32) stage[w] = __ldg(src + w);
-            } else {
-                for (int w = lane; w < n * wpr; w += 32) {
-                    const int row = (int)((w + 0.5f) * inv_wpr);  // exact: w < 32 wpr
-                    const int col = w - row * wpr;
-                    stage[row * stride + col] = __ldg(src + w);
-                }
-            }
-            __syncwarp();
             float key = INFINITY;
             int idx = kEmptyIdx;
-            if (lane < n) {
+            if (r0 + lane < cols) {
+                const uint8_t *row = a.codes + (first + r0 + lane) * a.code_size;
                 float sum;
                 if constexpr (SWZ > 0)
-                    sum = row_sum_swizzled<SWZ>(reinterpret_cast<const uint32_t *>(mine), pq_smem,
+                    sum = row_sum_swizzled<SWZ>(reinterpret_cast<const uint32_t *>(row), pq_smem,
                                                 lane);
                 else
-                    sum = row_sum<FP16>(mine, m, ksub, pq_smem) * inv_scale;
-                key = base + row_term1(mine, a.term1_at) + sum;
+                    sum = row_sum<FP16>(row, m, ksub, pq_smem) * inv_scale;
+                key = base + row_term1(row, a.term1_at) + sum;
                 idx = (int)(first + r0 + lane);
             }
-            __syncwarp();  // the rows are read before the next copy
             ws.add(key, idx);
             if (ws.need_merge()) merge_queue<SWZ>(ws);
         }
@@ -430,9 +394,8 @@ simil_status launch_query(const PqQueryScan &a, int nq, cudaStream_t st)
 {
     const size_t table = SWZ > 0 ? (size_t)a.ksub * swizzled_columns(SWZ) * 4
                                  : (size_t)query_table_bytes(a.m * a.ksub, FP16);
-    const size_t scan = table + (size_t)kPqWarps * 32 * stage_stride(a.code_size) * 4;
     const size_t queues = (size_t)kPqWarps * K * 8;
-    const size_t smem = scan > queues ? scan : queues;
+    const size_t smem = table > queues ? table : queues;
     const auto kernel = pq_query_kernel<K, FP16, SWZ>;
     SML_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)smem));
