@@ -266,8 +266,9 @@ __device__ __forceinline__ void fill_swizzled(float *table, int ksub, int dsub, 
 // Sum of a row's m entries from the table by codeword (see above); `words`
 // is the row's codes in global memory, one byte per sub-quantizer.  Lane l
 // takes code word (l % m) / 4 ^ u at step u: global loads have no banks, so
-// the lane reads its words in that order (the rows were once staged in shared
-// memory, read in order and permuted in registers: 6% slower at PQ32).
+// the lane reads its words in that order (reading them in order and
+// permuting them in registers, as when the rows were staged in shared memory,
+// was 6% slower at PQ32).
 template <int M>
 __device__ __forceinline__ float row_sum_swizzled(const uint32_t *words, const float *table,
                                                   int lane)
