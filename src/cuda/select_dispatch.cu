@@ -2,8 +2,8 @@
 // WarpSelect.
 //
 // WarpSelect keeps its queue in registers and is fastest for small k over many
-// rows.  Its merges grow with k (a sort of the thread queues plus a bitonic
-// merge of K pairs, every few dozen accepted pairs), while BlockSelect sorts
+// rows.  Its merges grow with k (a sort of 32 buffered pairs plus a bitonic
+// merge of K pairs, every 32 accepted pairs), while BlockSelect sorts
 // its shared-memory buffer only a handful of times per row; and when rows are
 // few, one warp per row leaves most of the GPU idle.  Measured on an H200
 // (docs/benchmarks.md), BlockSelect wins from k = 256 on.

@@ -11,12 +11,19 @@
 // the K smallest), and restart empty.  T follows the paper: 2 for K <= 32, 3 for
 // K <= 128, 4 for K <= 256, 8 above.
 //
-// Two things on top of the paper.  Each lane reads 8 keys at a time (two
-// 16-byte loads where the rows are aligned) and one warp vote asks whether any
-// of them beats the k-th at all; only then are they offered one by one.  Once
-// the queue is warm almost every batch stops at that vote, so the kernel
-// streams at memory speed.  And a job may carry a bound per row (the k-th of
-// what an earlier pass already kept): pairs above it are dropped at once.
+// The selection kernel over rows (warp_select_kernel) departs from the paper
+// in three ways.  Each lane reads 8 keys at a time (two 16-byte loads where the
+// rows are aligned) and one warp vote asks whether any of them beats the k-th
+// at all; only then are they offered one by one.  Once the queue is warm
+// almost every batch stops at that vote, so the kernel streams at memory
+// speed.  A job may carry a bound per row (the k-th of what an earlier pass
+// already kept): pairs above it are dropped at once.  And in place of the
+// thread queues, the warp appends the pairs that beat the k-th to one buffer
+// of 32 slots in shared memory (BufferedWarpSelect), merged into the warp
+// queue when full: a merge then sorts 32 pairs, where the thread queues' merge
+// sorts 32 T slots (at K = 64, 128 slots, mostly empty), and on short rows the
+// merges were half of the kernel's instructions.  The thread queues stay for
+// callers that offer one pair per lane at a time (the IVF-PQ scan).
 //
 // Keys come from a SelectJob: key(i, j) = add[j] + row_scale[i] * scale[j] *
 // score[i][j], each factor optional, so the same kernel reads a GEMM tile and
@@ -246,8 +253,9 @@ struct WarpSelect {
         update_kth();
     }
 
-    // Out of line, which keeps the selection kernels small, but puts the
-    // queue in local memory around the call; merge_inline keeps it in
+    // Out of line, which keeps the kernels that call it small (the IVF-PQ
+    // scan's table by sub-quantizer), but puts the queue in local memory
+    // around the call; merge_inline keeps it in
     // registers, for kernels where each add would otherwise go to memory.
     __device__ __noinline__ void merge() { merge_inline(); }
 
@@ -309,14 +317,75 @@ struct WarpSelect {
 // Each lane of the warp reads 8 columns per step: two groups of 4.
 constexpr int kSelectUnroll = 2;
 
-// Stream columns [begin, cols), a warp covering 128 * kSelectUnroll columns
-// per step and `stride` columns between its steps, through ws.
+// WarpSelect's warp queue, fed through one buffer per warp: the pairs that
+// beat the k-th go to 32 slots in shared memory (a ballot gives each its
+// slot); a full buffer is read back one pair per lane, sorted as one register
+// of 32 pairs and merged into the warp queue.  All lanes take part in every
+// call.
+template <int K>
+struct BufferedWarpSelect {
+    WarpSelect<K> q;  // the warp queue, k-th and bound (its thread queue unused)
+    float *slot_k;    // the warp's 32 slots
+    int *slot_v;
+    int count;        // slots filled: the same in every lane
+
+    __device__ __forceinline__ void init(int k, float bk, int bv, float *sk, int *sv)
+    {
+        q.init(k, bk, bv);
+        slot_k = sk;
+        slot_v = sv;
+        count = 0;
+    }
+
+    __device__ __forceinline__ void flush()
+    {
+        if (count == 0) return;
+        __syncwarp();  // the appends are visible
+        const int lane = lane_id();
+        float k[1] = {lane < count ? slot_k[lane] : INFINITY};
+        int v[1] = {lane < count ? slot_v[lane] : kEmptyIdx};
+        __syncwarp();  // read before the next appends
+        warp_bitonic_sort<1>(k, v);
+        q.template merge_sorted<1>(k, v);
+        count = 0;
+    }
+
+    // Each lane offers one pair.
+    __device__ __forceinline__ void offer(float key, int idx)
+    {
+        bool take = kv_less(key, idx, q.kth_k, q.kth_v);
+        unsigned mask = __ballot_sync(kFullMask, take);
+        if (mask == 0) return;
+        if (count + __popc(mask) > 32) {
+            flush();
+            take = kv_less(key, idx, q.kth_k, q.kth_v);  // the k-th may have fallen
+            mask = __ballot_sync(kFullMask, take);
+        }
+        if (take) {
+            const int at = count + __popc(mask & ((1u << lane_id()) - 1));
+            slot_k[at] = key;
+            slot_v[at] = idx;
+        }
+        count += __popc(mask);
+    }
+};
+
+// WarpSelect over rows: one warp per row, 4 rows per block of 128 threads.
 template <int K, typename S, bool Vec>
-__device__ __forceinline__ void select_stream(WarpSelect<K> &ws, const RowReader<S, Vec> &rd,
-                                              int begin, int stride)
+__global__ void __launch_bounds__(128) warp_select_kernel(const __grid_constant__ SelectJob job)
 {
-    const int lane = lane_id();
-    for (int j0 = begin; j0 < rd.cols; j0 += stride) {
+    __shared__ float slot_k[4][32];
+    __shared__ int slot_v[4][32];
+    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (row >= job.rows) return;  // the whole warp leaves together
+    const int lane = lane_id(), warp = threadIdx.x >> 5;
+    RowReader<S, Vec> rd(job, row);
+    float bk;
+    int bv;
+    rd.bound(bk, bv);
+    BufferedWarpSelect<K> ws;
+    ws.init(job.k, bk, bv, slot_k[warp], slot_v[warp]);
+    for (int j0 = 0; j0 < rd.cols; j0 += 128 * kSelectUnroll) {
         float key[kSelectUnroll][4];
         int idx[kSelectUnroll][4];
         bool any = false;
@@ -324,35 +393,17 @@ __device__ __forceinline__ void select_stream(WarpSelect<K> &ws, const RowReader
         for (int u = 0; u < kSelectUnroll; ++u) {
             rd.load4(j0 + (u * 32 + lane) * 4, key[u], idx[u]);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) any |= kv_less(key[u][e], idx[u][e], ws.kth_k, ws.kth_v);
+            for (int e = 0; e < 4; ++e) any |= kv_less(key[u][e], idx[u][e], ws.q.kth_k, ws.q.kth_v);
         }
         if (!__any_sync(kFullMask, any)) continue;
 #pragma unroll
         for (int u = 0; u < kSelectUnroll; ++u)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                ws.add(key[u][e], idx[u][e]);
-                if (ws.need_merge()) ws.merge();
-            }
+            for (int e = 0; e < 4; ++e) ws.offer(key[u][e], idx[u][e]);
     }
-    ws.merge();
-}
-
-// WarpSelect: one warp per row, 4 rows per block of 128 threads.
-template <int K, typename S, bool Vec>
-__global__ void __launch_bounds__(128) warp_select_kernel(const __grid_constant__ SelectJob job)
-{
-    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (row >= job.rows) return;  // the whole warp leaves together
-    RowReader<S, Vec> rd(job, row);
-    float bk;
-    int bv;
-    rd.bound(bk, bv);
-    WarpSelect<K> ws;
-    ws.init(job.k, bk, bv);
-    select_stream<K, S, Vec>(ws, rd, 0, 128 * kSelectUnroll);
+    ws.flush();
     const long long out = job.out_rows ? job.out_rows[row] : row;
-    ws.write(job.out_keys + out * job.out_ld, job.out_idx + out * job.out_ld);
+    ws.q.write(job.out_keys + out * job.out_ld, job.out_idx + out * job.out_ld);
 }
 
 }  // namespace sml
