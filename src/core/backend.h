@@ -95,6 +95,14 @@ typedef struct sml_ivf_scan_args {
     sml_knn_args coarse_search;
 } sml_ivf_scan_args;
 
+/* The coarse keys of probes that coarse_search found: its distances are the
+ * keys for L2; for IP it returns similarities <x, c>, whose keys are -<x, c>. */
+static inline void sml_ivf_keys_of_knn(simil_metric metric, float *keys, size_t n)
+{
+    if (metric != SIMIL_METRIC_L2)
+        for (size_t i = 0; i < n; i++) keys[i] = -keys[i];
+}
+
 /* IVF-PQ codes: the residual of each vector (x minus the coarse centroid of
  * its list) coded with the PQ codebooks. */
 typedef struct sml_pq_encode_args {

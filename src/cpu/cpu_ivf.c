@@ -24,8 +24,7 @@ simil_status sml_cpu_ivf_scan_probed(sml_backend *b, const sml_ivf_scan_args *a,
     knn.threads = a->threads;
     if (s == SIMIL_OK) s = b->ops->knn(b, &knn);
     if (s == SIMIL_OK) {
-        if (knn.metric != SIMIL_METRIC_L2)
-            for (size_t i = 0; i < pairs; i++) keys[i] = -keys[i]; /* similarity to key */
+        sml_ivf_keys_of_knn(knn.metric, keys, pairs);
         sml_ivf_scan_args probed = *a;
         probed.probes = probes;
         probed.coarse_keys = keys;
