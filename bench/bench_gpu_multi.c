@@ -1,13 +1,17 @@
 /* bench_gpu_multi.c: one index over several GPUs, as a program (not a test).
  *
- *   bench_gpu_multi uniform1M|mix10M DESC [NPROBE]
+ *   bench_gpu_multi uniform1M|mix10M DESC [NPROBE [PARTS]]
  *
- * Builds the index on GPU 0, then replicated over all GPUs ("gpus/rG") and
- * sharded over all GPUs ("gpus"), and reports the median of 3 searches of the
- * 10,000 queries for each, with the speed-up over one GPU and the recall of
- * the multi-GPU results against the one-GPU results.  A last row is the
- * ceiling for replication: one separate index per GPU, each searching its
- * share of the queries from its own thread, with no simil code between them. */
+ * Builds the index on GPU 0, then replicated over PARTS GPUs ("gpu:0,1/r2")
+ * and sharded over them ("gpu:0,1"), and reports the median of 3 searches of
+ * the 10,000 queries for each, with the speed-up over one GPU and the share
+ * of ids equal to the one-GPU results.  PARTS is the number of GPUs unless
+ * given; with more parts than GPUs, parts share GPUs round-robin and the
+ * speed-ups measure only what the multi-GPU layer costs.  Two more rows:
+ * the bound that batch size sets (one GPU searching 1/PARTS of the queries:
+ * no split of the queries can beat that time), and the ceiling for
+ * replication (one separate index per part, each searching its share of the
+ * queries from its own thread, with no simil code between them). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,8 +70,8 @@ static void *search_share(void *arg)
     return NULL;
 }
 
-/* Median of 3 (after a warm-up) of all GPUs searching their shares at once. */
-static double timed_independent(simil_index **indexes, int gpus, int64_t nq, int64_t dim,
+/* Median of 3 (after a warm-up) of all parts searching their shares at once. */
+static double timed_independent(simil_index **indexes, int parts, int64_t nq, int64_t dim,
                                 const float *q, int64_t k, const simil_search_params *p,
                                 float *d, int64_t *l)
 {
@@ -76,12 +80,12 @@ static double timed_independent(simil_index **indexes, int gpus, int64_t nq, int
         share shares[16];
         pthread_t threads[16];
         double t0 = now();
-        for (int g = 0; g < gpus; g++) {
-            const int64_t lo = nq * g / gpus, hi = nq * (g + 1) / gpus;
+        for (int g = 0; g < parts; g++) {
+            const int64_t lo = nq * g / parts, hi = nq * (g + 1) / parts;
             shares[g] = (share){indexes[g], hi - lo, k, q + lo * dim, p, d + lo * k, l + lo * k, 0};
             if (pthread_create(&threads[g], NULL, search_share, &shares[g])) die("pthread_create");
         }
-        for (int g = 0; g < gpus; g++) {
+        for (int g = 0; g < parts; g++) {
             pthread_join(threads[g], NULL);
             if (shares[g].failed) die("search");
         }
@@ -93,8 +97,11 @@ static double timed_independent(simil_index **indexes, int gpus, int64_t nq, int
 
 int main(int argc, char **argv)
 {
-    if (argc < 3 || simil_gpu_count() < 1) {
-        fprintf(stderr, "usage: bench_gpu_multi uniform1M|mix10M DESC [NPROBE] (needs GPUs)\n");
+    const int gpus = simil_gpu_count();
+    const int parts = argc > 4 ? atoi(argv[4]) : gpus > 2 ? gpus : 2;
+    if (argc < 3 || gpus < 1 || parts < 2 || parts > 16) {
+        fprintf(stderr, "usage: bench_gpu_multi uniform1M|mix10M DESC [NPROBE [PARTS]] "
+                        "(needs GPUs; PARTS 2..16, default: the number of GPUs, at least 2)\n");
         return 2;
     }
     const int mix = strcmp(argv[1], "mix10M") == 0;
@@ -105,17 +112,23 @@ int main(int argc, char **argv)
         simil_generate(mix ? "mix" : "uniform", 0, nq, dim, mix ? 12 : 2, q) ||
         (mix && simil_generate("mix", 0, 500000, 96, 13, t)))
         die("generate");
-    const int gpus = simil_gpu_count();
-    char replicated[32];
-    snprintf(replicated, sizeof replicated, "gpus/r%d", gpus);
-    const char *devices[3] = {"gpu:0", replicated, "gpus"};
+    /* part i on GPU i % gpus: "gpu:0,1", or "gpu:0,0" on one GPU */
+    char sharded[96] = "gpu:", replicated[112];
+    for (int i = 0; i < parts; i++)
+        snprintf(sharded + strlen(sharded), sizeof sharded - strlen(sharded), "%s%d",
+                 i ? "," : "", i % gpus);
+    snprintf(replicated, sizeof replicated, "%s/r%d", sharded, parts);
+    const char *devices[3] = {"gpu:0", replicated, sharded};
     simil_search_params p;
     simil_search_params_init(&p);
     p.nprobe = argc > 3 ? atoll(argv[3]) : 1;
     float *d = malloc(sizeof(float) * (size_t)(nq * k));
     int64_t *l = malloc(sizeof(int64_t) * (size_t)(nq * k)), *ref = malloc(sizeof(int64_t) * (size_t)(nq * k));
     double base = 0;
-    printf("%s %s, %d GPU(s), nprobe=%lld\n", argv[1], argv[2], gpus, (long long)p.nprobe);
+    printf("%s %s, %d GPU(s), %d part(s)%s, nprobe=%lld\n", argv[1], argv[2], gpus, parts,
+           parts > gpus ? " sharing GPUs: speed-ups show the multi-GPU layer's cost only" : "",
+           (long long)p.nprobe);
+    simil_index *one = NULL;
     for (int i = 0; i < 3; i++) {
         simil_index *index;
         double t0 = now();
@@ -130,25 +143,37 @@ int main(int argc, char **argv)
         }
         int64_t same = 0;
         for (int64_t j = 0; j < nq * k; j++) same += l[j] == ref[j];
-        printf("%-10s %-28s build %.2f s, search %.2f ms, %.0f QPS, speed-up %.2fx, "
+        printf("%-16s %-28s build %.2f s, search %.2f ms, %.0f QPS, speed-up %.2fx, "
                "same ids as one GPU %.4f\n",
                devices[i], simil_index_description(index), build, 1e3 * s, nq / s, base / s,
                (double)same / (double)(nq * k));
-        simil_index_destroy(index);
+        if (i == 0) one = index;
+        else simil_index_destroy(index);
     }
-    /* the ceiling: independent indexes, one per GPU (at most 16) */
+    /* the batch-size bound: one part's share of the queries on one GPU */
+    const int64_t share = (nq + parts - 1) / parts;
+    double s = timed(one, share, q, k, &p, d, l);
+    printf("%-16s %-28s %lld queries on one GPU: search %.2f ms, bound on the speed-up %.2fx\n",
+           "batch bound", argv[2], (long long)share, 1e3 * s, base / s);
+    simil_index_destroy(one);
+    /* the ceiling: independent indexes, one per part */
     simil_index *indexes[16];
-    const int used = gpus < 16 ? gpus : 16;
-    for (int g = 0; g < used; g++) {
+    for (int g = 0; g < parts; g++) {
         char device[16];
-        snprintf(device, sizeof device, "gpu:%d", g);
+        snprintf(device, sizeof device, "gpu:%d", g % gpus);
         if (simil_index_create(&indexes[g], dim, argv[2], SIMIL_METRIC_L2, device)) die("create");
         if (simil_index_train(indexes[g], mix ? 500000 : n, mix ? t : x)) die("train");
         if (simil_index_add(indexes[g], n, x, NULL)) die("add");
     }
-    double s = timed_independent(indexes, used, nq, dim, q, k, &p, d, l);
-    printf("%-10s %-28s %d separate indexes, one thread each: search %.2f ms, %.0f QPS, "
-           "speed-up %.2fx\n", "ceiling", argv[2], used, 1e3 * s, nq / s, base / s);
-    for (int g = 0; g < used; g++) simil_index_destroy(indexes[g]);
+    s = timed_independent(indexes, parts, nq, dim, q, k, &p, d, l);
+    printf("%-16s %-28s %d separate indexes, one thread each: search %.2f ms, %.0f QPS, "
+           "speed-up %.2fx\n", "ceiling", argv[2], parts, 1e3 * s, nq / s, base / s);
+    for (int g = 0; g < parts; g++) simil_index_destroy(indexes[g]);
+    free(x);
+    free(q);
+    free(t);
+    free(d);
+    free(l);
+    free(ref);
     return 0;
 }

@@ -50,7 +50,7 @@ for section in "$@"; do
     multi)
       $b/bench_gpu_multi uniform1M Flat
       $b/bench_gpu_multi mix10M IVF4096,Flat 16
-      OMP_WAIT_POLICY=passive $b/bench_gpu_multi mix10M IVF4096,Flat 16 ;;
+      $b/bench_gpu_multi mix10M IVF4096,PQ32 16 ;;
     mpi)
       bash bench/mpi_gpu.sh ;;
     *) echo "unknown section $section"; exit 2 ;;

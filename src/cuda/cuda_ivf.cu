@@ -615,8 +615,7 @@ simil_status scan_planned(Device *dev, const sml_ivf_scan_args *a, bool pq, cons
             s = sml_alloc(reinterpret_cast<void **>(&keys), pairs, sizeof *keys, "coarse distances");
         const sml_knn_args knn = sml_knn_of(a->coarse_search, queries, nq, a->nprobe, keys, probes);
         if (s == SIMIL_OK) s = knn_locked(dev, &knn);
-        if (s == SIMIL_OK && knn.metric != SIMIL_METRIC_L2)
-            for (size_t i = 0; i < pairs; ++i) keys[i] = -keys[i];  // similarity to key
+        if (s == SIMIL_OK) sml_ivf_keys_of_knn(knn.metric, keys, pairs);
         batch.probes = probes;
         batch.coarse_keys = keys;
     }

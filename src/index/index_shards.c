@@ -214,7 +214,7 @@ static simil_status sml_shards_add(simil_index *index, int64_t n, const float *x
 }
 
 /* Merge S lists of k (distances, labels) per query into the best k, with
- * the k-selection of the first shard's backend. */
+ * the k-selection of the first shard's backend, which takes host memory. */
 static simil_status sml_shards_merge(const simil_index *index, int64_t nq, int64_t k,
                                      const float *d, const int64_t *l, float *out_d,
                                      int64_t *out_l)
@@ -222,31 +222,17 @@ static simil_status sml_shards_merge(const simil_index *index, int64_t nq, int64
     sml_shards *sh = sml_shards_of(index);
     sml_backend *b = sh->parts[0]->backend;
     const int64_t cols = sh->shards * k;
-    const size_t cells = (size_t)(nq * cols), outs = (size_t)(nq * k);
-    const int largest = index->metric != SIMIL_METRIC_L2;
-    float *mem_d = NULL, *sel_d = NULL;
-    int64_t *mem_i = NULL, *sel_i = NULL;
-    simil_status s = sml_alloc((void **)&sel_i, outs, sizeof *sel_i, "merge");
-    if (s == SIMIL_OK) s = sml_alloc((void **)&sel_d, outs, sizeof *sel_d, "merge");
-    if (s == SIMIL_OK) s = b->ops->mem_alloc(b, sizeof(float) * cells, (void **)&mem_d);
-    if (s == SIMIL_OK) s = b->ops->mem_alloc(b, (sizeof(float) + sizeof(int64_t)) * outs,
-                                             (void **)&mem_i);
-    if (s == SIMIL_OK) s = b->ops->mem_upload(b, mem_d, d, sizeof(float) * cells);
-    float *mem_out = mem_i ? (float *)(mem_i + outs) : NULL;
-    if (s == SIMIL_OK) s = b->ops->select_k(b, nq, cols, mem_d, k, largest, mem_out, mem_i);
-    if (s == SIMIL_OK) s = b->ops->mem_download(b, sel_i, mem_i, sizeof(int64_t) * outs);
-    if (s == SIMIL_OK) s = b->ops->mem_download(b, sel_d, mem_out, sizeof(float) * outs);
+    int64_t *column;
+    SML_TRY(sml_alloc((void **)&column, (size_t)(nq * k), sizeof *column, "merge"));
+    simil_status s = b->ops->select_k(b, nq, cols, d, k, index->metric != SIMIL_METRIC_L2, out_d,
+                                      column);
     if (s == SIMIL_OK)
         for (int64_t q = 0; q < nq; q++)
             for (int64_t j = 0; j < k; j++) {
-                const int64_t c = sel_i[q * k + j];
+                const int64_t c = column[q * k + j];
                 out_l[q * k + j] = c < 0 ? -1 : l[q * cols + c];
-                out_d[q * k + j] = c < 0 ? sel_d[q * k + j] : d[q * cols + c];
             }
-    b->ops->mem_free(b, mem_d);
-    b->ops->mem_free(b, mem_i);
-    sml_free(sel_i);
-    sml_free(sel_d);
+    sml_free(column);
     return s;
 }
 
@@ -255,32 +241,38 @@ static simil_status sml_shards_search(const simil_index *index, const sml_search
     sml_shards *sh = sml_shards_of(index);
     const int64_t k = call->k, nq = call->nq;
     const int64_t cols = sh->shards * k;
-    float *d;
-    int64_t *l;
-    SML_TRY(sml_alloc((void **)&d, (size_t)(nq * cols), sizeof *d, "shard results"));
-    simil_status s = sml_alloc((void **)&l, (size_t)(nq * cols), sizeof *l, "shard results");
-    /* shard s of replica r writes columns [s k, (s+1) k) of the rows of its
-     * replica's queries: one search per part, all in parallel */
+    /* Replicas alone write their rows of the result in place.  With shards,
+     * shard s of replica r writes its own block of the rows of its replica's
+     * queries, and those blocks are merged below. */
+    const int in_place = sh->shards == 1;
+    float *d = NULL, *part_d = NULL;
+    int64_t *l = NULL, *part_l = NULL;
+    simil_status s = SIMIL_OK;
+    if (!in_place) {
+        const size_t cells = (size_t)(nq * cols);
+        s = sml_alloc((void **)&d, cells, sizeof *d, "shard results");
+        if (s == SIMIL_OK) s = sml_alloc((void **)&l, cells, sizeof *l, "shard results");
+        if (s == SIMIL_OK) s = sml_alloc((void **)&part_d, cells, sizeof *part_d, "shard results");
+        if (s == SIMIL_OK) s = sml_alloc((void **)&part_l, cells, sizeof *part_l, "shard results");
+    }
+    /* one search per part, all in parallel */
     const int parts = sh->shards * sh->replicas;
     sml_part_job jobs[SML_MAX_PARTS];
     memset(jobs, 0, sizeof jobs);
-    float *part_d = NULL;
-    int64_t *part_l = NULL;
-    if (s == SIMIL_OK) s = sml_alloc((void **)&part_d, (size_t)(nq * cols), sizeof *part_d, "shard results");
-    if (s == SIMIL_OK) s = sml_alloc((void **)&part_l, (size_t)(nq * cols), sizeof *part_l, "shard results");
     if (s == SIMIL_OK) {
         for (int i = 0; i < parts; i++) {
             const int r = i / sh->shards, sidx = i % sh->shards;
             const int64_t lo = nq * r / sh->replicas, hi = nq * (r + 1) / sh->replicas;
+            const size_t at = in_place ? (size_t)(lo * k) : (size_t)(lo * cols + sidx * (hi - lo) * k);
             jobs[i] = (sml_part_job){.part = sh->parts[i], .run = sml_job_search, .n = hi - lo,
                                      .x = call->queries + lo * index->dim, .k = k,
                                      .params = &call->params,
-                                     .distances = part_d + (size_t)(lo * cols + sidx * (hi - lo) * k),
-                                     .labels = part_l + (size_t)(lo * cols + sidx * (hi - lo) * k)};
+                                     .distances = (in_place ? call->distances : part_d) + at,
+                                     .labels = (in_place ? call->labels : part_l) + at};
         }
         s = sml_parts_run(jobs, parts);
     }
-    if (s == SIMIL_OK) {
+    if (s == SIMIL_OK && !in_place) {
         /* from [replica block][shard][query][k] to [query][shard][k] */
         for (int i = 0; i < parts; i++) {
             const int r = i / sh->shards, sidx = i % sh->shards;
@@ -290,12 +282,7 @@ static simil_status sml_shards_search(const simil_index *index, const sml_search
                 memcpy(l + (lo + q) * cols + sidx * k, jobs[i].labels + q * k, sizeof *l * (size_t)k);
             }
         }
-        s = sh->shards == 1 ? SIMIL_OK
-                            : sml_shards_merge(index, nq, k, d, l, call->distances, call->labels);
-        if (sh->shards == 1) {
-            memcpy(call->distances, d, sizeof *d * (size_t)(nq * k));
-            memcpy(call->labels, l, sizeof *l * (size_t)(nq * k));
-        }
+        s = sml_shards_merge(index, nq, k, d, l, call->distances, call->labels);
     }
     sml_free(part_d);
     sml_free(part_l);
