@@ -1,4 +1,4 @@
-/* bench_gpu_exact.c: exact GPU search on the BENCHMARKS.md workloads, as a
+/* bench_gpu_exact.c: exact GPU search on the workloads of docs/datasets.md, as a
  * program (not a test).
  *
  *   bench_gpu_exact uniform1M|uniform10M K [K ...]

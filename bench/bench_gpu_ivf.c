@@ -1,5 +1,5 @@
-/* bench_gpu_ivf.c: IVF-Flat and k-means on the GPU, on the BENCHMARKS.md
- * workloads, as a program (not a test).
+/* bench_gpu_ivf.c: IVF-Flat and k-means on the GPU, on the workloads of
+ * docs/datasets.md, as a program (not a test).
  *
  *   bench_gpu_ivf fashion-mnist DESC [NPROBE ...]   (e.g. IVF1024,Flat or IVF256,PQ56)
  *   bench_gpu_ivf mix10M DESC [NPROBE ...]          (e.g. IVF4096,Flat or IVF4096,PQ32)

@@ -1,5 +1,5 @@
 /* bench_gpu_xfbq.c: XFBQ on the GPU against exact search, IVF-Flat and
- * IVF-PQ, for cosine similarity (BENCHMARKS.md: "mix10M normalized"), as a
+ * IVF-PQ, for cosine similarity (docs/datasets.md: "mix10M normalized"), as a
  * program (not a test).
  *
  *   bench_gpu_xfbq mix10M|fashion-mnist [PART ...] [--queries N] [--flat-queries N]

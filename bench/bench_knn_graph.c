@@ -1,5 +1,5 @@
-/* bench_knn_graph.c: k-NN graph construction (k=10) on the BENCHMARKS.md
- * workloads, as a program (not a test): build, search and total seconds, and
+/* bench_knn_graph.c: k-NN graph construction (k=10) on the workloads of
+ * docs/datasets.md, as a program (not a test): build, search and total seconds, and
  * the GPU paper's quality (10-intersection over 10,000 sampled nodes).
  *
  *   bench_knn_graph fashion-mnist [--device D] [--index DESC] [--nprobe 4,8,16]

@@ -15,7 +15,7 @@ int cmd_bench(int argc, char **argv);
 
 /* ---- data (bench_data.c) ---- */
 
-/* The named datasets of BENCHMARKS.md that --dataset accepts, NULL-ended. */
+/* The named datasets of docs/datasets.md that --dataset accepts, NULL-ended. */
 extern const char *const bench_dataset_names[];
 
 /* Where the vectors come from: a named dataset, or files. */

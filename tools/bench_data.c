@@ -1,5 +1,5 @@
 /* tools/bench_data.c: the vectors and the ground truth of "simil bench"
- * (see bench.h).  Named datasets are the ones of BENCHMARKS.md, read from
+ * (see bench.h).  Named datasets are the ones of docs/datasets.md, read from
  * the Debian package or generated with simil_generate; files are read
  * through the public dataset API.  Ground truth that has to be computed is
  * exact search with a Flat index, cached in the output folder because it is
@@ -23,7 +23,7 @@ typedef struct bench_gen {
 
 #define BENCH_FMNIST "/usr/share/datasets/fashion-mnist/"
 
-/* The datasets of BENCHMARKS.md: files, or generators (simil_generate). */
+/* The datasets of docs/datasets.md: files, or generators (simil_generate). */
 static const struct bench_named {
     const char *name;
     const char *base_file, *query_file;  /* NULL: generated */

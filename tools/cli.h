@@ -1,6 +1,6 @@
 /* tools/cli.h: what the simil subcommands share: the option parser, checked
  * number and choice parsing, error reporting with exit codes, the progress
- * line, a monotonic clock, and the recall measures of BENCHMARKS.md.
+ * line, a monotonic clock, and the recall measures of docs/datasets.md.
  *
  * Every message goes to stderr as "simil <command>: <message>"; the command
  * name comes from cli_set_command(), which main() calls once. */
@@ -110,7 +110,7 @@ int cli_read_float(const char *path, int64_t first, int64_t count, simil_matrix 
 
 /* ---- recall ---- */
 
-/* The recall measures of BENCHMARKS.md for nq queries.
+/* The recall measures of docs/datasets.md for nq queries.
  * found: nq x k ids returned by search (-1 for an empty slot).
  * truth: nq x truth_cols true ids, nearest first; truth_cols >= k.
  * *r_at_1: fraction of queries whose truth[q][0] is among its k found ids.

@@ -37,7 +37,7 @@ static const char bench_usage[] =
     "  --queries Q       query vectors\n"
     "  --dataset NAME    fashion-mnist (from /usr/share/datasets/fashion-mnist/),\n"
     "                    or uniform1M, uniform10M, mix10M, generated as in\n"
-    "                    BENCHMARKS.md (mix10M trains on mix(500000, 96, seed 13))\n"
+    "                    docs/datasets.md (mix10M trains on mix(500000, 96, seed 13))\n"
     "  --gt FILE         true neighbour ids (.ivecs .npy FILE.hdf5:neighbors);\n"
     "                    default: exact search with Flat, cached in\n"
     "                    DIR/gt-DATASET-METRIC-kK.ivecs and reused while its shape fits\n"

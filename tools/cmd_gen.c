@@ -1,5 +1,5 @@
 /* tools/cmd_gen.c: "simil gen" writes rows of the synthetic datasets of
- * BENCHMARKS.md (simil_generate) to an .fvecs or .npy file. */
+ * docs/datasets.md (simil_generate) to an .fvecs or .npy file. */
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 static const char gen_usage[] =
     "usage: simil gen --kind uniform|mix --n N --dim D --seed S --out FILE [--first F]\n"
     "\n"
-    "Write rows [F, F+N) of a synthetic dataset of BENCHMARKS.md, bit-exact.\n"
+    "Write rows [F, F+N) of a synthetic dataset (docs/datasets.md), bit-exact.\n"
     "\n"
     "  --kind K     uniform or mix\n"
     "  --n N        number of rows\n"

@@ -12,7 +12,7 @@ static const struct {
     cli_command_fn run;
     const char *summary;
 } commands[] = {
-    {"gen", cmd_gen, "write synthetic vectors (the generators of BENCHMARKS.md)"},
+    {"gen", cmd_gen, "write synthetic vectors (the generators of docs/datasets.md)"},
     {"build", cmd_build, "train an index on a vector file, add the vectors, save it"},
     {"search", cmd_search, "search a saved index; time it and measure recall"},
     {"info", cmd_info, "describe a saved index and this build"},

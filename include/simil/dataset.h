@@ -1,5 +1,5 @@
 /* simil/dataset.h: reading and writing vector files, and the synthetic data
- * generators of BENCHMARKS.md.
+ * generators of the benchmarks (docs/datasets.md).
  *
  * Formats, chosen by the file name:
  *   .fvecs .bvecs .ivecs     texmex: each row is an int32 dimension, then the row
@@ -73,7 +73,7 @@ SIMIL_API simil_status simil_matrix_write(const char *path, const simil_matrix *
 /* Free the data of a matrix filled by this library and zero the struct. */
 SIMIL_API void simil_matrix_free(simil_matrix *m);
 
-/* The generators of BENCHMARKS.md, bit-exact.  kind is "uniform" or "mix".
+/* The generators of docs/datasets.md, bit-exact.  kind is "uniform" or "mix".
  * Rows [first, first + n) of the dataset (n x dim floats into out), so large
  * sets can be made in pieces; the result does not depend on the pieces or on
  * the number of OpenMP threads. */

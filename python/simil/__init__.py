@@ -393,7 +393,7 @@ def select_k(values, k, largest=False):
 # ---- data ----
 
 def generate(kind, n, dim, seed, first=0):
-    """Rows [first, first + n) of a synthetic dataset of BENCHMARKS.md, bit-exact.
+    """Rows [first, first + n) of a synthetic dataset of the benchmarks, bit-exact.
 
     kind: "uniform" (values in [0, 1)) or "mix" (a Gaussian mixture of 1024
     clusters).  The rows do not depend on how a dataset is cut into pieces.

@@ -61,7 +61,7 @@ def assert_knn(D, I, ref, ids, k, metric, context):
         assert np.all(D[:, nb:] == empty), context
 
 
-# ---- the generators of BENCHMARKS.md, in numpy uint64 / float32 ----
+# ---- the generators of docs/datasets.md, in numpy uint64 / float32 ----
 
 M64 = np.uint64
 

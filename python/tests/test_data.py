@@ -1,4 +1,4 @@
-"""simil.generate against the formulas of BENCHMARKS.md; simil.read and simil.write."""
+"""simil.generate against the formulas of docs/datasets.md; simil.read and simil.write."""
 import struct
 
 import numpy as np

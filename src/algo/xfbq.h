@@ -1,5 +1,5 @@
 /* xfbq.h: XOR-friendly binary quantization (the XFBQ paper, section 3;
- * PAPERS.md section 2): the codes, the scale alpha, the stored rows and the
+ * docs/papers.md, "The XFBQ paper"): the codes, the scale alpha, the stored rows and the
  * histogram selection's parameters, the same on every backend.
  *
  * Codes.  A vector x (unit norm) is scaled by alpha and each component v is

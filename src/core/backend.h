@@ -119,7 +119,7 @@ typedef struct sml_pq_encode_args {
     size_t code_size;
 } sml_pq_encode_args;
 
-/* XFBQ scan (the XFBQ paper, section 4; PAPERS.md section 2) over a table of
+/* XFBQ scan (the XFBQ paper, section 4; docs/papers.md) over a table of
  * lists of rows (src/algo/xfbq.h): flat XFBQ is one list of every row, IVF-XFBQ
  * the lists of the inverted file.  A row is a code and a float vector, each
  * at its own stride (side by side in the IVF arena, apart in flat XFBQ).  For

@@ -1,4 +1,4 @@
-/* synthetic.c: the synthetic data sets of BENCHMARKS.md ("uniform" and "mix"),
+/* synthetic.c: the synthetic data sets of docs/datasets.md ("uniform" and "mix"),
  * bit-exact so that numbers compare across runs, machines and libraries.
  *
  * Every element is a pure function of (seed, global row, column), so rows are

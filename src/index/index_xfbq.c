@@ -1,5 +1,5 @@
-/* index_xfbq.c: "XFBQ[QxB]" and "IVFn,XFBQ[QxB]" (the XFBQ paper; PAPERS.md
- * section 2): train-free binary codes scanned with XOR and popcount, a
+/* index_xfbq.c: "XFBQ[QxB]" and "IVFn,XFBQ[QxB]" (the XFBQ paper;
+ * docs/papers.md, "The XFBQ paper"): train-free binary codes scanned with XOR and popcount, a
  * histogram selection widened by the extra distance, and exact re-ranking of
  * the candidates from the float vectors kept beside the codes.
  *

@@ -1,4 +1,4 @@
-/* test_synthetic.c: the BENCHMARKS.md generators (src/core/synthetic.c).
+/* test_synthetic.c: the generators of docs/datasets.md (src/core/synthetic.c).
  *
  * Exact bit patterns come from an independent Python implementation (below),
  * which rounds to float32 with struct and calls the C library's logf, cosf

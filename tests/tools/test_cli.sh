@@ -4,7 +4,7 @@
 #   bash test_cli.sh PATH/TO/simil GROUP
 #
 # GROUP is one of usage, gen, flat, ivf, errors (or all).  Results are checked
-# against oracles written here in Python (the generators of BENCHMARKS.md,
+# against oracles written here in Python (the generators of docs/datasets.md,
 # exact k-NN in float64), not against the tool's own output.  Every failure
 # prints the command, its exit status and its stderr; the script exits 1 if
 # anything failed, and 77 (CTest's "skipped") when a group needs an index
