@@ -6,8 +6,7 @@
  *       the exact graph (Flat), then DESC (default IVF1024,Flat) at each nprobe
  *   bench_knn_graph mix10M [--device D] [--index DESC] [--nprobe 2,4,8] [--n N]
  *       mix(N, 96, seed 11), N = 10,000,000 by default; DESC defaults to
- *       IVF4096,Flat (the Faiss reference: 5.0 s build, 7.0 / 11.0 / 19.3 s
- *       search and 0.746 / 0.957 / 0.9999 quality at nprobe 2 / 4 / 8)
+ *       IVF4096,Flat (the Faiss anchor of docs/datasets.md, "Anchors")
  *   common options: --batch B (queries per search call, default 200,000),
  *       --no-exact (fashion-mnist: skip the Flat graph), --threads T
  *

@@ -9,8 +9,9 @@
  * exactly 0 (v = 0, or v a multiple of 2^-(bits-1)), the sign is +1 in even
  * dimensions and -1 in odd ones: v sits halfway between two levels, and
  * alternating the tie-break keeps exact zeros (background pixels, sparse
- * data) from adding a bias of 2^-bits per dimension to every inner product;
- * on Fashion-MNIST it cuts the candidates needed for 0.99 precision by 30%.
+ * data) from adding a bias of 2^-bits per dimension to every inner product,
+ * which would widen the candidates needed for a given precision
+ * (docs/xfbq.md, "The codes").
  * Bit plane i holds f(s_i) (f(+1) = 0, f(-1) = 1) of every component, packed
  * into `words` = ceil(dim / 64) 64-bit words, component d at bit d % 64 of
  * word d / 64.  The padding bits past dim are 0 in every plane of every code,

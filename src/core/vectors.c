@@ -14,9 +14,8 @@ static const double sml_norm2_bound = 1e37;
 /* Threads for a pass over count floats: one per 2^18 of them, at most all.
  * A search's queries are checked by every caller thread; teams of all the
  * cores for a megabyte of work made two searches in one process (one per
- * GPU) start 2 x 32 threads on 32 cores.  On a 16-core H200 host, checking
- * 10,000 x 128 floats took 1.1 ms on one thread, 0.46 on 4 and 0.43 on 8:
- * past a few threads the pass is bound by memory, not by threads. */
+ * GPU) start 2 x 32 threads on 32 cores.  Past a few threads the pass is
+ * bound by memory, not by threads (docs/benchmarks.md, "Several GPUs"). */
 static int sml_vectors_threads(int64_t count)
 {
     const int64_t want = (count + (1 << 18) - 1) >> 18;
@@ -80,9 +79,9 @@ void sml_copy_parallel(void *dst, const void *src, size_t bytes)
         memcpy(dst, src, bytes);
         return;
     }
-    /* no more threads than slices: a team of all the cores for a 5 MB copy
-     * (2 slices; a search's queries) took 1.5-1.8 ms on a 16-core H200
-     * host, 2 threads 0.6-0.7 ms */
+    /* no more threads than slices: waking a team of all the cores costs
+     * more than a small copy (a search's queries: 2 slices) saves
+     * (docs/benchmarks.md, "Several GPUs") */
     const int most = omp_get_max_threads();
 #pragma omp parallel for schedule(static) num_threads(slices < most ? (int)slices : most)
     for (int64_t i = 0; i < slices; i++) {

@@ -22,8 +22,8 @@ simil_status sml_vectors_check(const float *x, int64_t n, int64_t dim, int bound
  * rows stay zero.  out may equal x. */
 void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out);
 
-/* memcpy by every OpenMP thread, a slice each: one core copies only about
- * 10 GB/s, which shows when results come back from a GPU's pinned buffer. */
+/* memcpy by every OpenMP thread, a slice each: one core cannot keep up with
+ * a GPU's pinned buffer when results come back from it. */
 void sml_copy_parallel(void *dst, const void *src, size_t bytes);
 
 #ifdef __cplusplus

@@ -162,8 +162,7 @@ static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int
  * loaded.  With that build one thread issues the GEMMs, which OpenBLAS
  * spreads over its pool, and selects too: the pool's threads spin after each
  * GEMM, and an OpenMP team selecting beside them fought them for the cores
- * (Fashion-MNIST from Python, k=10, 2 cores: 1,280 QPS with a team, 2,540
- * without; the OpenMP build reaches 2,690). */
+ * (docs/benchmarks.md, "CPU against Faiss CPU", has the figures). */
 static bool sml_blas_needs_one_caller(void)
 {
     return openblas_get_parallel() == 1;

@@ -115,7 +115,7 @@ static inline float sml_pq_row_start(const sml_ivf_scan_args *a, const uint8_t *
 /* Push rows [r, end) of one list, four at a time, so that the four chains of
  * dependent additions overlap.  The four sums are separate scalars: as an
  * array, gcc packed them into one vector kept on the stack, and a store per
- * lookup made the scan a third slower. */
+ * lookup slowed the scan (docs/benchmarks.md, "Tried and dropped"). */
 static void sml_pq_scan_rows(const sml_ivf_scan_args *a, const float *tab, float base, int64_t r,
                              int64_t end, sml_topk *top)
 {

@@ -69,8 +69,8 @@ void sml_topk_compact(sml_topk *t)
 
 /* k = 1: only the row's smallest pair can be kept.  Pushing the whole row
  * would fill the buffer and pay a quickselect per short row: with rows of
- * 256 centroids (k-means, PQ training) that was 75% of building an
- * IVF256,PQ16 index on Fashion-MNIST. */
+ * 256 centroids (k-means, PQ training) that was most of building an
+ * IVF256,PQ16 index (docs/benchmarks.md, "Tried and dropped"). */
 static void sml_topk_push_row_min(sml_topk *t, const float *keys, int64_t n,
                                   const int64_t *labels, int64_t label_base)
 {

@@ -113,8 +113,7 @@ simil_status mem_copy_kind(sml_backend *b, void *dst, const void *src, size_t by
 // Large uploads from pageable memory go through two pinned pieces: the host
 // threads copy piece i + 1 (sml_copy_parallel) while the DMA engine moves
 // piece i.  A plain cudaMemcpy from pageable memory is staged by the driver
-// on one thread, and measured 7.5 GB/s on the H200 machine (51 ms per
-// million 96-d vectors, paid twice per vector by IVF-PQ adds before).
+// on one thread, and is much slower (docs/benchmarks.md, "IVF-PQ").
 constexpr size_t kStagedPiece = (size_t)32 << 20;
 
 simil_status upload_staged(Device *dev, char *dst, const char *src, size_t bytes,

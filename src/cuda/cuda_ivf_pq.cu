@@ -21,8 +21,7 @@
 // of two from 4 to 64 with fp32 tables and k <= 64 (pq_swizzled) the table is
 // laid out by codeword instead, and each lane visits its row's sub-quantizers
 // in an order that puts the 32 lanes in 32 different banks: one wavefront per
-// lookup (Nsight Compute, mix10M PQ32 nprobe 16: 1.51 -> 0.66 x 10^9
-// shared-load wavefronts).  That kernel also keeps its warp queue in
+// lookup.  That kernel also keeps its warp queue in
 // registers: the out-of-line merge put the queue in local memory, where every
 // offered pair went.  In both layouts each lane reads its row's code words
 // where they lie in global memory (see pq_query_kernel).
@@ -268,7 +267,7 @@ __device__ __forceinline__ void fill_swizzled(float *table, int ksub, int dsub, 
 // takes code word (l % m) / 4 ^ u at step u: global loads have no banks, so
 // the lane reads its words in that order (reading them in order and
 // permuting them in registers, as when the rows were staged in shared memory,
-// was 6% slower at PQ32).
+// was slower; docs/benchmarks.md, "Tried and dropped").
 template <int M>
 __device__ __forceinline__ float row_sum_swizzled(const uint32_t *words, const float *table,
                                                   int lane)
@@ -309,9 +308,8 @@ __host__ __device__ __forceinline__ int query_table_bytes(int entries, bool fp16
 // they lie: the 32 rows are contiguous in the arena, so a warp's loads stay
 // within 32 x code_size bytes that L1 keeps between them.  The kernel is
 // bound by instruction issue, and copying the rows into shared memory first
-// (coalesced loads, stores, a sync) cost about 75 instructions per 32 rows:
-// in place, mix100M IVF16384,PQ16 at nprobe 14 went from 12.2 to 9.3 ms a
-// search and fp16 tables from 15.4 to 12.3 ms (H200, 2026-11-25).
+// (coalesced loads, stores, a sync) cost about 75 instructions per 32 rows,
+// a large share of a search (docs/benchmarks.md, "Tried and dropped").
 // The kernel with the table by codeword (K <= 64) keeps its queue in
 // registers; the other, for k up to kPqFusedMaxK, merges out of line.
 template <int SWZ, int K>
@@ -468,8 +466,8 @@ float term3_scale(const sml_ivf_scan_args *a) { return a->metric == SIMIL_METRIC
 // slices into shared memory with loads that walk each row's slice in order,
 // and each thread then keeps its own in registers.  A thread reading its row
 // straight from global memory at a stride of dim floats touches one cache
-// line per lane, which made the encoder L1-bound (258 ms per million vectors
-// at PQ16); wider slices (MAXD = 0) fill whole lines and are read in place.
+// line per lane, which made the encoder L1-bound at PQ16; wider slices
+// (MAXD = 0) fill whole lines and are read in place.
 // The codebook, read by every lane at the same address, is a broadcast.  The
 // arithmetic is the CPU's: r = x - c, then the sum of (r - q)^2.
 constexpr int kEncodeRows = 256;

@@ -418,11 +418,11 @@ simil_status search_fast(const Search &s, const Plan &p, const Buffers &b, const
 // waiting for the host, and the host never waits for a tile it does not need
 // yet.  Tiles stay as large as the plan makes them (cutting a batch into
 // more tiles to overlap more would leave the selection kernels too few rows
-// to fill the GPU: measured 23.6 -> 28.9 ms at uniform1M, k=10); the slots
-// only cap them for large k.  A batch of one tile has nothing to overlap, and
-// its results go straight to the caller: the driver pipelines a copy to
-// pageable memory in chunks, where the slot would add a second, serial copy
-// (uniform1M, k=1024: 120 -> 131 ms).
+// to fill the GPU); the slots only cap them for large k.  A batch of one
+// tile has nothing to overlap, and its results go straight to the caller:
+// the driver pipelines a copy to pageable memory in chunks, where the slot
+// would add a second, serial copy.
+// (Both were measured: docs/benchmarks.md, "Tried and dropped".)
 
 constexpr size_t kPinnedCap = (size_t)1 << 30;  // both slots together
 

@@ -36,14 +36,13 @@
 // 16384 positions), a warp ballots 32 positions at a time.  Re-rank: eight
 // lanes per candidate (four per warp), lanes over dimensions, a grid of up to
 // 8 blocks per SM striding over the candidates.  (Reading the floats four at
-// a time, so that a warp's load fetches whole 128-byte spans, took 3.9 ms
-// against this kernel's 3.8 for mix10M at nprobe 8, extra 0.008: the
-// re-ranking is bound by DRAM, 11 GB of scattered rows, not by its L2
-// requests.)
+// a time, so that a warp's load fetches whole 128-byte spans, was no faster:
+// the re-ranking is bound by DRAM, scattered rows, not by its L2 requests;
+// docs/benchmarks.md, "Tried and dropped".)
 //
 // Also here: the queries' codes (cuda_xfbq_encode: one thread per vector and
-// word, the host encoder's arithmetic from core/xfbq_code.h), which took 1.4
-// ms of a 13.5 ms search on the host.
+// word, the host encoder's arithmetic from core/xfbq_code.h): on the host
+// they were a noticeable share of a search (docs/benchmarks.md, "XFBQ").
 #include <string.h>
 
 #include "core/alloc.h"
@@ -329,8 +328,8 @@ size_t up(size_t x) { return (x + 255) / 256 * 256; }
 // The host's plan for a batch of queries [q0, q0 + nq).  It is written into
 // the device's pinned buffer, laid out as its device copy will be, so that it
 // goes to the GPU in one asynchronous copy (fresh heap arrays cost page
-// faults on every search: planning 10,000 queries at nprobe 8 took about
-// 1 ms that way, and their seven copies from pageable memory 0.25 ms).
+// faults on every search, and copies from pageable memory wait for the
+// driver; docs/benchmarks.md, "Tried and dropped").
 struct Plan {
     int nq;
     int group;         // G of the distance kernel

@@ -5,8 +5,9 @@
 // rows.  Its merges grow with k (a sort of 32 buffered pairs plus a bitonic
 // merge of K pairs, every 32 accepted pairs), while BlockSelect sorts
 // its shared-memory buffer only a handful of times per row; and when rows are
-// few, one warp per row leaves most of the GPU idle.  Measured on an H200
-// (docs/benchmarks.md), BlockSelect wins from k = 256 on.
+// few, one warp per row leaves most of the GPU idle.  BlockSelect takes
+// k > 128, where it was the faster on an H200; that comparison was not
+// recorded (docs/benchmarks.md, "k-selection").
 #include <atomic>
 
 #include "cuda/cuda_backend.h"

@@ -51,10 +51,10 @@ static void *sml_part_thread(void *arg)
 {
     sml_part_job *job = arg;
     /* The parts share the cores: each thread's OpenMP team (host-side
-     * planning, CPU parts' searches) gets its share, not all of them.  On
-     * two H200s this share alone did not lift replication (1.1x); sizing the
-     * query check's team to its work did (core/vectors.c,
-     * docs/distributed.md). */
+     * planning, CPU parts' searches) gets its share, not all of them.  This
+     * share alone did not lift replication; sizing the query check's team
+     * to its work did (core/vectors.c; docs/benchmarks.md, "Tried and
+     * dropped"). */
     const int before = omp_get_max_threads();  /* restored: this may be the caller's thread */
     omp_set_num_threads(job->omp_threads);
     job->status = job->run(job);
@@ -65,8 +65,8 @@ static void *sml_part_thread(void *arg)
 }
 
 /* Run jobs[0..n) concurrently, job 0 on the calling thread (which would
- * only wait, and whose OpenMP workers are already up; starting and joining
- * two threads took 0.2 ms on an H200 host); the first failure, with its
+ * only wait, and whose OpenMP workers are already up, so a search saves a
+ * thread start and join); the first failure, with its
  * message, wins. */
 static simil_status sml_parts_run(sml_part_job *jobs, int n)
 {
