@@ -12,7 +12,8 @@
  *
  * Reports train and add seconds, then for each nprobe the median of 3 timed
  * searches of the 10,000 queries (after a warm-up, host input and output),
- * QPS, and recall10@10 and R@1 against exact GPU search.  The timed searches
+ * QPS, and recall10@10 and 1-recall@10 (printed as R@1) against exact GPU
+ * search (docs/datasets.md, "Recall measures").  The timed searches
  * sit between cudaProfilerStart and cudaProfilerStop, so that
  * `ncu --profile-from-start off` profiles them and not the data's set-up. */
 #include <cuda_profiler_api.h>

@@ -5,7 +5,7 @@ Usage: /usr/bin/python3 bench/faiss_anchor.py --base B --queries Q --index DESC
            [-k K] [--nprobe N] [--threads T] [--gt GT.ivecs] [--repeat R]
 Reads .fvecs, .npy and MNIST idx(.gz) files.  Prints one JSON object with the
 index, train+add seconds, the median search seconds over R runs (after one
-warm-up), QPS, and R@1 / recall@k against --gt when given.
+warm-up), QPS, and 1-recall@k (key r_at_1) / recall k@k against --gt when given.
 """
 import argparse
 import gzip
