@@ -55,6 +55,13 @@ static int kmeans_run(const kmeans_args *a)
     p.seed = (uint64_t)a->seed;
     p.spherical = a->spherical;
     p.device = a->device;
+    if (a->k > data.rows) {
+        rc = cli_error("--k %" PRId64 " is more than the %" PRId64 " points of %s", a->k,
+                       data.rows, a->data);
+        simil_matrix_free(&data);
+        return rc;
+    }
+    /* k <= rows: k x cols floats are no more than the data just read */
     float *centroids = malloc(sizeof(float) * (size_t)(a->k * data.cols));
     double *objective = malloc(sizeof(double) * (size_t)(a->iters > 0 ? a->iters : 1));
     int64_t *assign = a->assign ? malloc(sizeof(int64_t) * (size_t)data.rows) : NULL;

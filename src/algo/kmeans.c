@@ -257,6 +257,10 @@ simil_status sml_kmeans_run(sml_backend *b, const simil_kmeans_params *p, int64_
                   p->iterations, p->max_points_per_centroid);
     SML_RETURN_IF(x == NULL || centroids == NULL, SIMIL_ERR_INVALID_ARGUMENT,
                   "k-means: x and centroids must not be NULL");
+    SML_RETURN_IF(!sml_product_fits(n, dim, SML_MAX_FLOATS), SIMIL_ERR_INVALID_ARGUMENT,
+                  "k-means: %" PRId64 " points of dimension %" PRId64
+                  " exceed the address space",
+                  n, dim);
     SML_TRY(sml_vectors_check(x, n, dim, 1, "k-means training data"));
     int64_t m = n;
     if (p->max_points_per_centroid > 0 && k <= n / p->max_points_per_centroid)

@@ -17,6 +17,16 @@
 extern "C" {
 #endif
 
+/* Bounds on products of caller values (counts, dimensions, k, nprobe), checked
+ * before the product is formed or sizes anything.  sml_product_fits: a x b
+ * (both >= 0) is at most limit.  SML_MAX_FLOATS: the most floats one array may
+ * hold, so that its byte count fits ptrdiff_t. */
+#define SML_MAX_FLOATS (PTRDIFF_MAX / 4)
+static inline int sml_product_fits(int64_t a, int64_t b, int64_t limit)
+{
+    return a == 0 || b <= limit / a;
+}
+
 /* Allocate count * size bytes (64-byte aligned, uninitialized) into *out.
  * On overflow or failure returns SIMIL_ERR_OUT_OF_MEMORY with a message naming
  * what, and leaves *out NULL. */

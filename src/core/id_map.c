@@ -1,6 +1,7 @@
 /* id_map.c: open-addressing id -> row map (see id_map.h). */
 #include "core/id_map.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -56,4 +57,15 @@ void sml_id_map_free(sml_id_map *map)
     sml_free(map->keys);
     sml_free(map->rows);
     memset(map, 0, sizeof *map);
+}
+
+static int sml_id_cmp(const void *pa, const void *pb)
+{
+    const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return (a > b) - (a < b);
+}
+
+void sml_ids_sort(int64_t *ids, int64_t n)
+{
+    if (n > 1) qsort(ids, (size_t)n, sizeof *ids, sml_id_cmp);
 }

@@ -28,6 +28,9 @@ int64_t sml_id_map_find(const sml_id_map *map, int64_t id);
 
 void sml_id_map_free(sml_id_map *map);
 
+/* Sort n ids ascending. */
+void sml_ids_sort(int64_t *ids, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

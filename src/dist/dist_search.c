@@ -141,9 +141,21 @@ simil_status simil_dist_search(const simil_index *shard, int64_t nq, const float
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     int64_t shape[3] = {nq, k, simil_index_dim(shard)};
+    /* rank 0 checks the caller's sizes before any product of them is formed
+     * (each rank gathers nq x k x ranks results); the others learn of a
+     * refusal through the broadcast */
+    simil_status refused = SIMIL_OK;
+    if (rank == 0 && (nq < 0 || k < 1 || (nq > 0 && k > (((int64_t)1 << 40) / ranks) / nq) ||
+                      (nq > 0 && shape[2] > (INT64_MAX / 4) / nq))) {
+        refused = sml_dist_fail(SIMIL_ERR_INVALID_ARGUMENT,
+                                "distributed search: nq and k must be >= 0 and >= 1, and nq x k "
+                                "x ranks at most 2^40 results");
+        shape[0] = -1;
+    }
     if (MPI_Bcast(shape, 3, MPI_INT64_T, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
         return sml_dist_fail(SIMIL_ERR_REMOTE, "MPI_Bcast failed");
-    if (shape[0] < 0) return sml_dist_fail(SIMIL_ERR_REMOTE, "rank 0 stopped the search");
+    if (shape[0] < 0)
+        return rank == 0 ? refused : sml_dist_fail(SIMIL_ERR_REMOTE, "rank 0 stopped the search");
     nq = shape[0];
     k = shape[1];
     simil_status s = shape[2] == simil_index_dim(shard)

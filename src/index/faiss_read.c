@@ -21,6 +21,7 @@
 #include "algo/pq.h"
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/vectors.h"
 #include "index/index_internal.h"
 #include "index/ivf.h"
 
@@ -503,7 +504,8 @@ static simil_status sml_fr_index(sml_reader *r, sml_faiss_parsed *p, int depth)
 
 /* ---- building the simil index ---- */
 
-/* The ids the index gets: the IVF's list ids, through the IDMap if any. */
+/* The ids the index gets: p->ids (the IVF's list ids, or Flat's rows), through the
+ * IDMap if any, in place. */
 static simil_status sml_faiss_ids(sml_faiss_parsed *p, const char *path, int64_t *next_id)
 {
     int64_t max_id = -1;
@@ -519,22 +521,30 @@ static simil_status sml_faiss_ids(sml_faiss_parsed *p, const char *path, int64_t
                       "'%s' holds the negative id %" PRId64 "; simil ids are >= 0", path, id);
         if (id > max_id) max_id = id;
     }
-    *next_id = max_id + 1;
+    /* Faiss takes any int64 id: an index holding INT64_MAX keeps next_id at
+     * INT64_MAX, where it takes explicit ids only (sml_id_fits) */
+    *next_id = sml_next_id_after(max_id, 0);
     return SIMIL_OK;
 }
 
-static simil_status sml_faiss_fill_flat(simil_index *index, const sml_faiss_parsed *p,
+/* Through the type's add, as a fresh index takes vectors, but with the ids
+ * counted here: the public add refuses the id INT64_MAX, which Faiss allows. */
+static simil_status sml_faiss_fill_flat(simil_index *index, sml_faiss_parsed *p,
                                         const char *path)
 {
-    if (p->id_map != NULL)
-        for (int64_t i = 0; i < p->ntotal; i++)
-            SML_RETURN_IF(p->id_map[i] < 0, SIMIL_ERR_UNSUPPORTED,
-                          "'%s' holds the negative id %" PRId64 "; simil ids are >= 0", path,
-                          p->id_map[i]);
-    simil_status s = simil_index_add(index, p->ntotal, p->vectors, p->id_map);
-    if (s == SIMIL_ERR_INVALID_ARGUMENT)
+    int64_t next_id = 0;
+    SML_TRY(sml_alloc((void **)&p->ids, (size_t)(p->ntotal > 0 ? p->ntotal : 1), sizeof(int64_t),
+                      "Faiss ids"));
+    for (int64_t i = 0; i < p->ntotal; i++) p->ids[i] = i;
+    SML_TRY(sml_faiss_ids(p, path, &next_id));
+    if (p->ntotal == 0) return SIMIL_OK;
+    simil_status s = sml_vectors_check(p->vectors, p->ntotal, p->dim, 1, "add");
+    if (s != SIMIL_OK)
         return sml_error_context(SIMIL_ERR_UNSUPPORTED, "'%s' holds vectors simil refuses", path);
-    return s;
+    SML_TRY(index->vt->add(index, p->ntotal, p->vectors, p->ids));
+    index->ntotal = p->ntotal;
+    index->next_id = next_id;
+    return SIMIL_OK;
 }
 
 /* Quantizer (and codebooks), then every list in one append. */

@@ -148,6 +148,12 @@ static simil_status sml_graph_check(const simil_knn_graph_params *p, int64_t n, 
                   "k-NN graph: batch=%" PRId64 " x (k+1)=%" PRId64
                   " results per search is too many; lower the batch",
                   p->batch, k + 1);
+    SML_RETURN_IF(!sml_product_fits(n, dim, SML_MAX_FLOATS) ||
+                      !sml_product_fits(n, k, SML_MAX_FLOATS / 2),
+                  SIMIL_ERR_INVALID_ARGUMENT,
+                  "k-NN graph: %" PRId64 " vectors of dimension %" PRId64 " with k=%" PRId64
+                  " exceed the address space",
+                  n, dim, k);
     return SIMIL_OK;
 }
 

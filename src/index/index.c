@@ -7,6 +7,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/id_map.h"
 #include "core/vectors.h"
 #include "cuda/cuda_backend.h"
 #include "index/index_internal.h"
@@ -148,6 +149,9 @@ static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, con
     *prepared = x;
     if (n == 0) return SIMIL_OK;
     SML_RETURN_IF(x == NULL, SIMIL_ERR_INVALID_ARGUMENT, "%s: vectors pointer is NULL", what);
+    SML_RETURN_IF(!sml_product_fits(n, index->dim, SML_MAX_FLOATS), SIMIL_ERR_INVALID_ARGUMENT,
+                  "%s: %" PRId64 " vectors of dimension %" PRId64 " exceed the address space",
+                  what, n, index->dim);
     int cosine = index->metric == SIMIL_METRIC_COSINE;
     size_t count = (size_t)n * (size_t)index->dim;
     const float *host = x;
@@ -229,8 +233,11 @@ simil_status simil_index_add(simil_index *index, int64_t n, const float *x, cons
             if (ids[i] > max_id) max_id = ids[i];
         }
     }
+    /* sequential ids end at 2^63-2, so that next_id never passes INT64_MAX */
     SML_RETURN_IF(ids == NULL && index->next_id > INT64_MAX - n, SIMIL_ERR_INVALID_ARGUMENT,
-                  "add: sequential ids would overflow int64; pass ids explicitly");
+                  "add: sequential ids from %" PRId64 " for %" PRId64 " vectors would pass "
+                  "2^63-2, the largest id; pass ids explicitly",
+                  index->next_id, n);
     const float *prepared;
     float *copy;
     SML_TRY(sml_prepare_vectors(index, n, x, "add", &prepared, &copy));
@@ -344,6 +351,13 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
                   "search: extra_distance=%g must be a fraction in [0, 1] (or negative for "
                   "the default)",
                   (double)call.params.extra_distance);
+    /* an inverted file probes min(nprobe, nlist) lists per query */
+    const int64_t nprobe = call.params.nprobe > 0 ? call.params.nprobe : 1;
+    const int64_t probes = nprobe < index->spec.ivf_nlist ? nprobe : index->spec.ivf_nlist;
+    SML_RETURN_IF(!sml_product_fits(nq, probes, sml_max_result_slots), SIMIL_ERR_INVALID_ARGUMENT,
+                  "search: nq=%" PRId64 " x %" PRId64 " probed lists is beyond 2^40; search "
+                  "fewer queries at a time",
+                  nq, probes);
     if (nq == 0) return SIMIL_OK;
     const int on_device = sml_cuda_pointer_is_device(distances);
     SML_RETURN_IF(on_device != sml_cuda_pointer_is_device(labels), SIMIL_ERR_INVALID_ARGUMENT,
@@ -362,12 +376,6 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
     return s;
 }
 
-static int sml_id_cmp(const void *pa, const void *pb)
-{
-    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
-    return (a > b) - (a < b);
-}
-
 simil_status simil_index_remove(simil_index *index, int64_t n, const int64_t *ids,
                                 int64_t *removed)
 {
@@ -379,7 +387,7 @@ simil_status simil_index_remove(simil_index *index, int64_t n, const int64_t *id
     int64_t *sorted;
     SML_TRY(sml_alloc((void **)&sorted, (size_t)n, sizeof *sorted, "ids to remove"));
     memcpy(sorted, ids, (size_t)n * sizeof *sorted);
-    qsort(sorted, (size_t)n, sizeof *sorted, sml_id_cmp);
+    sml_ids_sort(sorted, n);
     int64_t unique = 0;
     for (int64_t i = 0; i < n; i++)
         if (unique == 0 || sorted[unique - 1] != sorted[i]) sorted[unique++] = sorted[i];

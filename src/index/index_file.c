@@ -101,6 +101,16 @@ simil_status sml_section_read_mem(sml_reader *r, uint32_t tag, sml_backend *b, v
     return sml_section_close(r);
 }
 
+simil_status sml_ids_check(const char *path, int64_t n, const int64_t *ids, int64_t next_id)
+{
+    for (int64_t i = 0; i < n; i++)
+        SML_RETURN_IF(!sml_id_fits(ids[i], next_id), SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: it holds the id %" PRId64 ", outside [0, %" PRId64
+                      ") given by its next sequential id",
+                      path, ids[i], next_id);
+    return SIMIL_OK;
+}
+
 static simil_status sml_index_write_all(const simil_index *index, sml_writer *w)
 {
     uint32_t version[2] = {sml_file_version, 0};

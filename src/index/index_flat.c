@@ -268,9 +268,7 @@ static simil_status sml_flat_load(simil_index *index, sml_reader *r)
     sml_flat_commit(b, f, &next); /* a fresh index: nothing to keep if the rest fails */
     SML_TRY(sml_section_read(r, f->host_ids, (size_t)bytes));
     SML_TRY(sml_section_close(r));
-    for (int64_t i = 0; i < n; i++)
-        SML_RETURN_IF(f->host_ids[i] < 0 || f->host_ids[i] >= index->next_id, SIMIL_ERR_CORRUPT,
-                      "'%s' is damaged: id %" PRId64 " out of range", r->path, f->host_ids[i]);
+    SML_TRY(sml_ids_check(r->path, n, f->host_ids, index->next_id));
     SML_TRY(b->ops->mem_upload(b, f->ids, f->host_ids, (size_t)bytes));
     SML_TRY(sml_section_read_mem(r, sml_tag_vectors, b, f->vectors,
                                  (uint64_t)n * (uint64_t)index->dim * sizeof(float)));
@@ -286,6 +284,12 @@ static void sml_flat_destroy(simil_index *index)
     sml_free(index->impl);
 }
 
+static void sml_flat_ids(const simil_index *index, int64_t *out)
+{
+    const sml_flat *f = index->impl;
+    if (index->ntotal > 0) memcpy(out, f->host_ids, sizeof(int64_t) * (size_t)index->ntotal);
+}
+
 void sml_flat_data(const simil_index *index, const float **vectors, const int64_t **host_ids)
 {
     const sml_flat *f = index->impl;
@@ -299,6 +303,7 @@ static const sml_index_vtable sml_flat_vtable = {
     .search = sml_flat_search,
     .remove = sml_flat_remove,
     .reconstruct = sml_flat_reconstruct,
+    .ids = sml_flat_ids,
     .reset = sml_flat_reset,
     .save = sml_flat_save,
     .load = sml_flat_load,

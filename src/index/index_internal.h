@@ -35,6 +35,8 @@ typedef struct sml_index_vtable {
     simil_status (*remove)(simil_index *index, int64_t n_sorted, const int64_t *sorted_ids,
                            int64_t *removed);
     simil_status (*reconstruct)(const simil_index *index, int64_t id, float *out);
+    /* The ids of the ntotal stored vectors, in any order, into out. */
+    void (*ids)(const simil_index *index, int64_t *out);
     void (*reset)(simil_index *index);
     /* Type-specific sections after the common header. */
     simil_status (*save)(const simil_index *index, sml_writer *w);
@@ -55,16 +57,41 @@ struct simil_index {
     sml_backend *backend;
     char device[48];   /* the device string it was created with, for inner indexes */
     int64_t ntotal;
-    int64_t next_id;   /* one past the largest id ever added */
+    int64_t next_id;   /* one past the largest id ever added (see sml_id_fits) */
     int trained;
     void *impl;
 };
+
+/* Ids.  Every stored id is in [0, next_id).  next_id is one past the largest
+ * id ever added, and stops at INT64_MAX: add refuses the id INT64_MAX and
+ * sequential numbering past 2^63-2, but a Faiss file may hold INT64_MAX
+ * (Faiss takes any int64), and such an index keeps next_id = INT64_MAX, where
+ * every id >= 0 fits and only explicit ids can be added. */
+static inline int sml_id_fits(int64_t id, int64_t next_id)
+{
+    return id >= 0 && (id < next_id || next_id == INT64_MAX);
+}
+
+/* next_id after storing id (>= 0). */
+static inline int64_t sml_next_id_after(int64_t id, int64_t next_id)
+{
+    if (id == INT64_MAX) return INT64_MAX;
+    return id + 1 > next_id ? id + 1 : next_id;
+}
+
+/* SIMIL_ERR_CORRUPT naming the file and the first of n ids that does not fit
+ * next_id (a file whose ids contradict its header), else SIMIL_OK. */
+simil_status sml_ids_check(const char *path, int64_t n, const int64_t *ids, int64_t next_id);
 
 /* The metric the kernels see: cosine runs as IP on normalized vectors. */
 static inline simil_metric sml_kernel_metric(simil_metric m)
 {
     return m == SIMIL_METRIC_COSINE ? SIMIL_METRIC_IP : m;
 }
+
+/* The candidates a Refine search asks its inner index for: k * factor, but
+ * no more than the count of vectors (slots past them stay empty). */
+int64_t sml_refine_candidates(int64_t k, int64_t factor, int64_t count);
 
 /* Each type's constructor fills index->vt and index->impl. */
 simil_status sml_flat_init(simil_index *index);

@@ -84,7 +84,12 @@ static simil_status sml_ivf_flat_load(simil_index *index, sml_reader *r)
                       "'%s' is damaged: an untrained index with vectors", r->path);
         return SIMIL_OK;
     }
-    return sml_ivf_load(index->backend, sml_ivf_flat(index), r, index->ntotal);
+    return sml_ivf_load(index->backend, sml_ivf_flat(index), r, index->ntotal, index->next_id);
+}
+
+static void sml_ivf_flat_ids(const simil_index *index, int64_t *out)
+{
+    sml_ivf_ids(sml_ivf_flat(index), out);
 }
 
 static void sml_ivf_flat_destroy(simil_index *index)
@@ -99,6 +104,7 @@ static const sml_index_vtable sml_ivf_flat_vtable = {
     .search = sml_ivf_flat_search,
     .remove = sml_ivf_flat_remove,
     .reconstruct = sml_ivf_flat_reconstruct,
+    .ids = sml_ivf_flat_ids,
     .reset = sml_ivf_flat_reset,
     .save = sml_ivf_flat_save,
     .load = sml_ivf_flat_load,

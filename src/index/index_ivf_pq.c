@@ -282,8 +282,13 @@ static simil_status sml_ivf_pq_load(simil_index *index, sml_reader *r)
                   (unsigned long long)bytes);
     SML_TRY(sml_section_read(r, x->pq.centroids, (size_t)bytes));
     SML_TRY(sml_section_close(r));
-    SML_TRY(sml_ivf_load(index->backend, &x->ivf, r, index->ntotal));
+    SML_TRY(sml_ivf_load(index->backend, &x->ivf, r, index->ntotal, index->next_id));
     return sml_ivf_pq_upload(index->backend, x);
+}
+
+static void sml_ivf_pq_ids(const simil_index *index, int64_t *out)
+{
+    sml_ivf_ids(&sml_ivf_pq_of(index)->ivf, out);
 }
 
 static void sml_ivf_pq_destroy(simil_index *index)
@@ -318,6 +323,7 @@ static const sml_index_vtable sml_ivf_pq_vtable = {
     .search = sml_ivf_pq_search,
     .remove = sml_ivf_pq_remove,
     .reconstruct = sml_ivf_pq_reconstruct,
+    .ids = sml_ivf_pq_ids,
     .reset = sml_ivf_pq_reset,
     .save = sml_ivf_pq_save,
     .load = sml_ivf_pq_load,

@@ -23,6 +23,10 @@ static sml_opq *sml_opq_of(const simil_index *index) { return index->impl; }
 static simil_status sml_opq_rotate(const simil_index *index, int64_t n, const float *x, float **y)
 {
     const sml_opq *o = sml_opq_of(index);
+    SML_RETURN_IF(!sml_product_fits(n, o->dout, SML_MAX_FLOATS - 1), SIMIL_ERR_INVALID_ARGUMENT,
+                  "OPQ: %" PRId64 " rotated vectors of dimension %" PRId64
+                  " exceed the address space",
+                  n, o->dout);
     SML_TRY(sml_alloc((void **)y, (size_t)(n * o->dout + 1), sizeof(float), "rotated vectors"));
     sml_opq_apply(n, index->dim, o->dout, o->rt, x, *y);
     return SIMIL_OK;
@@ -82,6 +86,12 @@ static simil_status sml_opq_reconstruct(const simil_index *index, int64_t id, fl
     return s;
 }
 
+static void sml_opq_ids(const simil_index *index, int64_t *out)
+{
+    const simil_index *inner = sml_opq_of(index)->inner;
+    inner->vt->ids(inner, out);
+}
+
 static void sml_opq_reset(simil_index *index) { simil_index_reset(sml_opq_of(index)->inner); }
 
 static simil_status sml_opq_save(const simil_index *index, sml_writer *w)
@@ -124,6 +134,7 @@ static const sml_index_vtable sml_opq_vtable = {
     .search = sml_opq_search,
     .remove = sml_opq_remove,
     .reconstruct = sml_opq_reconstruct,
+    .ids = sml_opq_ids,
     .reset = sml_opq_reset,
     .save = sml_opq_save,
     .load = sml_opq_load,

@@ -3,9 +3,11 @@
  * The float vectors are kept in host memory beside the inner index (as Faiss's
  * IndexRefineFlat does), with their ids and an id -> row map.  A search asks
  * the inner index for k * refine_factor candidates (search parameter, default
- * 4), computes their exact distances, and returns the best k: exact distances
- * for candidates an approximate index would rank imperfectly.  With duplicate
+ * 4; at most the index size), computes their exact distances, and returns the
+ * best k: exact distances for candidates an approximate index would rank
+ * imperfectly.  With duplicate
  * ids, a candidate is scored with the first vector added under its id. */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,41 +98,64 @@ static float sml_refine_key(const simil_index *index, const float *x, const floa
     return (float)s;
 }
 
+/* Queries are refined in batches of at most this many candidates (28 bytes
+ * each), or one query. */
+static const int64_t sml_refine_batch_candidates = (int64_t)1 << 22;
+
+int64_t sml_refine_candidates(int64_t k, int64_t factor, int64_t count)
+{
+    /* k and factor are caller values: their product is bounded before it is
+     * formed */
+    assert(k >= 1 && factor >= 1 && count >= 1);
+    return k > count / factor ? count : k * factor;
+}
+
+/* Re-rank the kc candidates of each of queries [q0, q0 + nq). */
+static void sml_refine_rerank(const simil_index *index, const sml_search_call *call, int64_t q0,
+                              int64_t nq, int64_t kc, const int64_t *l, sml_scored *scored)
+{
+    const sml_refine *r = sml_refine_of(index);
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t i = 0; i < nq; i++) {
+        const int64_t q = q0 + i;
+        sml_scored *c = scored + i * kc;
+        const float *x = call->queries + q * index->dim;
+        int64_t m = 0;
+        for (int64_t j = 0; j < kc; j++) {
+            int64_t row = sml_id_map_find(&r->map, l[i * kc + j]);
+            if (row < 0) continue;
+            c[m].key = sml_refine_key(index, x, r->vectors + row * index->dim);
+            c[m++].id = l[i * kc + j];
+        }
+        qsort(c, (size_t)m, sizeof *c, sml_scored_cmp);
+        for (int64_t j = 0; j < call->k; j++) {
+            float key = j < m ? c[j].key : INFINITY;
+            call->distances[q * call->k + j] = index->metric == SIMIL_METRIC_L2 ? key : -key;
+            call->labels[q * call->k + j] = j < m ? c[j].id : -1;
+        }
+    }
+}
+
 static simil_status sml_refine_search(const simil_index *index, const sml_search_call *call)
 {
     const sml_refine *r = sml_refine_of(index);
     const int64_t factor = call->params.refine_factor > 0 ? call->params.refine_factor : 4;
-    int64_t kc = call->k * factor;
-    if (kc > r->count) kc = r->count > call->k ? r->count : call->k;
+    const int64_t kc = sml_refine_candidates(call->k, factor, r->count);
+    int64_t batch = sml_refine_batch_candidates / kc;
+    if (batch < 1) batch = 1;
+    if (batch > call->nq) batch = call->nq;
     float *d = NULL;
     int64_t *l = NULL;
     sml_scored *scored = NULL;
-    simil_status s = sml_alloc((void **)&d, (size_t)(call->nq * kc), sizeof *d, "candidates");
-    if (s == SIMIL_OK) s = sml_alloc((void **)&l, (size_t)(call->nq * kc), sizeof *l, "candidates");
-    if (s == SIMIL_OK)
-        s = sml_alloc((void **)&scored, (size_t)(call->nq * kc), sizeof *scored, "candidates");
-    if (s == SIMIL_OK)
-        s = simil_index_search(r->inner, call->nq, call->queries, kc, &call->params, d, l);
-    if (s == SIMIL_OK) {
-#pragma omp parallel for schedule(dynamic, 16)
-        for (int64_t q = 0; q < call->nq; q++) {
-            sml_scored *c = scored + q * kc;
-            const float *x = call->queries + q * index->dim;
-            int64_t m = 0;
-            for (int64_t j = 0; j < kc; j++) {
-                int64_t row = sml_id_map_find(&r->map, l[q * kc + j]);
-                if (row < 0) continue;
-                c[m].key = sml_refine_key(index, x, r->vectors + row * index->dim);
-                c[m++].id = l[q * kc + j];
-            }
-            qsort(c, (size_t)m, sizeof *c, sml_scored_cmp);
-            for (int64_t j = 0; j < call->k; j++) {
-                float key = j < m ? c[j].key : INFINITY;
-                call->distances[q * call->k + j] =
-                    index->metric == SIMIL_METRIC_L2 ? key : -key;
-                call->labels[q * call->k + j] = j < m ? c[j].id : -1;
-            }
-        }
+    const size_t slots = (size_t)batch * (size_t)kc;
+    simil_status s = sml_alloc((void **)&d, slots, sizeof *d, "candidates");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&l, slots, sizeof *l, "candidates");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&scored, slots, sizeof *scored, "candidates");
+    for (int64_t q0 = 0; q0 < call->nq && s == SIMIL_OK; q0 += batch) {
+        const int64_t nb = call->nq - q0 < batch ? call->nq - q0 : batch;
+        s = simil_index_search(r->inner, nb, call->queries + q0 * index->dim, kc, &call->params,
+                               d, l);
+        if (s == SIMIL_OK) sml_refine_rerank(index, call, q0, nb, kc, l, scored);
     }
     sml_free(d);
     sml_free(l);
@@ -206,6 +231,38 @@ static simil_status sml_refine_save(const simil_index *index, sml_writer *w)
                              sizeof(float) * (uint64_t)(r->count * index->dim));
 }
 
+/* The refinement rows must hold exactly the inner index's ids, as many times
+ * each: a search scores the inner index's candidates with them, and remove
+ * counts what the inner index removed. */
+static simil_status sml_refine_same_ids(const simil_index *index, const char *path)
+{
+    const sml_refine *r = sml_refine_of(index);
+    const int64_t n = r->count;
+    SML_RETURN_IF(r->inner->ntotal != n, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: %" PRId64 " refinement vectors for an inner index of %" PRId64,
+                  path, n, r->inner->ntotal);
+    int64_t *a, *b;
+    SML_TRY(sml_alloc((void **)&a, (size_t)(n > 0 ? n : 1), sizeof *a, "ids"));
+    simil_status s = sml_alloc((void **)&b, (size_t)(n > 0 ? n : 1), sizeof *b, "ids");
+    if (s != SIMIL_OK) {
+        sml_free(a);
+        return s;
+    }
+    if (n > 0) memcpy(a, r->ids, sizeof *a * (size_t)n);
+    r->inner->vt->ids(r->inner, b);
+    sml_ids_sort(a, n);
+    sml_ids_sort(b, n);
+    for (int64_t i = 0; i < n && s == SIMIL_OK; i++)
+        if (a[i] != b[i])
+            s = sml_error(SIMIL_ERR_CORRUPT,
+                          "'%s' is damaged: its refinement vectors and its inner index hold "
+                          "different ids (%" PRId64 " against %" PRId64 ")",
+                          path, a[i], b[i]);
+    sml_free(a);
+    sml_free(b);
+    return s;
+}
+
 static simil_status sml_refine_load(simil_index *index, sml_reader *rd)
 {
     sml_refine *r = sml_refine_of(index);
@@ -228,7 +285,15 @@ static simil_status sml_refine_load(simil_index *index, sml_reader *rd)
     SML_TRY(sml_section_read(rd, r->vectors, (size_t)bytes));
     SML_TRY(sml_section_close(rd));
     r->count = index->ntotal;
+    SML_TRY(sml_ids_check(rd->path, r->count, r->ids, index->next_id));
+    SML_TRY(sml_refine_same_ids(index, rd->path));
     return sml_id_map_build(&r->map, r->count, r->ids);
+}
+
+static void sml_refine_ids(const simil_index *index, int64_t *out)
+{
+    const sml_refine *r = sml_refine_of(index);
+    if (r->count > 0) memcpy(out, r->ids, sizeof(int64_t) * (size_t)r->count);
 }
 
 static void sml_refine_destroy(simil_index *index)
@@ -247,6 +312,7 @@ static const sml_index_vtable sml_refine_vtable = {
     .search = sml_refine_search,
     .remove = sml_refine_remove,
     .reconstruct = sml_refine_reconstruct,
+    .ids = sml_refine_ids,
     .reset = sml_refine_reset,
     .save = sml_refine_save,
     .load = sml_refine_load,

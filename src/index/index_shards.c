@@ -354,7 +354,7 @@ static simil_status sml_shards_load(simil_index *index, sml_reader *r)
         SML_TRY(sml_section_read(r, head, sizeof head));
         SML_TRY(sml_section_close(r));
         SML_RETURN_IF(head[0] < 0 || head[1] < 0 || head[2] < 0 || head[2] > 1 ||
-                          head[0] > index->ntotal - total,
+                          head[0] > index->ntotal - total || head[1] > index->next_id,
                       SIMIL_ERR_CORRUPT, "'%s' is damaged: impossible shard header", r->path);
         simil_index *p = sh->parts[s];
         p->ntotal = head[0];
@@ -368,6 +368,16 @@ static simil_status sml_shards_load(simil_index *index, sml_reader *r)
                   r->path, total, index->ntotal);
     /* replicas: copies of the first replica's shards */
     return sh->replicas == 1 ? SIMIL_OK : sml_shards_copy_parts(index, sh->shards);
+}
+
+static void sml_shards_ids(const simil_index *index, int64_t *out)
+{
+    sml_shards *sh = sml_shards_of(index);
+    for (int s = 0; s < sh->shards; s++) {
+        const simil_index *p = sh->parts[s];
+        p->vt->ids(p, out);
+        out += p->ntotal;
+    }
 }
 
 static void sml_shards_destroy(simil_index *index)
@@ -384,6 +394,7 @@ static const sml_index_vtable sml_shards_vtable = {
     .search = sml_shards_search,
     .remove = sml_shards_remove,
     .reconstruct = sml_shards_reconstruct,
+    .ids = sml_shards_ids,
     .reset = sml_shards_reset,
     .save = sml_shards_save,
     .load = sml_shards_load,

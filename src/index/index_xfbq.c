@@ -563,7 +563,7 @@ static simil_status sml_xfbq_load(simil_index *index, sml_reader *r)
                           "'%s' is damaged: an untrained index with vectors", r->path);
             return SIMIL_OK;
         }
-        return sml_ivf_load(b, &x->ivf, r, index->ntotal);
+        return sml_ivf_load(b, &x->ivf, r, index->ntotal, index->next_id);
     }
     const int64_t n = index->ntotal;
     index->ntotal = 0;
@@ -582,15 +582,22 @@ static simil_status sml_xfbq_load(simil_index *index, sml_reader *r)
     sml_xfbq_commit(b, x, &next); /* a fresh index: nothing to keep if the rest fails */
     SML_TRY(sml_section_read(r, x->host_ids, (size_t)bytes));
     SML_TRY(sml_section_close(r));
-    for (int64_t i = 0; i < n; i++)
-        SML_RETURN_IF(x->host_ids[i] < 0 || x->host_ids[i] >= index->next_id, SIMIL_ERR_CORRUPT,
-                      "'%s' is damaged: id %" PRId64 " out of range", r->path, x->host_ids[i]);
+    SML_TRY(sml_ids_check(r->path, n, x->host_ids, index->next_id));
     SML_TRY(b->ops->mem_upload(b, x->ids, x->host_ids, (size_t)bytes));
     SML_TRY(sml_section_read_mem(r, sml_tag_vectors, b, x->vectors,
                                  (uint64_t)n * (uint64_t)index->dim * sizeof(float)));
     SML_TRY(sml_section_read_mem(r, sml_tag_codes, b, x->codes, (uint64_t)n * x->q.code_bytes));
     index->ntotal = n;
     return SIMIL_OK;
+}
+
+static void sml_xfbq_ids(const simil_index *index, int64_t *out)
+{
+    const sml_xfbq_index *x = sml_xfbq_of(index);
+    if (x->inverted)
+        sml_ivf_ids(&x->ivf, out);
+    else if (index->ntotal > 0)
+        memcpy(out, x->host_ids, sizeof(int64_t) * (size_t)index->ntotal);
 }
 
 static void sml_xfbq_destroy(simil_index *index)
@@ -610,6 +617,7 @@ static const sml_index_vtable sml_xfbq_vtable = {
     .search = sml_xfbq_search,
     .remove = sml_xfbq_remove,
     .reconstruct = sml_xfbq_reconstruct,
+    .ids = sml_xfbq_ids,
     .reset = sml_xfbq_reset,
     .save = sml_xfbq_save,
     .load = sml_xfbq_load,

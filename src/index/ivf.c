@@ -522,6 +522,16 @@ int64_t sml_ivf_find(const sml_ivf *ivf, int64_t id)
     return -1;
 }
 
+void sml_ivf_ids(const sml_ivf *ivf, int64_t *out)
+{
+    int64_t at = 0;
+    for (int64_t l = 0; l < ivf->nlist && ivf->size != NULL; l++) {
+        if (ivf->size[l] > 0)
+            memcpy(out + at, ivf->host_ids + ivf->offset[l], sizeof(int64_t) * (size_t)ivf->size[l]);
+        at += ivf->size[l];
+    }
+}
+
 int64_t sml_ivf_list_of(const sml_ivf *ivf, int64_t row)
 {
     for (int64_t l = 0; l < ivf->nlist; l++)
@@ -654,7 +664,8 @@ static simil_status sml_ivf_load_sizes(sml_ivf *ivf, sml_reader *r, int64_t ntot
     return SIMIL_OK;
 }
 
-simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t ntotal)
+simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t ntotal,
+                          int64_t next_id)
 {
     uint64_t bytes;
     SML_TRY(sml_section_open(r, sml_tag_centroids, &bytes));
@@ -681,9 +692,7 @@ simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t n
                   (unsigned long long)(bytes / 8), ntotal);
     SML_TRY(sml_section_read(r, ivf->host_ids, (size_t)bytes));
     SML_TRY(sml_section_close(r));
-    for (int64_t i = 0; i < ntotal; i++)
-        SML_RETURN_IF(ivf->host_ids[i] < 0, SIMIL_ERR_CORRUPT, "'%s' is damaged: negative id",
-                      r->path);
+    SML_TRY(sml_ids_check(r->path, ntotal, ivf->host_ids, next_id));
     SML_TRY(b->ops->mem_upload(b, ivf->ids_mem, ivf->host_ids, (size_t)bytes));
     if (ivf->derive != NULL) return sml_ivf_load_derived(b, ivf, r, ntotal);
     return sml_section_read_mem(r, sml_tag_codes, b, ivf->codes_mem,

@@ -90,6 +90,9 @@ simil_status sml_ivf_remove(sml_backend *b, sml_ivf *ivf, int64_t n_sorted,
 /* Arena row of the first row with this id, or -1. */
 int64_t sml_ivf_find(const sml_ivf *ivf, int64_t id);
 
+/* The ids of every row, list after list, into out. */
+void sml_ivf_ids(const sml_ivf *ivf, int64_t *out);
+
 /* The list that holds arena row `row` (a row of some list). */
 int64_t sml_ivf_list_of(const sml_ivf *ivf, int64_t row);
 
@@ -103,8 +106,10 @@ void sml_rows_widen(uint8_t *base, int64_t n, size_t from, size_t to);
 void sml_rows_narrow(uint8_t *base, int64_t n, size_t from, size_t to);
 
 /* Sections IVFC (centroids), LSIZ (list sizes), LIDS (ids), LCOD (codes),
- * lists in order.  Load expects ntotal rows in all. */
+ * lists in order.  Load expects ntotal rows in all, each id fitting next_id
+ * (sml_id_fits). */
 simil_status sml_ivf_save(sml_backend *b, const sml_ivf *ivf, sml_writer *w);
-simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t ntotal);
+simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t ntotal,
+                          int64_t next_id);
 
 #endif

@@ -1,6 +1,7 @@
 /* select_api.c: simil_select_k, on the backend that holds the data. */
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
 #include "cuda/cuda_backend.h"
@@ -15,6 +16,12 @@ simil_status simil_select_k(int64_t rows, int64_t cols, const float *values, int
                   cols);
     SML_RETURN_IF(k < 1, SIMIL_ERR_INVALID_ARGUMENT, "select_k: k=%" PRId64 " must be >= 1", k);
     if (rows == 0) return SIMIL_OK;
+    SML_RETURN_IF(!sml_product_fits(rows, cols, SML_MAX_FLOATS) ||
+                      !sml_product_fits(rows, k, (int64_t)1 << 40),
+                  SIMIL_ERR_INVALID_ARGUMENT,
+                  "select_k: rows=%" PRId64 " x cols=%" PRId64 " values or x k=%" PRId64
+                  " results is too many (at most 2^61 values and 2^40 results)",
+                  rows, cols, k);
     SML_RETURN_IF(values == NULL && cols > 0, SIMIL_ERR_INVALID_ARGUMENT,
                   "select_k: values is NULL");
     SML_RETURN_IF(out_values == NULL || out_indices == NULL, SIMIL_ERR_INVALID_ARGUMENT,

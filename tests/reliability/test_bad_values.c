@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "index/index_internal.h"
 #include "util/test_util.h"
 
 enum { D = 8 };
@@ -309,6 +310,57 @@ static void test_largest_id(void **state)
     simil_index_destroy(index);
 }
 
+/* Sizes whose products overflow: refused before anything is read or sized
+ * (the buffers passed are far smaller than the sizes claim). */
+static void test_size_products(void **state)
+{
+    (void)state;
+    float x[4 * D] = {0}, d[4];
+    int64_t l[4];
+    const int64_t big = (int64_t)1 << 40;
+    /* n x dim past 2^61 floats: add, train, search (dim 2^24, n 2^40) */
+    simil_index *wide = flat((int64_t)1 << 24, SIMIL_METRIC_L2);
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_add(wide, big, x, NULL));
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_search(wide, big, x, 1, NULL, d, l));
+    simil_index_destroy(wide);
+    simil_index *ivf;
+    SML_ASSERT_OK(simil_index_create(&ivf, (int64_t)1 << 24, "IVF2,Flat", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_train(ivf, big, x));
+    simil_index_destroy(ivf);
+    /* k-means and select_k */
+    simil_kmeans_params p;
+    simil_kmeans_params_init(&p);
+    p.k = 2;
+    p.device = "cpu";
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
+                      simil_kmeans(&p, big, (int64_t)1 << 24, x, x, NULL, NULL));
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_select_k(big, big, x, 1, 0, d, l));
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_select_k(big, 1, x, 2, 0, d, l));
+    /* Refine's candidates: k = 2^33 x refine_factor = INT_MAX is past
+     * INT64_MAX; the count stops at the index size */
+    assert_int_equal(sml_refine_candidates((int64_t)1 << 33, INT32_MAX, 300), 300);
+    assert_int_equal(sml_refine_candidates(INT64_MAX / 2, INT32_MAX, INT64_MAX - 1),
+                     INT64_MAX - 1);
+    assert_int_equal(sml_refine_candidates(10, 4, 1000), 40);
+    assert_int_equal(sml_refine_candidates(10, 4, 39), 39);
+    /* and through the API: refine_factor INT_MAX on a small Refine index */
+    enum { N = 300 };
+    float *base = sml_test_malloc(sizeof(float) * N * D);
+    sml_test_fill_uniform(base, N * D, 5, -1, 1);
+    simil_index *refine;
+    SML_ASSERT_OK(simil_index_create(&refine, D, "IVF2,PQ2,Refine", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_train(refine, N, base));
+    SML_ASSERT_OK(simil_index_add(refine, N, base, NULL));
+    simil_search_params sp;
+    simil_search_params_init(&sp);
+    sp.refine_factor = INT32_MAX;
+    sp.nprobe = 2;
+    SML_ASSERT_OK(simil_index_search(refine, 1, base + 17 * D, 4, &sp, d, l));
+    assert_int_equal(l[0], 17);
+    simil_index_destroy(refine);
+    free(base);
+}
+
 /* simil_select_k: NaN counts as +inf for the smallest, after every number;
  * k past cols pads with +inf and -1. */
 static void test_select_nan(void **state)
@@ -336,7 +388,7 @@ int main(void)
         cmocka_unit_test(test_magnitudes),         cmocka_unit_test(test_dimensions),
         cmocka_unit_test(test_k),                  cmocka_unit_test(test_nprobe),
         cmocka_unit_test(test_ids),                cmocka_unit_test(test_largest_id),
-        cmocka_unit_test(test_select_nan),
+        cmocka_unit_test(test_select_nan),         cmocka_unit_test(test_size_products),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
