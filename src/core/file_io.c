@@ -2,11 +2,14 @@
 #define _POSIX_C_SOURCE 200809L
 #include "core/file_io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -41,6 +44,49 @@ static simil_status sml_io_error(const char *what, const char *path)
     return sml_error(SIMIL_ERR_IO, "%s '%s': %s", what, path, strerror(errno));
 }
 
+/* Whether the temporary file `name` in folder fd `dir` was left by a dead
+ * writer: its name carries the writer's pid (PATH.tmp-<pid>-XXXXXX), no live
+ * process has that pid, and no one holds its lock (a live writer on another
+ * host or in another pid namespace would). */
+static int sml_temp_is_stale(int dir, const char *name, const char *pid_text)
+{
+    char *end;
+    errno = 0;
+    long pid = strtol(pid_text, &end, 10);
+    if (errno != 0 || end == pid_text || *end != '-' || strlen(end + 1) != 6 || pid <= 0 ||
+        (pid_t)pid != pid)
+        return 0;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) return 0;
+    int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat st;
+    int stale = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0;
+    close(fd); /* releases the lock */
+    return stale;
+}
+
+/* Remove the temporary files that killed saves to path left behind (see
+ * sml_temp_is_stale).  Best effort: a folder that cannot be read is left. */
+static void sml_remove_stale_temps(const char *path)
+{
+    char folder[4096], base[4096];
+    if (strlen(path) >= sizeof folder) return;
+    strcpy(folder, path);
+    strcpy(base, path);
+    const char *b = basename(base);
+    char prefix[4096 + 8];
+    snprintf(prefix, sizeof prefix, "%s.tmp-", b);
+    const size_t plen = strlen(prefix);
+    DIR *d = opendir(dirname(folder));
+    if (d == NULL) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, prefix, plen) == 0 &&
+            sml_temp_is_stale(dirfd(d), e->d_name, e->d_name + plen))
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+}
+
 simil_status sml_writer_open(sml_writer **out, const char *path)
 {
     *out = NULL;
@@ -48,15 +94,16 @@ simil_status sml_writer_open(sml_writer **out, const char *path)
                   "no output file name given");
     sml_writer *w;
     SML_TRY(sml_calloc((void **)&w, 1, sizeof *w, "a file writer"));
-    size_t n = strlen(path);
+    size_t n = strlen(path) + 40;
     simil_status s = sml_strdup(&w->path, path);
-    if (s == SIMIL_OK) s = sml_alloc((void **)&w->temp_path, n + 16, 1, "a file name");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&w->temp_path, n, 1, "a file name");
     if (s != SIMIL_OK) {
         sml_free(w->path);
         sml_free(w);
         return s;
     }
-    snprintf(w->temp_path, n + 16, "%s.tmp-XXXXXX", path);
+    sml_remove_stale_temps(path);
+    snprintf(w->temp_path, n, "%s.tmp-%ld-XXXXXX", path, (long)getpid());
     int fd = mkstemp(w->temp_path);
     if (fd < 0) {
         s = sml_io_error("cannot create a temporary file next to", path);
@@ -66,6 +113,9 @@ simil_status sml_writer_open(sml_writer **out, const char *path)
         return s;
     }
     fchmod(fd, 0644);
+    /* held until the file is closed: a cleaner in another pid namespace or
+     * on another host, where our pid means nothing, sees the file in use */
+    (void)flock(fd, LOCK_EX | LOCK_NB);
     w->file = fdopen(fd, "wb");
     if (w->file == NULL) {
         s = sml_io_error("cannot open", w->temp_path);

@@ -5,6 +5,13 @@
  * either the complete old file or the complete new one.  Abort removes the
  * temporary file.
  *
+ * A writer killed before commit leaves its temporary file behind.  Temporary
+ * files are named PATH.tmp-<pid>-XXXXXX and locked (flock) while written;
+ * opening a writer for PATH first removes the PATH.tmp-<pid>-* files whose
+ * writer is gone: no live process has that pid and no one holds the lock.  A
+ * concurrent writer's file is never touched (its pid is alive, and it holds
+ * the lock); a pid reused since the kill only delays the removal.
+ *
  * A reader turns every short read into SIMIL_ERR_CORRUPT naming the file.
  *
  * Sections (used by index files) are [u32 tag][u32 zero][u64 length] payload

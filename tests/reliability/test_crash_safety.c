@@ -8,9 +8,10 @@
  * exactly B: its size on disk, its vector count, and two probe searches (a
  * vector only B holds, and A's last vector) must all agree.
  *
- * A kill during a save leaves the writer's temporary file (PATH.tmp-XXXXXX,
- * see src/core/file_io.h) behind: nothing removes it after SIGKILL.  That is
- * allowed; load never looks at it, since it only opens PATH.  The test checks
+ * A kill during a save leaves the writer's temporary file
+ * (PATH.tmp-<pid>-XXXXXX, see src/core/file_io.h) behind until the next save
+ * to PATH removes it (tests/core/test_file_io.c).  Load never looks at it,
+ * since it only opens PATH.  The test checks
  * that every left-over temporary file either loads whole or fails cleanly
  * with SIMIL_ERR_CORRUPT, counts them, and deletes them.
  *
