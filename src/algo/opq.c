@@ -9,19 +9,14 @@
  * matrices are d x d. */
 #include "algo/opq.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "algo/pq.h"
 #include "core/alloc.h"
+#include "core/blas.h"
 #include "core/error.h"
 #include "core/progress.h"
-
-/* LAPACK, from OpenBLAS (column-major). */
-void sgesvd_(const char *jobu, const char *jobvt, const int *m, const int *n, float *a,
-             const int *lda, float *s, float *u, const int *ldu, float *vt, const int *ldvt,
-             float *work, const int *lwork, int *info);
 
 enum { SML_OPQ_ITERATIONS = 20, SML_OPQ_PQ_ITERATIONS = 4, SML_OPQ_MAX_TRAIN = 65536 };
 
@@ -32,6 +27,7 @@ static simil_status sml_opq_procrustes(int d, int dout, const float *a, float *r
      * SVD of A^T = V S U^T gives U V^T from the transposed factors. */
     const int m = dout, n = d, lda = dout, ldu = dout, ldvt = d;
     float *copy = NULL, *s = NULL, *u = NULL, *vt = NULL, *work = NULL;
+    SML_TRY(sml_blas_ready(1));
     simil_status st = sml_alloc((void **)&copy, (size_t)m * n, sizeof(float), "OPQ SVD");
     if (st == SIMIL_OK) st = sml_alloc((void **)&s, (size_t)(m < n ? m : n), sizeof(float), "OPQ SVD");
     if (st == SIMIL_OK) st = sml_alloc((void **)&u, (size_t)m * m, sizeof(float), "OPQ SVD");
@@ -40,12 +36,12 @@ static simil_status sml_opq_procrustes(int d, int dout, const float *a, float *r
     float query = 0;
     if (st == SIMIL_OK) {
         memcpy(copy, a, sizeof(float) * (size_t)m * n);
-        sgesvd_("A", "A", &m, &n, copy, &lda, s, u, &ldu, vt, &ldvt, &query, &lwork, &info);
+        sml_sgesvd("A", "A", &m, &n, copy, &lda, s, u, &ldu, vt, &ldvt, &query, &lwork, &info);
         lwork = (int)query + 1;
         st = sml_alloc((void **)&work, (size_t)lwork, sizeof(float), "OPQ SVD");
     }
     if (st == SIMIL_OK) {
-        sgesvd_("A", "A", &m, &n, copy, &lda, s, u, &ldu, vt, &ldvt, work, &lwork, &info);
+        sml_sgesvd("A", "A", &m, &n, copy, &lda, s, u, &ldu, vt, &ldvt, work, &lwork, &info);
         if (info != 0) st = sml_error(SIMIL_ERR_INTERNAL, "OPQ: the SVD failed (info %d)", info);
     }
     if (st == SIMIL_OK) {
@@ -68,19 +64,23 @@ static simil_status sml_opq_procrustes(int d, int dout, const float *a, float *r
     return st;
 }
 
-void sml_opq_apply(int64_t n, int64_t d, int64_t dout, const float *rt, const float *x, float *y)
+simil_status sml_opq_apply(int64_t n, int64_t d, int64_t dout, const float *rt, const float *x,
+                           float *y)
 {
-    if (n == 0) return;
+    if (n == 0) return SIMIL_OK;
+    SML_TRY(sml_blas_ready(1));
     /* y (n x dout) = x (n x d) . rt (d x dout) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)dout, (int)d, 1.0f, x,
-                (int)d, rt, (int)dout, 0.0f, y, (int)dout);
+    sml_sgemm(0, 0, n, dout, d, 1.0f, x, d, rt, dout, 0.0f, y, dout);
+    return SIMIL_OK;
 }
 
-void sml_opq_unapply(int64_t n, int64_t d, int64_t dout, const float *rt, const float *y, float *x)
+simil_status sml_opq_unapply(int64_t n, int64_t d, int64_t dout, const float *rt, const float *y,
+                             float *x)
 {
-    if (n == 0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)d, (int)dout, 1.0f, y,
-                (int)dout, rt, (int)dout, 0.0f, x, (int)d);
+    if (n == 0) return SIMIL_OK;
+    SML_TRY(sml_blas_ready(1));
+    sml_sgemm(0, 1, n, d, dout, 1.0f, y, dout, rt, dout, 0.0f, x, d);
+    return SIMIL_OK;
 }
 
 /* PQ codes of y through the backend's encoder (a single list with a zero
@@ -129,13 +129,12 @@ simil_status sml_opq_train(sml_backend *b, int64_t n, int64_t d, int64_t dout, i
     if (s == SIMIL_OK) s = sml_alloc((void **)&codes, (size_t)n, sml_pq_code_size(&pq), "OPQ");
     if (s == SIMIL_OK) s = sml_calloc((void **)&lists, (size_t)n, sizeof *lists, "OPQ");
     for (int it = 0; it < SML_OPQ_ITERATIONS && s == SIMIL_OK; it++) {
-        sml_opq_apply(n, d, dout, rt, x, y);
-        s = sml_pq_train(b, &pq, n, y, 1234 + (uint64_t)it, SML_OPQ_PQ_ITERATIONS);
+        s = sml_opq_apply(n, d, dout, rt, x, y);
+        if (s == SIMIL_OK) s = sml_pq_train(b, &pq, n, y, 1234 + (uint64_t)it, SML_OPQ_PQ_ITERATIONS);
         if (s == SIMIL_OK) s = sml_opq_quantize(b, &pq, n, y, codes, lists, yq);
         if (s != SIMIL_OK) break;
         /* X^T Yq: d x dout */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)d, (int)dout, (int)n, 1.0f, x,
-                    (int)d, yq, (int)dout, 0.0f, xty, (int)dout);
+        sml_sgemm(1, 0, d, dout, n, 1.0f, x, d, yq, dout, 0.0f, xty, dout);
         s = sml_opq_procrustes((int)d, (int)dout, xty, rt);
         sml_progress("train OPQ", it + 1, SML_OPQ_ITERATIONS);
     }

@@ -16,8 +16,14 @@ simil_status sml_pq_init(sml_pq *pq, int64_t dim, int64_t m, int nbits)
     pq->dsub = dim / m;
     pq->nbits = nbits;
     pq->ksub = (int64_t)1 << nbits;
-    return sml_calloc((void **)&pq->centroids, (size_t)(m * pq->ksub * pq->dsub), sizeof(float),
-                      "PQ codebooks");
+    return SIMIL_OK;
+}
+
+simil_status sml_pq_alloc(sml_pq *pq)
+{
+    if (pq->centroids != NULL) return SIMIL_OK;
+    return sml_alloc((void **)&pq->centroids, (size_t)(pq->m * pq->ksub * pq->dsub), sizeof(float),
+                     "PQ codebooks");
 }
 
 void sml_pq_free(sml_pq *pq)
@@ -36,6 +42,7 @@ simil_status sml_pq_train(sml_backend *b, sml_pq *pq, int64_t n, const float *x,
     SML_RETURN_IF(n < pq->ksub, SIMIL_ERR_INVALID_ARGUMENT,
                   "PQ with %d-bit codes needs at least %" PRId64 " training vectors, got %" PRId64,
                   pq->nbits, pq->ksub, n);
+    SML_TRY(sml_pq_alloc(pq));
     float *sub;
     SML_TRY(sml_alloc((void **)&sub, (size_t)(n * pq->dsub), sizeof(float), "PQ training"));
     simil_kmeans_params p;

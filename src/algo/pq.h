@@ -18,10 +18,15 @@ typedef struct sml_pq {
     int64_t dsub;
     int nbits;
     int64_t ksub;
-    float *centroids;  /* host: m x ksub x dsub */
+    float *centroids;  /* host: m x ksub x dsub; NULL until trained or loaded */
 } sml_pq;
 
+/* An untrained quantizer: its codebooks are allocated only when they get
+ * values (sml_pq_alloc, done by sml_pq_train), so that an untrained index,
+ * or an untrained index file, costs no memory for them. */
 simil_status sml_pq_init(sml_pq *pq, int64_t dim, int64_t m, int nbits);
+/* Allocate the codebooks (uninitialized) unless they are. */
+simil_status sml_pq_alloc(sml_pq *pq);
 void sml_pq_free(sml_pq *pq);
 
 /* Bytes of one code of m sub-quantizers in an arena: m, rounded up to a

@@ -12,13 +12,13 @@
  * keep per-thread top-k lists, and merge them. */
 #include "cpu/cpu_knn.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdbool.h>
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/blas.h"
 #include "core/error.h"
 #include "cpu/cpu_select.h"
 
@@ -133,9 +133,8 @@ static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int
     for (int64_t i = 0; i < m; i++) sml_topk_reset(&lists[i], storage + i * cap, a->k);
     for (int64_t b0 = 0; b0 < a->n; b0 += tile) {
         int64_t w = a->n - b0 < tile ? a->n - b0 : tile;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)w, (int)a->dim, alpha,
-                    queries, (int)a->dim, a->base + b0 * a->dim, (int)a->dim, 0.0f, scores,
-                    (int)w);
+        sml_sgemm(0, 1, m, w, a->dim, alpha, queries, a->dim, a->base + b0 * a->dim, a->dim, 0.0f,
+                  scores, w);
         const float *norms = a->base_norms ? a->base_norms + b0 : NULL;
         for (int64_t i = 0; i < m; i++) {
             float *row = scores + i * w;
@@ -165,7 +164,7 @@ static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int
  * (docs/benchmarks.md, "CPU against Faiss CPU", has the figures). */
 static bool sml_blas_needs_one_caller(void)
 {
-    return openblas_get_parallel() == 1;
+    return sml_blas_parallel() == 1;
 }
 
 /* Threads take query blocks of up to SML_QUERY_BLOCK rows; inside the
@@ -186,6 +185,8 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
     int64_t tile = a->n < SML_BASE_TILE ? a->n : SML_BASE_TILE;
     int64_t blocks = (a->nq + qb - 1) / qb;
     if (threads > blocks) threads = (int)blocks;
+    /* under an address-space limit, as many callers as have room */
+    SML_TRY(sml_blas_callers(threads, &threads));
     if (sml_blas_needs_one_caller()) threads = 1;
 
     float *scores = NULL;

@@ -280,6 +280,7 @@ static simil_status sml_ivf_pq_load(simil_index *index, sml_reader *r)
     SML_RETURN_IF(bytes != sizeof(float) * (uint64_t)(x->pq.m * x->pq.ksub * x->pq.dsub),
                   SIMIL_ERR_CORRUPT, "'%s' is damaged: PQ codebooks of %llu bytes", r->path,
                   (unsigned long long)bytes);
+    SML_TRY(sml_pq_alloc(&x->pq)); /* its size checked against the file first */
     SML_TRY(sml_section_read(r, x->pq.centroids, (size_t)bytes));
     SML_TRY(sml_section_close(r));
     SML_TRY(sml_ivf_load(index->backend, &x->ivf, r, index->ntotal, index->next_id));
@@ -303,6 +304,7 @@ simil_status sml_ivf_pq_set_trained(simil_index *index, const float *coarse,
 {
     sml_ivf_pq *x = sml_ivf_pq_of(index);
     sml_backend *b = index->backend;
+    SML_TRY(sml_pq_alloc(&x->pq));
     SML_TRY(sml_ivf_set_centroids(b, &x->ivf, coarse));
     memcpy(x->pq.centroids, codebooks, sizeof(float) * (size_t)(x->pq.m * x->pq.ksub * x->pq.dsub));
     SML_TRY(sml_ivf_pq_upload(b, x));

@@ -12,7 +12,7 @@
 static const uint32_t sml_tag_rotation = SML_TAG('O', 'P', 'Q', 'R');
 
 typedef struct sml_opq {
-    float *rt;            /* dim x dout */
+    float *rt;            /* dim x dout; NULL until trained or loaded */
     int64_t dout;
     simil_index *inner;   /* dimension dout */
 } sml_opq;
@@ -28,8 +28,12 @@ static simil_status sml_opq_rotate(const simil_index *index, int64_t n, const fl
                   " exceed the address space",
                   n, o->dout);
     SML_TRY(sml_alloc((void **)y, (size_t)(n * o->dout + 1), sizeof(float), "rotated vectors"));
-    sml_opq_apply(n, index->dim, o->dout, o->rt, x, *y);
-    return SIMIL_OK;
+    simil_status s = sml_opq_apply(n, index->dim, o->dout, o->rt, x, *y);
+    if (s != SIMIL_OK) {
+        sml_free(*y);
+        *y = NULL;
+    }
+    return s;
 }
 
 static simil_status sml_opq_train_index(simil_index *index, int64_t n, const float *x)
@@ -81,7 +85,7 @@ static simil_status sml_opq_reconstruct(const simil_index *index, int64_t id, fl
     float *y;
     SML_TRY(sml_alloc((void **)&y, (size_t)o->dout, sizeof(float), "a vector"));
     simil_status s = simil_index_reconstruct(o->inner, id, y);
-    if (s == SIMIL_OK) sml_opq_unapply(1, index->dim, o->dout, o->rt, y, out);
+    if (s == SIMIL_OK) s = sml_opq_unapply(1, index->dim, o->dout, o->rt, y, out);
     sml_free(y);
     return s;
 }
@@ -115,6 +119,7 @@ static simil_status sml_opq_load(simil_index *index, sml_reader *r)
     SML_RETURN_IF(bytes != sizeof(float) * (uint64_t)(index->dim * o->dout), SIMIL_ERR_CORRUPT,
                   "'%s' is damaged: an OPQ rotation of %llu bytes", r->path,
                   (unsigned long long)bytes);
+    if (o->rt == NULL) SML_TRY(sml_alloc((void **)&o->rt, (size_t)bytes, 1, "rotation"));
     SML_TRY(sml_section_read(r, o->rt, (size_t)bytes));
     SML_TRY(sml_section_close(r));
     return o->inner->vt->load(o->inner, r);
@@ -149,11 +154,9 @@ simil_status sml_opq_init(simil_index *index)
     sml_index_spec inner = index->spec;
     inner.opq_m = 0;
     inner.opq_dim = 0;
-    simil_status s = sml_alloc((void **)&o->rt, (size_t)(index->dim * o->dout), sizeof(float),
-                               "rotation");
-    if (s == SIMIL_OK) s = sml_index_inner(index, &inner, o->dout, index->metric, &o->inner);
+    /* the rotation is allocated when it gets values (train, load) */
+    simil_status s = sml_index_inner(index, &inner, o->dout, index->metric, &o->inner);
     if (s != SIMIL_OK) {
-        sml_free(o->rt);
         sml_free(o);
         return s;
     }

@@ -108,7 +108,8 @@ static simil_status sml_xfbq_ivf_recode(sml_backend *b, const sml_xfbq_index *x,
                               (void **)&fresh));
     simil_status s = b->ops->mem_copy(b, fresh, ivf->codes_mem, (size_t)ivf->capacity * rs);
     if (s == SIMIL_OK) s = sml_alloc((void **)&buf, (size_t)sml_xfbq_chunk, rs, "rows to recode");
-    for (int64_t l = 0; l < ivf->nlist && s == SIMIL_OK; l++) {
+    /* (an untrained IVF has no lists yet) */
+    for (int64_t l = 0; ivf->size != NULL && l < ivf->nlist && s == SIMIL_OK; l++) {
         for (int64_t r = 0; r < ivf->size[l] && s == SIMIL_OK; r += sml_xfbq_chunk) {
             const int64_t m = ivf->size[l] - r < sml_xfbq_chunk ? ivf->size[l] - r : sml_xfbq_chunk;
             uint8_t *at = fresh + (size_t)(ivf->offset[l] + r) * rs;

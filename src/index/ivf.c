@@ -26,19 +26,29 @@ simil_status sml_ivf_init(sml_ivf *ivf, int64_t nlist, int64_t dim, simil_metric
     ivf->spherical = spherical;
     ivf->code_size = code_size;
     ivf->file_code_size = code_size;
-    simil_status s = sml_alloc((void **)&ivf->centroids, (size_t)(nlist * dim), sizeof(float),
-                               "coarse centroids");
-    if (s == SIMIL_OK) s = sml_calloc((void **)&ivf->offset, (size_t)nlist, sizeof(int64_t), "lists");
-    if (s == SIMIL_OK) s = sml_calloc((void **)&ivf->size, (size_t)nlist, sizeof(int64_t), "lists");
-    if (s == SIMIL_OK) s = sml_calloc((void **)&ivf->cap, (size_t)nlist, sizeof(int64_t), "lists");
+    return SIMIL_OK;
+}
+
+/* The per-list arrays, empty, unless the IVF has them: allocated with the
+ * centroids, so that an untrained IVF (or file) costs nothing per list. */
+static simil_status sml_ivf_lists_alloc(sml_ivf *ivf)
+{
+    if (ivf->offset != NULL) return SIMIL_OK;
+    int64_t *offset = NULL, *size = NULL, *cap = NULL;
+    const size_t nlist = (size_t)ivf->nlist;
+    simil_status s = sml_calloc((void **)&offset, nlist, sizeof(int64_t), "lists");
+    if (s == SIMIL_OK) s = sml_calloc((void **)&size, nlist, sizeof(int64_t), "lists");
+    if (s == SIMIL_OK) s = sml_calloc((void **)&cap, nlist, sizeof(int64_t), "lists");
     if (s != SIMIL_OK) {
-        sml_free(ivf->centroids);
-        sml_free(ivf->offset);
-        sml_free(ivf->size);
-        sml_free(ivf->cap);
-        memset(ivf, 0, sizeof *ivf);
+        sml_free(offset);
+        sml_free(size);
+        sml_free(cap);
+        return s;
     }
-    return s;
+    ivf->offset = offset;
+    ivf->size = size;
+    ivf->cap = cap;
+    return SIMIL_OK;
 }
 
 static void sml_ivf_free_arena(sml_backend *b, sml_ivf *ivf)
@@ -119,6 +129,7 @@ simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float 
     p.iterations = 10; /* as Faiss trains its IVF quantizers */
     p.spherical = ivf->spherical;
     float *centroids;
+    SML_TRY(sml_ivf_lists_alloc(ivf));
     SML_TRY(sml_alloc((void **)&centroids, (size_t)(ivf->nlist * ivf->dim), sizeof(float),
                       "coarse centroids"));
     simil_status s = sml_kmeans_run(b, &p, n, ivf->dim, x, centroids, NULL, NULL);
@@ -140,6 +151,14 @@ simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float 
 void sml_ivf_swap_quantizer(sml_ivf *ivf, sml_ivf *other)
 {
     assert(ivf->nlist == other->nlist && ivf->dim == other->dim);
+    if (ivf->offset == NULL) {
+        /* an untrained IVF takes the (empty) lists of the trained one too */
+        assert(ivf->capacity == 0);
+        ivf->offset = other->offset;
+        ivf->size = other->size;
+        ivf->cap = other->cap;
+        other->offset = other->size = other->cap = NULL;
+    }
     const sml_ivf t = *ivf;
     ivf->centroids = other->centroids;
     ivf->centroids_mem = other->centroids_mem;
@@ -158,6 +177,7 @@ void sml_ivf_swap_quantizer(sml_ivf *ivf, sml_ivf *other)
 simil_status sml_ivf_set_centroids(sml_backend *b, sml_ivf *ivf, const float *centroids)
 {
     float *copy;
+    SML_TRY(sml_ivf_lists_alloc(ivf));
     SML_TRY(sml_alloc((void **)&copy, (size_t)(ivf->nlist * ivf->dim), sizeof(float),
                       "coarse centroids"));
     memcpy(copy, centroids, sizeof(float) * (size_t)(ivf->nlist * ivf->dim));
@@ -516,7 +536,7 @@ simil_status sml_ivf_remove(sml_backend *b, sml_ivf *ivf, int64_t n_sorted,
 
 int64_t sml_ivf_find(const sml_ivf *ivf, int64_t id)
 {
-    for (int64_t l = 0; l < ivf->nlist; l++)
+    for (int64_t l = 0; l < ivf->nlist && ivf->size != NULL; l++)
         for (int64_t j = 0; j < ivf->size[l]; j++)
             if (ivf->host_ids[ivf->offset[l] + j] == id) return ivf->offset[l] + j;
     return -1;
@@ -534,7 +554,7 @@ void sml_ivf_ids(const sml_ivf *ivf, int64_t *out)
 
 int64_t sml_ivf_list_of(const sml_ivf *ivf, int64_t row)
 {
-    for (int64_t l = 0; l < ivf->nlist; l++)
+    for (int64_t l = 0; l < ivf->nlist && ivf->size != NULL; l++)
         if (row >= ivf->offset[l] && row < ivf->offset[l] + ivf->size[l]) return l;
     return -1;
 }
@@ -542,6 +562,7 @@ int64_t sml_ivf_list_of(const sml_ivf *ivf, int64_t row)
 void sml_ivf_reset(sml_backend *b, sml_ivf *ivf)
 {
     sml_ivf_free_arena(b, ivf);
+    if (ivf->offset == NULL) return; /* untrained: no lists yet */
     memset(ivf->offset, 0, sizeof(int64_t) * (size_t)ivf->nlist);
     memset(ivf->size, 0, sizeof(int64_t) * (size_t)ivf->nlist);
     memset(ivf->cap, 0, sizeof(int64_t) * (size_t)ivf->nlist);
@@ -672,6 +693,10 @@ simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t n
     SML_RETURN_IF(bytes != sizeof(float) * (uint64_t)(ivf->nlist * ivf->dim), SIMIL_ERR_CORRUPT,
                   "'%s' is damaged: the coarse centroids take %llu bytes", r->path,
                   (unsigned long long)bytes);
+    /* sized by the section just checked against the file */
+    SML_TRY(sml_ivf_lists_alloc(ivf));
+    if (ivf->centroids == NULL)
+        SML_TRY(sml_alloc((void **)&ivf->centroids, (size_t)bytes, 1, "coarse centroids"));
     SML_TRY(sml_section_read(r, ivf->centroids, (size_t)bytes));
     SML_TRY(sml_section_close(r));
     SML_TRY(sml_ivf_upload_quantizer(b, ivf));

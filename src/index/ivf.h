@@ -31,7 +31,7 @@ typedef struct sml_ivf {
     size_t file_code_size;
     int (*derive)(const void *owner, int64_t list, int64_t n, uint8_t *rows);
     const void *derive_owner;
-    float *centroids;         /* host: nlist x dim */
+    float *centroids;         /* host: nlist x dim; NULL until trained or loaded */
     float *centroids_mem;     /* backend: the same, their squared norms, ids 0..nlist-1 */
     float *centroid_norms_mem;
     int64_t *centroid_ids_mem;
@@ -42,12 +42,14 @@ typedef struct sml_ivf {
     int64_t *ids_mem;         /* backend: capacity */
     int64_t *host_ids;        /* host copy of ids_mem */
     int64_t capacity;
-    int64_t *offset;          /* host, per list */
+    int64_t *offset;          /* host, per list; NULL until trained or loaded */
     int64_t *size;
     int64_t *cap;
 } sml_ivf;
 
-/* An empty, untrained IVF.  On failure nothing is left to free. */
+/* An empty, untrained IVF.  Nothing sized by nlist or dim is allocated until
+ * the IVF is trained or loaded (an untrained index file is a few bytes, and
+ * so is what loading it costs).  On failure nothing is left to free. */
 simil_status sml_ivf_init(sml_ivf *ivf, int64_t nlist, int64_t dim, simil_metric metric,
                           int spherical, size_t code_size);
 void sml_ivf_free(sml_backend *b, sml_ivf *ivf);

@@ -1,12 +1,16 @@
 /* test_index_file.c: saving and loading indexes: identical results after a
  * round trip, atomic replacement, and clean errors for truncated, damaged or
  * foreign files (every truncation length, every flipped byte of a small file). */
+#define _DEFAULT_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <inttypes.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "util/test_util.h"
@@ -189,6 +193,64 @@ static void test_failed_save_keeps_old_file(void **state)
     simil_index_destroy(index);
 }
 
+/* Peak resident memory (kB) of a child that loads path, or -1 if the load
+ * failed. */
+static long load_peak_kb(const char *path)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        simil_index *index;
+        simil_status s = simil_index_load(&index, path, "cpu");
+        if (s == SIMIL_OK) simil_index_destroy(index);
+        _exit(s == SIMIL_OK ? 0 : 1);
+    }
+    int status;
+    struct rusage use;
+    assert_int_equal(wait4(pid, &status, 0, &use), pid);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? use.ru_maxrss : -1;
+}
+
+/* Untrained index files are a few hundred bytes, and loading one must cost
+ * about as little: nothing sized by the description (codebooks, centroids,
+ * rotation, lists) is allocated before the file holds it.  An untrained PQ8
+ * at dimension 2^22 used to allocate and zero 4 GiB of codebooks. */
+static void test_untrained_file_loads_small(void **state)
+{
+    (void)state;
+    const struct {
+        const char *desc;
+        int64_t dim;
+    } cases[] = {
+        {"PQ8", (int64_t)1 << 22},           /* 4 GiB of PQ codebooks */
+        {"IVF16777216,Flat", 64},            /* 4 GiB of centroids, 384 MiB of lists */
+        {"OPQ8_32768,IVF1,PQ8", 32768},      /* 4 GiB of rotation */
+        {"IVF65536,XFBQ", 16384},            /* 4 GiB of centroids */
+    };
+    struct rusage self;
+    getrusage(RUSAGE_SELF, &self);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        simil_index *index;
+        SML_ASSERT_OK(simil_index_create(&index, cases[i].dim, cases[i].desc, SIMIL_METRIC_L2,
+                                         "cpu"));
+        const char *path = sml_test_path("untrained.simil");
+        SML_ASSERT_OK(simil_index_save(index, path));
+        simil_index_destroy(index);
+        const long size = file_size(path), peak = load_peak_kb(path);
+        if (peak < 0 || peak > self.ru_maxrss + 64 * 1024)
+            fail_msg("%s at dim %" PRId64 ": loading the %ld-byte untrained file %s (peak "
+                     "%ld kB, the test process %ld kB)",
+                     cases[i].desc, cases[i].dim, size, peak < 0 ? "failed" : "took memory",
+                     peak, self.ru_maxrss);
+        SML_ASSERT_OK(simil_index_load(&index, path, "cpu"));
+        assert_false(simil_index_is_trained(index));
+        float x[2] = {0};
+        SML_ASSERT_STATUS(SIMIL_ERR_NOT_TRAINED, simil_index_add(index, 0 + 1, x, NULL));
+        SML_ASSERT_OK(simil_index_reset(index));
+        simil_index_destroy(index);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -196,6 +258,7 @@ int main(void)
         cmocka_unit_test(test_empty_round_trip),
         cmocka_unit_test(test_truncated_and_damaged),
         cmocka_unit_test(test_failed_save_keeps_old_file),
+        cmocka_unit_test(test_untrained_file_loads_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

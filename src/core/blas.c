@@ -1,0 +1,155 @@
+/* blas.c: OpenBLAS through dlopen, with an address-space check (blas.h). */
+#include "core/blas.h"
+
+#include <assert.h>
+#include <dlfcn.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+#ifndef SIMIL_OPENBLAS_PATH
+#define SIMIL_OPENBLAS_PATH "libopenblas.so.0"
+#endif
+
+/* What OpenBLAS 0.3.21 (OpenMP build) reserved on the development machine:
+ * loading it, 171 MB with one thread and 302 MB with two (about 40 MB plus
+ * 131 MB a thread); then each thread that calls sgemm for the first time, a
+ * 128 MB buffer (kept for later calls), and glibc a 64 MB malloc arena for a
+ * new thread.  With margins. */
+static const uint64_t sml_blas_base_bytes = (uint64_t)48 << 20;
+static const uint64_t sml_blas_thread_bytes = (uint64_t)144 << 20;
+static const uint64_t sml_blas_caller_bytes = (uint64_t)208 << 20;
+
+enum { SML_CBLAS_ROW_MAJOR = 101, SML_CBLAS_NO_TRANS = 111, SML_CBLAS_TRANS = 112 };
+
+typedef void (*sml_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
+                             const float *, int, float, float *, int);
+typedef void (*sml_sgesvd_fn)(const char *, const char *, const int *, const int *, float *,
+                              const int *, float *, float *, const int *, float *, const int *,
+                              float *, const int *, int *);
+
+static struct {
+    pthread_mutex_t lock;
+    int loaded;          /* 1 once the symbols below are set */
+    int callers;         /* the most threads that called it at once so far */
+    sml_sgemm_fn sgemm;
+    sml_sgesvd_fn sgesvd;
+    int (*get_parallel)(void);
+} sml_blas = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Bytes of address space left under RLIMIT_AS; UINT64_MAX without a limit. */
+static uint64_t sml_address_space_left(void)
+{
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+    unsigned long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL) return UINT64_MAX;
+    int got = fscanf(f, "%lu", &pages);
+    fclose(f);
+    if (got != 1) return UINT64_MAX;
+    const uint64_t used = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+    return (uint64_t)limit.rlim_cur > used ? (uint64_t)limit.rlim_cur - used : 0;
+}
+
+/* The threads OpenBLAS sizes its buffers for at load. */
+static int sml_blas_load_threads(void)
+{
+    int threads = omp_get_max_threads();
+    const char *env = getenv("OPENBLAS_NUM_THREADS");
+    if (env != NULL && atoi(env) > threads) threads = atoi(env);
+    return threads > 0 ? threads : 1;
+}
+
+static simil_status sml_blas_no_room(uint64_t left, uint64_t need, const char *what)
+{
+    return sml_error(SIMIL_ERR_OUT_OF_MEMORY,
+                     "out of address space: the limit (ulimit -v) leaves %llu MB, and %s needs "
+                     "about %llu MB; raise the limit, or use fewer threads (OMP_NUM_THREADS)",
+                     (unsigned long long)(left >> 20), what, (unsigned long long)(need >> 20));
+}
+
+static simil_status sml_blas_load(void)
+{
+    const int threads = sml_blas_load_threads();
+    const uint64_t left = sml_address_space_left();
+    const uint64_t need = sml_blas_base_bytes + sml_blas_thread_bytes * (uint64_t)threads;
+    if (left < need) return sml_blas_no_room(left, need, "loading OpenBLAS");
+    /* an OpenBLAS already in the process (numpy's, say) is the one every
+     * caller of cblas_sgemm would get: take it rather than load a second */
+    void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL) h = dlopen(SIMIL_OPENBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+    SML_RETURN_IF(h == NULL, SIMIL_ERR_UNSUPPORTED, "cannot load OpenBLAS (%s): %s",
+                  SIMIL_OPENBLAS_PATH, dlerror());
+    sml_blas.sgemm = (sml_sgemm_fn)dlsym(h, "cblas_sgemm");
+    sml_blas.sgesvd = (sml_sgesvd_fn)dlsym(h, "sgesvd_");
+    sml_blas.get_parallel = (int (*)(void))dlsym(h, "openblas_get_parallel");
+    SML_RETURN_IF(sml_blas.sgemm == NULL || sml_blas.sgesvd == NULL ||
+                      sml_blas.get_parallel == NULL,
+                  SIMIL_ERR_UNSUPPORTED,
+                  "%s lacks cblas_sgemm, sgesvd_ or openblas_get_parallel", SIMIL_OPENBLAS_PATH);
+    sml_blas.loaded = 1; /* the handle stays open for the process's life */
+    return SIMIL_OK;
+}
+
+simil_status sml_blas_callers(int want, int *got)
+{
+    pthread_mutex_lock(&sml_blas.lock);
+    simil_status s = sml_blas.loaded ? SIMIL_OK : sml_blas_load();
+    int n = want > 0 ? want : 1;
+    uint64_t left = 0, need = 0;
+    if (s == SIMIL_OK && n > sml_blas.callers) {
+        /* callers beyond those already served may each take a new buffer */
+        left = sml_address_space_left();
+        while (n > 1 && n > sml_blas.callers &&
+               left < sml_blas_caller_bytes * (uint64_t)(n - sml_blas.callers))
+            n--;
+        need = sml_blas_caller_bytes * (uint64_t)(n - sml_blas.callers);
+        if (n > sml_blas.callers && left < need)
+            s = sml_blas_no_room(left, need, "OpenBLAS's GEMM buffer");
+        else if (n > sml_blas.callers)
+            sml_blas.callers = n;
+    }
+    pthread_mutex_unlock(&sml_blas.lock);
+    *got = s == SIMIL_OK ? n : 0;
+    return s;
+}
+
+simil_status sml_blas_ready(int callers)
+{
+    int got;
+    SML_TRY(sml_blas_callers(callers, &got));
+    return got >= callers ? SIMIL_OK
+                          : sml_error(SIMIL_ERR_OUT_OF_MEMORY,
+                                      "out of address space (ulimit -v) for %d OpenBLAS callers",
+                                      callers);
+}
+
+void sml_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+               int64_t ldc)
+{
+    assert(sml_blas.loaded);
+    sml_blas.sgemm(SML_CBLAS_ROW_MAJOR, trans_a ? SML_CBLAS_TRANS : SML_CBLAS_NO_TRANS,
+                   trans_b ? SML_CBLAS_TRANS : SML_CBLAS_NO_TRANS, (int)m, (int)n, (int)k, alpha,
+                   a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+void sml_sgesvd(const char *jobu, const char *jobvt, const int *m, const int *n, float *a,
+                const int *lda, float *s, float *u, const int *ldu, float *vt, const int *ldvt,
+                float *work, const int *lwork, int *info)
+{
+    assert(sml_blas.loaded);
+    sml_blas.sgesvd(jobu, jobvt, m, n, a, lda, s, u, ldu, vt, ldvt, work, lwork, info);
+}
+
+int sml_blas_parallel(void)
+{
+    assert(sml_blas.loaded);
+    return sml_blas.get_parallel();
+}
