@@ -37,25 +37,6 @@ static long file_size(const char *path)
     return (long)st.st_size;
 }
 
-static unsigned char *read_file(const char *path, long *size)
-{
-    *size = file_size(path);
-    unsigned char *buf = sml_test_malloc((size_t)*size);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fread(buf, 1, (size_t)*size, f), (size_t)*size);
-    fclose(f);
-    return buf;
-}
-
-static void write_file(const char *path, const unsigned char *buf, long size)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(buf, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-}
-
 static void test_round_trip(void **state)
 {
     (void)state;
@@ -112,11 +93,11 @@ static void test_truncated_and_damaged(void **state)
     SML_ASSERT_OK(simil_index_save(index, good));
     simil_index_destroy(index);
     long size;
-    unsigned char *bytes = read_file(good, &size);
+    unsigned char *bytes = sml_test_read_file(good, &size);
     const char *bad = sml_test_path("bad.simil");
     simil_index *loaded;
     for (long cut = 0; cut < size; cut++) {
-        write_file(bad, bytes, cut);
+        sml_test_write_file(bad, bytes, cut);
         loaded = (simil_index *)0x1;
         simil_status s = simil_index_load(&loaded, bad, "cpu");
         if (s != SIMIL_ERR_CORRUPT) fail_msg("cut at %ld of %ld: %s", cut, size, simil_status_name(s));
@@ -126,7 +107,7 @@ static void test_truncated_and_damaged(void **state)
         unsigned char *copy = sml_test_malloc((size_t)size);
         memcpy(copy, bytes, (size_t)size);
         copy[at] ^= 0x5a;
-        write_file(bad, copy, size);
+        sml_test_write_file(bad, copy, size);
         simil_status s = simil_index_load(&loaded, bad, "cpu");
         if (s != SIMIL_ERR_CORRUPT) fail_msg("flip at %ld of %ld: %s", at, size, simil_status_name(s));
         free(copy);
@@ -135,12 +116,12 @@ static void test_truncated_and_damaged(void **state)
     unsigned char *longer = sml_test_malloc((size_t)size + 3);
     memcpy(longer, bytes, (size_t)size);
     memset(longer + size, 0, 3);
-    write_file(bad, longer, size + 3);
+    sml_test_write_file(bad, longer, size + 3);
     SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_index_load(&loaded, bad, "cpu"));
     free(longer);
     free(bytes);
     /* foreign and missing files */
-    write_file(bad, (const unsigned char *)"hello, this is not an index", 27);
+    sml_test_write_file(bad, (const unsigned char *)"hello, this is not an index", 27);
     SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_index_load(&loaded, bad, "cpu"));
     assert_non_null(strstr(simil_last_error(), "not a simil index"));
     SML_ASSERT_STATUS(SIMIL_ERR_IO, simil_index_load(&loaded, sml_test_path("missing"), "cpu"));
@@ -155,7 +136,7 @@ static void test_failed_save_keeps_old_file(void **state)
     const char *path = sml_test_path("keep.simil");
     SML_ASSERT_OK(simil_index_save(index, path));
     long size;
-    unsigned char *before = read_file(path, &size);
+    unsigned char *before = sml_test_read_file(path, &size);
     /* make the save fail part-way: a file size limit stops the write after
      * 200 bytes (EFBIG), long before the new file is complete */
     SML_ASSERT_OK(simil_index_add(index, N, base, NULL));
@@ -169,7 +150,7 @@ static void test_failed_save_keeps_old_file(void **state)
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
     assert_int_equal(s, SIMIL_ERR_IO);
     long after_size;
-    unsigned char *after = read_file(path, &after_size);
+    unsigned char *after = sml_test_read_file(path, &after_size);
     assert_int_equal(after_size, size);
     assert_memory_equal(after, before, (size_t)size);
     free(after);
@@ -179,7 +160,7 @@ static void test_failed_save_keeps_old_file(void **state)
         s = simil_index_save(index, path);
         sml_alloc_fail_at(0, 0);
         assert_int_equal(s, SIMIL_ERR_OUT_OF_MEMORY);
-        after = read_file(path, &after_size);
+        after = sml_test_read_file(path, &after_size);
         assert_memory_equal(after, before, (size_t)size);
         free(after);
     }

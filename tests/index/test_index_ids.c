@@ -20,27 +20,6 @@
 
 enum { N = 300, D = 8, HEAD_AT = 16, SECTION_HEAD = 24 };
 
-static unsigned char *slurp(const char *path, long *size)
-{
-    struct stat st;
-    assert_int_equal(stat(path, &st), 0);
-    *size = (long)st.st_size;
-    unsigned char *buf = sml_test_malloc((size_t)*size);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fread(buf, 1, (size_t)*size, f), (size_t)*size);
-    fclose(f);
-    return buf;
-}
-
-static void spill(const char *path, const unsigned char *buf, long size)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(buf, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-}
-
 /* Offset of the payload of the nth section tagged tag (0: the first), and its
  * length; fails the test when there is none. */
 static long section(const unsigned char *buf, long size, const char *tag, int nth,
@@ -104,7 +83,7 @@ static void expect_corrupt(const char *ctx, const char *desc, const unsigned cha
                            long size)
 {
     const char *path = sml_test_path("edited.simil");
-    spill(path, buf, size);
+    sml_test_write_file(path, buf, size);
     simil_index *index = NULL;
     simil_status s = simil_index_load(&index, path, "cpu");
     if (s != SIMIL_ERR_CORRUPT)
@@ -127,7 +106,7 @@ static void test_contradictory_ids(void **state)
         SML_ASSERT_OK(simil_index_save(index, path));
         simil_index_destroy(index);
         long size;
-        unsigned char *good = slurp(path, &size), *buf = sml_test_malloc((size_t)size);
+        unsigned char *good = sml_test_read_file(path, &size), *buf = sml_test_malloc((size_t)size);
         assert_int_equal(read_i64(good, size, "HEAD", HEAD_NEXT_ID), N);
         /* the file as saved loads */
         SML_ASSERT_OK(simil_index_load(&index, path, "cpu"));
@@ -179,7 +158,7 @@ static void test_refine_ids(void **state)
     const char *path = sml_test_path("refine.simil");
     SML_ASSERT_OK(simil_index_save(index, path));
     long size;
-    unsigned char *good = slurp(path, &size), *buf = sml_test_malloc((size_t)size);
+    unsigned char *good = sml_test_read_file(path, &size), *buf = sml_test_malloc((size_t)size);
     /* -1; an id the inner index does not hold (twice 5, no 7); the same id
      * in both the inner lists and RFID but out of range */
     const int64_t rfid[] = {-1, 5, N + 3};
@@ -227,13 +206,13 @@ static void faiss_with_largest_id(const char *desc, const float *x, const char *
     simil_index_destroy(index);
     free(ids);
     long size;
-    unsigned char *buf = slurp(path, &size);
+    unsigned char *buf = sml_test_read_file(path, &size);
     int64_t last;
     memcpy(&last, buf + size - 8, 8);
     assert_int_equal(last, INT64_MAX - 1); /* the file ends with the last id */
     const int64_t largest = INT64_MAX;
     memcpy(buf + size - 8, &largest, 8);
-    spill(path, buf, size);
+    sml_test_write_file(path, buf, size);
     free(buf);
 }
 

@@ -296,3 +296,25 @@ int64_t sml_fi_both(sml_fi_driver *d, const sml_fi_case *c, void *ctx)
     fflush(stdout);
     return once;
 }
+
+unsigned char *sml_test_read_file(const char *path, long *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    *size = ftell(f);
+    assert_true(*size >= 0);
+    rewind(f);
+    unsigned char *buf = sml_test_malloc((size_t)*size + 1);
+    assert_int_equal(fread(buf, 1, (size_t)*size, f), (size_t)*size);
+    fclose(f);
+    return buf;
+}
+
+void sml_test_write_file(const char *path, const unsigned char *buf, long size)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+}

@@ -63,6 +63,11 @@ void sml_test_require_gpu(void);
 /* Normalize rows in place (zero rows stay zero). */
 void sml_test_normalize(float *x, int64_t n, int64_t dim);
 
+/* A whole file in a new buffer (free() it), its size in *size; and a buffer
+ * written as a whole file.  Either fails the test on an error. */
+unsigned char *sml_test_read_file(const char *path, long *size);
+void sml_test_write_file(const char *path, const unsigned char *buf, long size);
+
 /* A fresh temporary folder for this test program; removed at exit. */
 const char *sml_test_tmpdir(void);
 /* tmpdir + "/" + name, in a static buffer rotated over 8 slots. */
