@@ -20,6 +20,20 @@
 #include "core/progress.h"
 #include "core/vectors.h"
 
+/* Here rather than beside simil_kmeans (src/index/kmeans_api.c): PQ training
+ * and inverted files start from these defaults too, and algo must not call up
+ * into index. */
+void simil_kmeans_params_init(simil_kmeans_params *params)
+{
+    if (params == NULL) return;
+    memset(params, 0, sizeof *params);
+    params->iterations = 20;
+    params->init = SIMIL_KMEANS_INIT_RANDOM;
+    params->max_points_per_centroid = 256;
+    params->seed = 1234;
+    params->device = "auto";
+}
+
 /* splitmix64: small, seedable, and identical on every platform. */
 static uint64_t sml_kmeans_rand(uint64_t *state)
 {

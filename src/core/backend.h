@@ -240,7 +240,33 @@ struct sml_backend {
     void *impl;
 };
 
-/* Close a backend opened by one of the backends' open functions.  NULL is allowed. */
+/* ---- The backends' entry points ----
+ * What code above the backends (src/index, src/algo) may call besides the ops
+ * table: opening a backend, and asking where a caller's memory lives.  The
+ * CPU backend implements its part in src/cpu, the CUDA backend its part in
+ * src/cuda (cuda_stub.c in a build without CUDA); their own headers
+ * (cpu/..., cuda/...) are for the backends and their tests alone. */
+
+/* Open the CPU backend (never fails but for memory). */
+simil_status sml_cpu_backend_open(sml_backend **backend);
+
+/* Open GPU gpu.  SIMIL_ERR_NO_DEVICE if it does not exist or CUDA is absent. */
+simil_status sml_cuda_backend_open(int gpu, sml_backend **backend);
+
+/* GPUs usable by this process: 0 without CUDA, driver or device. */
+int sml_cuda_device_count(void);
+
+/* 1 when built with CUDA. */
+int sml_cuda_built(void);
+
+/* 1 if p points to GPU memory (device or managed); 0 for host memory and in
+ * builds without CUDA. */
+int sml_cuda_pointer_is_device(const void *p);
+
+/* The GPU that device pointer p belongs to (0 when unknown). */
+int sml_cuda_pointer_device(const void *p);
+
+/* Close a backend opened by one of the functions above.  NULL is allowed. */
 void sml_backend_close(sml_backend *backend);
 
 /* *fresh = a new block of bytes of backend memory holding the first keep bytes

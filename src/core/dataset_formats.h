@@ -1,4 +1,5 @@
-/* dataset_formats.h: the per-format readers and writers behind simil/dataset.h.
+/* dataset_formats.h: the per-format readers and writers behind simil/dataset.h,
+ * and the helpers they share (dataset_common.c).
  *
  * dataset.c picks a format from the file name and calls one of these.  Every
  * reader takes rows [first, first + count), count < 0 meaning "to the end";

@@ -1,7 +1,7 @@
 /* cpu_backend.c: the CPU backend.  Backend memory is host memory, so the
  * memory operations are allocations and copies; the compute operations are
  * in the other cpu_*.c files. */
-#include "cpu/cpu_backend.h"
+#include "core/backend.h"
 
 #include <math.h>
 #include <omp.h>

@@ -10,8 +10,6 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "cpu/cpu_backend.h"
-#include "cuda/cuda_backend.h"
 #include "index/index_internal.h"
 
 /* A whole decimal number in [0, max], ending at *end. */

@@ -599,7 +599,7 @@ static simil_status sml_faiss_build(sml_faiss_parsed *p, const char *path, const
     s = p->kind == SML_FAISS_FLAT ? sml_faiss_fill_flat(index, p, path)
                                   : sml_faiss_fill_ivf(index, p, path);
     if (s != SIMIL_OK) {
-        simil_index_destroy(index);
+        sml_index_free(index);
         return s;
     }
     *out = index;

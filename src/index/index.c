@@ -1,5 +1,7 @@
-/* index.c: the public index API.  Checks every argument, prepares vectors,
- * keeps the counters, and dispatches to the index type (index_internal.h). */
+/* index.c: the public index API.  Checks every argument, prepares vectors
+ * and dispatches: to the index type (index_internal.h), to index_factory.c
+ * for creating, adding and destroying, and to the file formats for saving
+ * and loading (a Faiss file by its magic, else a simil file). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +11,6 @@
 #include "core/error.h"
 #include "core/id_map.h"
 #include "core/vectors.h"
-#include "cuda/cuda_backend.h"
 #include "index/index_internal.h"
 
 /* Results of nq x k beyond this many slots are refused before any work. */
@@ -52,86 +53,13 @@ void simil_search_params_init(simil_search_params *params)
     params->precomputed_tables = 1;
 }
 
-simil_status sml_index_new(simil_index **out, int64_t dim, const char *description,
-                           simil_metric metric, const char *device)
-{
-    SML_RETURN_IF(out == NULL, SIMIL_ERR_INVALID_ARGUMENT, "index pointer is NULL");
-    *out = NULL;
-    SML_RETURN_IF(dim < 1 || dim > ((int64_t)1 << 24), SIMIL_ERR_INVALID_ARGUMENT,
-                  "dimension %" PRId64 " is out of range [1, %d]", dim, 1 << 24);
-    SML_RETURN_IF(metric != SIMIL_METRIC_L2 && metric != SIMIL_METRIC_IP &&
-                      metric != SIMIL_METRIC_COSINE,
-                  SIMIL_ERR_INVALID_ARGUMENT, "unknown metric %d", (int)metric);
-    sml_index_spec spec;
-    SML_TRY(sml_index_spec_parse(description, dim, &spec));
-    sml_placement placement;
-    SML_TRY(sml_device_placement(device, &placement));
-    simil_status (*init)(simil_index *) = NULL;
-    if (spec.shards || placement.count > 1) {
-        const int64_t shards = spec.shards ? spec.shards : placement.count / placement.replicas;
-        SML_RETURN_IF(placement.count != 1 && placement.count != shards * placement.replicas,
-                      SIMIL_ERR_INVALID_ARGUMENT,
-                      "index '%s' has %" PRId64 " shards, device '%s' names %d devices in %d "
-                      "replica(s); give %" PRId64 " devices per replica, or one device",
-                      description, shards, device, placement.count, placement.replicas, shards);
-        spec.shards = shards;
-        init = sml_shards_init;
-    } else if (spec.refine) {
-        init = sml_refine_init;
-    } else if (spec.opq_m) {
-        init = sml_opq_init;
-    } else if (spec.encoding == SML_ENCODING_FLAT) {
-        init = spec.ivf_nlist ? sml_ivf_flat_init : sml_flat_init;
-    } else if (spec.encoding == SML_ENCODING_PQ) {
-        init = sml_ivf_pq_init;
-    } else if (spec.encoding == SML_ENCODING_XFBQ) {
-        init = sml_xfbq_index_init;
-    }
-    SML_RETURN_IF(init == NULL, SIMIL_ERR_UNSUPPORTED,
-                  "index '%s' is valid, but this version of simil cannot build it",
-                  description);
-    simil_index *index;
-    SML_TRY(sml_calloc((void **)&index, 1, sizeof *index, "an index"));
-    index->spec = spec;
-    sml_index_spec_format(&spec, index->description, sizeof index->description);
-    index->dim = dim;
-    index->metric = metric;
-    snprintf(index->device, sizeof index->device, "%s", device ? device : "auto");
-    simil_status s = sml_device_open(placement.device[0], &index->backend);
-    if (s == SIMIL_OK) s = init(index);
-    if (s != SIMIL_OK) {
-        sml_backend_close(index->backend);
-        sml_free(index);
-        return s;
-    }
-    *out = index;
-    return SIMIL_OK;
-}
-
-simil_status sml_index_inner(const simil_index *outer, const sml_index_spec *spec, int64_t dim,
-                             simil_metric metric, simil_index **inner)
-{
-    char desc[96];
-    sml_index_spec_format(spec, desc, sizeof desc);
-    SML_TRY(sml_index_new(inner, dim, desc, metric, outer->device));
-    (*inner)->ntotal = outer->ntotal;
-    (*inner)->next_id = outer->next_id;
-    return SIMIL_OK;
-}
-
 simil_status simil_index_create(simil_index **index, int64_t dim, const char *description,
                                 simil_metric metric, const char *device)
 {
     return sml_index_new(index, dim, description, metric, device);
 }
 
-void simil_index_destroy(simil_index *index)
-{
-    if (index == NULL) return;
-    index->vt->destroy(index);
-    sml_backend_close(index->backend);
-    sml_free(index);
-}
+void simil_index_destroy(simil_index *index) { sml_index_free(index); }
 
 #define SML_CHECK_INDEX(index) \
     SML_RETURN_IF((index) == NULL, SIMIL_ERR_INVALID_ARGUMENT, "%s: index is NULL", __func__)
@@ -223,39 +151,10 @@ simil_status simil_index_add(simil_index *index, int64_t n, const float *x, cons
                   "index '%s' must be trained before vectors are added; call train first",
                   index->description);
     if (n == 0) return SIMIL_OK;
-    int64_t max_id = index->next_id - 1;
-    if (ids != NULL) {
-        for (int64_t i = 0; i < n; i++) {
-            SML_RETURN_IF(ids[i] < 0 || ids[i] == INT64_MAX, SIMIL_ERR_INVALID_ARGUMENT,
-                          "add: ids[%" PRId64 "]=%" PRId64 " is out of range; ids must be in "
-                          "[0, 2^63-2] (-1 marks empty result slots)",
-                          i, ids[i]);
-            if (ids[i] > max_id) max_id = ids[i];
-        }
-    }
-    /* sequential ids end at 2^63-2, so that next_id never passes INT64_MAX */
-    SML_RETURN_IF(ids == NULL && index->next_id > INT64_MAX - n, SIMIL_ERR_INVALID_ARGUMENT,
-                  "add: sequential ids from %" PRId64 " for %" PRId64 " vectors would pass "
-                  "2^63-2, the largest id; pass ids explicitly",
-                  index->next_id, n);
     const float *prepared;
     float *copy;
     SML_TRY(sml_prepare_vectors(index, n, x, "add", &prepared, &copy));
-    int64_t *own_ids = NULL;
-    simil_status s = SIMIL_OK;
-    if (ids == NULL) {
-        s = sml_alloc((void **)&own_ids, (size_t)n, sizeof *own_ids, "ids");
-        if (s == SIMIL_OK) {
-            for (int64_t i = 0; i < n; i++) own_ids[i] = index->next_id + i;
-            max_id = index->next_id + n - 1;
-        }
-    }
-    if (s == SIMIL_OK) s = index->vt->add(index, n, prepared, ids ? ids : own_ids);
-    if (s == SIMIL_OK) {
-        index->ntotal += n;
-        index->next_id = max_id + 1;
-    }
-    sml_free(own_ids);
+    simil_status s = sml_index_append(index, n, prepared, ids);
     sml_free(copy);
     return s;
 }
@@ -448,6 +347,7 @@ simil_status simil_index_load(simil_index **index, const char *path, const char 
     SML_RETURN_IF(index == NULL || path == NULL, SIMIL_ERR_INVALID_ARGUMENT,
                   "load: index and path must not be NULL");
     *index = NULL;
+    if (sml_faiss_file(path)) return sml_faiss_load(path, device, index);
     return sml_index_file_load(index, path, device);
 }
 

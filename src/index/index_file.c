@@ -19,9 +19,6 @@ static const uint32_t sml_file_version = 1;
 static const uint32_t sml_tag_head = SML_TAG('H', 'E', 'A', 'D');
 static const uint32_t sml_tag_end = SML_TAG('E', 'N', 'D', ' ');
 
-/* Backend memory moves through a host buffer of this size. */
-static const size_t sml_stream_chunk = (size_t)64 << 20;
-
 typedef struct sml_head {
     uint32_t metric;
     uint32_t trained;
@@ -51,64 +48,6 @@ static void sml_head_unpack(sml_head *h, const unsigned char *p)
     memcpy(&h->ntotal, p + 16, 8);
     memcpy(&h->next_id, p + 24, 8);
     memcpy(&h->desc_len, p + 32, 4);
-}
-
-simil_status sml_section_write_mem(sml_writer *w, uint32_t tag, sml_backend *b, const void *mem,
-                                   uint64_t bytes)
-{
-    SML_TRY(sml_section_begin(w, tag, bytes));
-    if (b->gpu < 0) {
-        SML_TRY(sml_writer_write(w, mem, bytes));
-        return sml_section_end(w);
-    }
-    size_t chunk = bytes < sml_stream_chunk ? (size_t)bytes : sml_stream_chunk;
-    void *buf;
-    SML_TRY(sml_alloc(&buf, chunk ? chunk : 1, 1, "a save buffer"));
-    simil_status s = SIMIL_OK;
-    for (uint64_t done = 0; done < bytes && s == SIMIL_OK; done += chunk) {
-        size_t m = bytes - done < chunk ? (size_t)(bytes - done) : chunk;
-        s = b->ops->mem_download(b, buf, (const char *)mem + done, m);
-        if (s == SIMIL_OK) s = sml_writer_write(w, buf, m);
-    }
-    sml_free(buf);
-    SML_TRY(s);
-    return sml_section_end(w);
-}
-
-simil_status sml_section_read_mem(sml_reader *r, uint32_t tag, sml_backend *b, void *mem,
-                                  uint64_t bytes)
-{
-    uint64_t length;
-    SML_TRY(sml_section_open(r, tag, &length));
-    SML_RETURN_IF(length != bytes, SIMIL_ERR_CORRUPT,
-                  "'%s' is damaged: a section holds %llu bytes, %llu expected", r->path,
-                  (unsigned long long)length, (unsigned long long)bytes);
-    if (b->gpu < 0) {
-        SML_TRY(sml_section_read(r, mem, bytes));
-        return sml_section_close(r);
-    }
-    size_t chunk = bytes < sml_stream_chunk ? (size_t)bytes : sml_stream_chunk;
-    void *buf;
-    SML_TRY(sml_alloc(&buf, chunk ? chunk : 1, 1, "a load buffer"));
-    simil_status s = SIMIL_OK;
-    for (uint64_t done = 0; done < bytes && s == SIMIL_OK; done += chunk) {
-        size_t m = bytes - done < chunk ? (size_t)(bytes - done) : chunk;
-        s = sml_section_read(r, buf, m);
-        if (s == SIMIL_OK) s = b->ops->mem_upload(b, (char *)mem + done, buf, m);
-    }
-    sml_free(buf);
-    SML_TRY(s);
-    return sml_section_close(r);
-}
-
-simil_status sml_ids_check(const char *path, int64_t n, const int64_t *ids, int64_t next_id)
-{
-    for (int64_t i = 0; i < n; i++)
-        SML_RETURN_IF(!sml_id_fits(ids[i], next_id), SIMIL_ERR_CORRUPT,
-                      "'%s' is damaged: it holds the id %" PRId64 ", outside [0, %" PRId64
-                      ") given by its next sequential id",
-                      path, ids[i], next_id);
-    return SIMIL_OK;
 }
 
 static simil_status sml_index_write_all(const simil_index *index, sml_writer *w)
@@ -222,7 +161,7 @@ static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const c
         s = sml_error(SIMIL_ERR_CORRUPT, "'%s' has %llu unexpected bytes after its end", r->path,
                       (unsigned long long)(r->size - r->offset));
     if (s != SIMIL_OK) {
-        simil_index_destroy(index);
+        sml_index_free(index);
         return s;
     }
     *out = index;
@@ -231,7 +170,6 @@ static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const c
 
 simil_status sml_index_file_load(simil_index **out, const char *path, const char *device)
 {
-    if (sml_faiss_file(path)) return sml_faiss_load(path, device, out);
     sml_reader r;
     SML_TRY(sml_reader_open(&r, path));
     simil_status s = sml_index_read_all(out, &r, device);

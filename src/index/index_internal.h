@@ -12,6 +12,7 @@
 
 #include "core/backend.h"
 #include "core/file_io.h"
+#include "core/section_mem.h"
 #include "index/index_spec.h"
 #include "simil/index.h"
 
@@ -128,14 +129,10 @@ simil_status sml_ivf_pq_append(simil_index *index, int64_t n, const int64_t *lis
                                uint8_t *rows, const int64_t *ids);
 
 /* Load a Faiss index file (faiss_read.c) when sml_faiss_file(path) says it
- * looks like one (its first four bytes are a Faiss type code). */
+ * looks like one (its first four bytes are a Faiss type code); index.c
+ * chooses between this and sml_index_file_load. */
 int sml_faiss_file(const char *path);
 simil_status sml_faiss_load(const char *path, const char *device, simil_index **index);
-
-/* The index a wrapper type (OPQ, Refine) holds: spec without the wrapper's
- * part, on the same device, with the counters of the outer index. */
-simil_status sml_index_inner(const simil_index *outer, const sml_index_spec *spec, int64_t dim,
-                             simil_metric metric, simil_index **inner);
 
 /* Open the backend a single-device string names: "auto" (NULL), "cpu", "gpu",
  * "gpu:N". */
@@ -152,16 +149,28 @@ typedef struct sml_placement {
 
 simil_status sml_device_placement(const char *device, sml_placement *placement);
 
-/* Index files: the common header, and streaming backend memory to sections. */
+/* Index files: the common header (index_file.c). */
 simil_status sml_index_file_save(const simil_index *index, const char *path);
 simil_status sml_index_file_load(simil_index **index, const char *path, const char *device);
-simil_status sml_section_write_mem(sml_writer *w, uint32_t tag, sml_backend *b,
-                                   const void *mem, uint64_t bytes);
-simil_status sml_section_read_mem(sml_reader *r, uint32_t tag, sml_backend *b, void *mem,
-                                  uint64_t bytes);
 
-/* Shared by create and load: a new index of the parsed description. */
+/* ---- index_factory.c ---- */
+
+/* A new, empty index of this description on device (create, load, and the
+ * parts of wrapper types). */
 simil_status sml_index_new(simil_index **index, int64_t dim, const char *description,
                            simil_metric metric, const char *device);
+
+/* Add n prepared vectors (host, finite, normalized for cosine) to a trained
+ * index: checks the ids (NULL: numbered from next_id), calls the type's add
+ * and keeps ntotal and next_id.  On failure the index is unchanged. */
+simil_status sml_index_append(simil_index *index, int64_t n, const float *x, const int64_t *ids);
+
+/* Destroy an index and its backend; NULL does nothing. */
+void sml_index_free(simil_index *index);
+
+/* The index a wrapper type (OPQ, Refine) holds: spec without the wrapper's
+ * part, on the same device, with the counters of the outer index. */
+simil_status sml_index_inner(const simil_index *outer, const sml_index_spec *spec, int64_t dim,
+                             simil_metric metric, simil_index **inner);
 
 #endif

@@ -1,20 +1,8 @@
-/* kmeans_api.c: simil_kmeans, on the backend its device string names. */
-#include <string.h>
-
+/* kmeans_api.c: simil_kmeans, on the backend its device string names (the
+ * defaults of its parameters come from the driver, algo/kmeans.c). */
 #include "algo/kmeans.h"
 #include "core/error.h"
 #include "index/index_internal.h"
-
-void simil_kmeans_params_init(simil_kmeans_params *params)
-{
-    if (params == NULL) return;
-    memset(params, 0, sizeof *params);
-    params->iterations = 20;
-    params->init = SIMIL_KMEANS_INIT_RANDOM;
-    params->max_points_per_centroid = 256;
-    params->seed = 1234;
-    params->device = "auto";
-}
 
 simil_status simil_kmeans(const simil_kmeans_params *params, int64_t n, int64_t dim,
                           const float *x, float *centroids, int64_t *assignments,

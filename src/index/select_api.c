@@ -3,8 +3,6 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "cpu/cpu_backend.h"
-#include "cuda/cuda_backend.h"
 #include "index/index_internal.h"
 #include "simil/select.h"
 
