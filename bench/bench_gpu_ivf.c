@@ -73,22 +73,20 @@ static void sweep(const char *name, const char *desc, int64_t n, int64_t dim, co
     printf("%s %s: train %.3f s (%lld vectors), add %.3f s, on %s\n", name, desc, train_s,
            (long long)ntrain, now() - t0, simil_backend_name(ivf));
     for (int a = 0; a < argc; a++) {
-        simil_search_params p;
-        simil_search_params_init(&p);
+        simil_search_params *p = NULL;
         char *lut = NULL;
-        p.nprobe = strtoll(argv[a], &lut, 10);
-        if (strcmp(lut, "/fp16") == 0) p.lut = SIMIL_LUT_FP16;
-        else if (strcmp(lut, "/fp32") == 0) p.lut = SIMIL_LUT_FP32;
-        else if (*lut != '\0') {
+        const long long nprobe = strtoll(argv[a], &lut, 10);
+        if (simil_search_params_create(&p) || simil_search_params_set_int(p, "nprobe", nprobe) ||
+            (*lut && (lut[0] != '/' || simil_search_params_set(p, "lut", lut + 1)))) {
             fprintf(stderr, "bad NPROBE '%s': a count, optionally with /fp16 or /fp32\n", argv[a]);
             exit(2);
         }
-        if (simil_index_search(ivf, nq, q, k, &p, d, l)) die("search");
+        if (simil_index_search(ivf, nq, q, k, p, d, l)) die("search");
         double s[3];
         cudaProfilerStart();
         for (int r = 0; r < 3; r++) {
             t0 = now();
-            if (simil_index_search(ivf, nq, q, k, &p, d, l)) die("search");
+            if (simil_index_search(ivf, nq, q, k, p, d, l)) die("search");
             s[r] = now() - t0;
         }
         cudaProfilerStop();
@@ -102,6 +100,7 @@ static void sweep(const char *name, const char *desc, int64_t n, int64_t dim, co
         printf("%s %s nprobe=%s: %.2f ms, %.0f QPS, recall10@10 %.4f, R@1 %.4f\n", name, desc,
                argv[a], 1e3 * s[1], nq / s[1], (double)hits / (double)(nq * k),
                (double)first / (double)nq);
+        simil_search_params_destroy(p);
     }
     simil_index_destroy(ivf);
     free(d);

@@ -119,15 +119,16 @@ int main(int argc, char **argv)
                  i ? "," : "", i % gpus);
     snprintf(replicated, sizeof replicated, "%s/r%d", sharded, parts);
     const char *devices[3] = {"gpu:0", replicated, sharded};
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = argc > 3 ? atoll(argv[3]) : 1;
+    simil_search_params *p = NULL;
+    const long long nprobe = argc > 3 ? atoll(argv[3]) : 1;
+    if (simil_search_params_create(&p) || simil_search_params_set_int(p, "nprobe", nprobe))
+        die("nprobe");
     float *d = malloc(sizeof(float) * (size_t)(nq * k));
     int64_t *l = malloc(sizeof(int64_t) * (size_t)(nq * k)), *ref = malloc(sizeof(int64_t) * (size_t)(nq * k));
     double base = 0;
     printf("%s %s, %d GPU(s), %d part(s)%s, nprobe=%lld\n", argv[1], argv[2], gpus, parts,
            parts > gpus ? " sharing GPUs: speed-ups show the multi-GPU layer's cost only" : "",
-           (long long)p.nprobe);
+           nprobe);
     simil_index *one = NULL;
     for (int i = 0; i < 3; i++) {
         simil_index *index;
@@ -136,7 +137,7 @@ int main(int argc, char **argv)
         if (simil_index_train(index, mix ? 500000 : n, mix ? t : x)) die("train");
         if (simil_index_add(index, n, x, NULL)) die("add");
         double build = now() - t0;
-        double s = timed(index, nq, q, k, &p, d, l);
+        double s = timed(index, nq, q, k, p, d, l);
         if (i == 0) {
             base = s;
             memcpy(ref, l, sizeof(int64_t) * (size_t)(nq * k));
@@ -152,7 +153,7 @@ int main(int argc, char **argv)
     }
     /* the batch-size bound: one part's share of the queries on one GPU */
     const int64_t share = (nq + parts - 1) / parts;
-    double s = timed(one, share, q, k, &p, d, l);
+    double s = timed(one, share, q, k, p, d, l);
     printf("%-16s %-28s %lld queries on one GPU: search %.2f ms, bound on the speed-up %.2fx\n",
            "batch bound", argv[2], (long long)share, 1e3 * s, base / s);
     simil_index_destroy(one);
@@ -165,7 +166,7 @@ int main(int argc, char **argv)
         if (simil_index_train(indexes[g], mix ? 500000 : n, mix ? t : x)) die("train");
         if (simil_index_add(indexes[g], n, x, NULL)) die("add");
     }
-    s = timed_independent(indexes, parts, nq, dim, q, k, &p, d, l);
+    s = timed_independent(indexes, parts, nq, dim, q, k, p, d, l);
     printf("%-16s %-28s %d separate indexes, one thread each: search %.2f ms, %.0f QPS, "
            "speed-up %.2fx\n", "ceiling", argv[2], parts, 1e3 * s, nq / s, base / s);
     for (int g = 0; g < parts; g++) simil_index_destroy(indexes[g]);
@@ -175,5 +176,6 @@ int main(int argc, char **argv)
     free(d);
     free(l);
     free(ref);
+    simil_search_params_destroy(p);
     return 0;
 }

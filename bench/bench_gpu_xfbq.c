@@ -72,17 +72,18 @@ static float *generate(const char *kind, int64_t n, int64_t dim, uint64_t seed)
 static double timed_search(const bench *b, const simil_index *index, int64_t nq, int64_t nprobe,
                            float extra, double *precision)
 {
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = nprobe;
-    p.extra_distance = extra;
+    simil_search_params *p = NULL;
+    if (simil_search_params_create(&p) ||
+        (nprobe > 0 && simil_search_params_set_int(p, "nprobe", nprobe)) ||
+        (extra >= 0 && simil_search_params_set_float(p, "extra_distance", extra)))
+        die("search parameters");
     float *d = malloc(sizeof(float) * (size_t)(nq * K));
     int64_t *l = malloc(sizeof(int64_t) * (size_t)(nq * K));
-    if (simil_index_search(index, nq, b->queries, K, &p, d, l)) die("search");
+    if (simil_index_search(index, nq, b->queries, K, p, d, l)) die("search");
     double s[3];
     for (int r = 0; r < 3; r++) {
         double t0 = now();
-        if (simil_index_search(index, nq, b->queries, K, &p, d, l)) die("search");
+        if (simil_index_search(index, nq, b->queries, K, p, d, l)) die("search");
         s[r] = now() - t0;
     }
     qsort(s, 3, sizeof s[0], cmp_double);
@@ -93,6 +94,7 @@ static double timed_search(const bench *b, const simil_index *index, int64_t nq,
     *precision = (double)hits / (double)(nq * K);
     free(d);
     free(l);
+    simil_search_params_destroy(p);
     return s[1];
 }
 

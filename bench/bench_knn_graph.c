@@ -94,14 +94,19 @@ static void run_graph(const bench_args *a, const char *index, int64_t nprobe, in
 {
     simil_knn_graph_params p;
     simil_knn_graph_stats s;
+    simil_search_params *search = NULL;
     simil_knn_graph_params_init(&p);
+    if (simil_search_params_create(&search) ||
+        simil_search_params_set_int(search, "nprobe", nprobe) ||
+        (a->threads && simil_search_params_set_int(search, "threads", a->threads)))
+        die("search parameters");
     p.index = index;
     p.device = a->device;
-    p.search.nprobe = nprobe;
-    p.search.threads = (int)a->threads;
+    p.search = search;
     p.batch = a->batch;
     p.quality = 1;
     if (simil_knn_graph(&p, n, dim, x, 10, ids, dist, &s)) die(index);
+    simil_search_params_destroy(search);
     double build = s.train_seconds + s.add_seconds;
     printf("%-14s %-14s %6" PRId64 " %8.2f %8.2f %8.2f %8.2f %8.2f %8.4f %8.2f  %s\n",
            a->dataset, s.index, nprobe, s.train_seconds, s.add_seconds, build, s.search_seconds,

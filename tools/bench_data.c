@@ -210,7 +210,7 @@ static int bench_truth_compute(const bench_data *d, const bench_truth_opts *o, c
 {
     int64_t nq = d->queries.rows, k = o->k;
     simil_index *flat = NULL;
-    simil_search_params params;
+    simil_search_params *params = NULL;
     double t0 = cli_now();
     if ((uint64_t)nq > SIZE_MAX / sizeof(int64_t) / (uint64_t)k)
         return cli_error("%" PRId64 " x %" PRId64 " results do not fit in memory", nq, k);
@@ -220,11 +220,11 @@ static int bench_truth_compute(const bench_data *d, const bench_truth_opts *o, c
         free(dist);
         return cli_error("out of memory for the ground truth");
     }
-    simil_search_params_init(&params);
-    params.threads = o->threads;
-    simil_status st = simil_index_create(&flat, d->base.cols, "Flat", o->metric, o->device);
+    simil_status st = simil_search_params_create(&params);
+    if (!st) st = simil_search_params_set_int(params, "threads", o->threads);
+    if (!st) st = simil_index_create(&flat, d->base.cols, "Flat", o->metric, o->device);
     if (!st) st = simil_index_add(flat, d->base.rows, d->base.data, NULL);
-    if (!st) st = simil_index_search(flat, nq, d->queries.data, k, &params, dist, *truth);
+    if (!st) st = simil_index_search(flat, nq, d->queries.data, k, params, dist, *truth);
     if (!st) {
         simil_matrix ids = {nq, k, SIMIL_DTYPE_INT64, *truth};
         if ((st = simil_matrix_write(path, &ids)) == SIMIL_OK)
@@ -232,6 +232,7 @@ static int bench_truth_compute(const bench_data *d, const bench_truth_opts *o, c
                     simil_backend_name(flat), cli_now() - t0, path);
     }
     simil_index_destroy(flat);
+    simil_search_params_destroy(params);
     free(dist);
     return st == SIMIL_OK ? CLI_EXIT_OK : cli_fail(st, st == SIMIL_ERR_IO ? path : NULL);
 }

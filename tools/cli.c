@@ -163,6 +163,15 @@ static int cli_store(const cli_opt *o, const char *spelled, const char *value)
     case CLI_FLAG: *(int *)o->dest = 1; return 1;
     case CLI_STRING: *(const char **)o->dest = value; return 1;
     case CLI_INT: return cli_parse_int(spelled, value, o->min, o->max, (int64_t *)o->dest);
+    case CLI_LIST: {
+        cli_list *list = o->dest;
+        if (list->count == CLI_LIST_MAX) {
+            cli_usage_error("%s: at most %d are allowed", spelled, CLI_LIST_MAX);
+            return 0;
+        }
+        list->values[list->count++] = value;
+        return 1;
+    }
     }
     return 0;
 }

@@ -41,8 +41,16 @@ void cli_set_command(const char *name);
 typedef enum cli_kind {
     CLI_FLAG,   /* no value; dest is an int, set to 1 */
     CLI_STRING, /* dest is a const char *, pointing into argv */
-    CLI_INT     /* dest is an int64_t, checked against [min, max] */
+    CLI_INT,    /* dest is an int64_t, checked against [min, max] */
+    CLI_LIST    /* repeatable; dest is a cli_list, each value appended */
 } cli_kind;
+
+/* The values of a repeatable option, in order, pointing into argv. */
+enum { CLI_LIST_MAX = 64 };
+typedef struct cli_list {
+    const char *values[CLI_LIST_MAX];
+    int count;
+} cli_list;
 
 /* One option of a command.  A table ends with an entry whose name is NULL.
  * Values come as "--name V", "--name=V", "-s V" or "-sV". */
@@ -78,6 +86,42 @@ int cli_check_device(const char *option, const char *text);
 /* 1 if path ends in one of the NULL-terminated suffixes, else a usage error
  * and 0. */
 int cli_check_suffix(const char *option, const char *path, const char *const *suffixes);
+
+/* ---- search parameters (cli_params.c) ---- */
+
+/* The search parameters a command was given (--param NAME=VALUE, and
+ * shorthands such as --nprobe), over the library's defaults. */
+typedef struct cli_params {
+    simil_search_params *params;
+    const char *given[CLI_LIST_MAX];  /* names set, in order (the library's strings) */
+    int ngiven;
+} cli_params;
+
+/* Start from the defaults; CLI_EXIT_OK, or CLI_EXIT_FAIL (reported). */
+int cli_params_init(cli_params *cp);
+void cli_params_free(cli_params *cp);
+
+/* Set name to value.  option names what the user typed, for messages.  A
+ * usage error (returns 0) for an unknown name, a bad value, or a setting
+ * given twice; else 1. */
+int cli_params_set(cli_params *cp, const char *option, const char *name, const char *value);
+
+/* Every "NAME=VALUE[,NAME=VALUE...]" of the list (the values of one
+ * repeatable option), as cli_params_set does. */
+int cli_params_set_all(cli_params *cp, const char *option, const cli_list *items);
+
+/* Say on stderr which of the settings given index does not use (they are
+ * ignored). */
+void cli_params_warn_unused(const cli_params *cp, const simil_index *index);
+
+/* The settings given, as JSON members ("\"params\": {...}, ") or as text
+ * ("  nprobe: 8") on stdout. */
+void cli_params_print_json(const cli_params *cp);
+void cli_params_print_text(const cli_params *cp);
+
+/* usage followed by the help of every search parameter, from the library's
+ * table, into out (size bytes; cut short if it does not fit). */
+void cli_params_usage(const char *usage, char *out, size_t size);
 
 /* ---- errors ---- */
 

@@ -44,10 +44,11 @@ static const char bench_usage[] =
     "  --train FILE      training vectors (default: the dataset's, else the base)\n"
     "  --index DESC      index description, e.g. Flat or IVF1024,Flat; repeatable.\n"
     "                    One the library does not build is skipped with a message\n"
-    "  --sweep P=V,V,... search parameter values to try, e.g. nprobe=1,2,4,8;\n"
-    "                    repeatable (all combinations); P is nprobe (indexes with\n"
-    "                    an inverted file) or threads.  An index that P does not\n"
-    "                    apply to runs once.  Default: the index's own settings\n"
+    "  --sweep NAME=V,V,... values of a search parameter (below) to try, e.g.\n"
+    "                    nprobe=1,2,4,8 or lut=fp32,fp16; repeatable: every\n"
+    "                    combination runs, the last --sweep varying fastest.  An\n"
+    "                    index that does not use NAME runs once for it\n"
+    "  --param NAME=VALUE a search parameter for every point; repeatable\n"
     "  -k, --k K         neighbours per query (default 10)\n"
     "  --metric M        l2 (default), ip or cosine\n"
     "  --device D        auto (default), cpu, gpu or gpu:N\n"
@@ -61,130 +62,66 @@ static const char bench_usage[] =
     "Exit status: 0 if every index ran or was skipped as not built (and at least\n"
     "one ran), 1 on a failure, 2 on a usage mistake.\n";
 
-/* ---- sweep parameters ---- */
+/* ---- arguments ---- */
 
-static void set_nprobe(simil_search_params *p, int64_t v) { p->nprobe = v; }
-static void set_threads(simil_search_params *p, int64_t v) { p->threads = (int)v; }
-static int applies_always(const char *description)
-{
-    (void)description;
-    return 1;
-}
-
-/* 1 if one of the comma-separated components is an inverted file, "IVF<n>". */
-static int applies_ivf(const char *description)
-{
-    for (const char *c = description; c; c = strchr(c, ',') ? strchr(c, ',') + 1 : NULL)
-        if (!strncmp(c, "IVF", 3) && c[3] >= '0' && c[3] <= '9') return 1;
-    return 0;
-}
-
-/* A search parameter that --sweep can vary: a new one is a row here. */
-typedef struct bench_param {
-    const char *name;
-    int64_t min, max;
-    void (*set)(simil_search_params *params, int64_t value);
-    int (*applies)(const char *description);
-} bench_param;
-
-static const bench_param bench_params[] = {
-    {"nprobe", 1, INT64_C(1) << 30, set_nprobe, applies_ivf},
-    {"threads", 1, 4096, set_threads, applies_always},
-};
-enum { BENCH_NPARAMS = sizeof bench_params / sizeof bench_params[0] };
-
+/* One --sweep: a search parameter and the values (text) to try. */
 typedef struct bench_sweep {
-    const bench_param *param;
-    int64_t *values;
+    const simil_search_param_info *param;
+    char *text;          /* a copy of the values, cut at the commas */
+    const char **values;
     int n;
 } bench_sweep;
 
-/* ---- arguments ---- */
-
 typedef struct bench_args {
-    const char *data, *queries, *dataset, *gt, *train, *index, *sweep, *metric, *device,
-        *anchors, *out;
+    const char *data, *queries, *dataset, *gt, *train, *metric, *device, *anchors, *out;
     int64_t k, threads;
-    const char **indexes;
-    int nindexes;
-    bench_sweep sweeps[BENCH_NPARAMS];
+    cli_list indexes, sweep, param;
+    cli_params base;     /* --param: settings of every point (after --threads) */
+    bench_sweep sweeps[CLI_LIST_MAX];
     int nsweeps;
 } bench_args;
 
-/* The option of opts that arg ("--name[=v]" or "-s[v]") names, or NULL. */
-static const cli_opt *bench_find_opt(const cli_opt *opts, const char *arg)
-{
-    size_t len = strcspn(arg + 2, "=");
-    for (const cli_opt *o = opts; o->name; o++)
-        if (arg[1] == '-' ? strlen(o->name) == len && !strncmp(o->name, arg + 2, len)
-                          : o->short_name && o->short_name == arg[1])
-            return o;
-    return NULL;
-}
-
-/* cli_parse keeps the last value of an option, but --index and --sweep may
- * repeat: collect every value of option name into out (room for argc),
- * after cli_parse has accepted the line.  Values of the other options are
- * stepped over, so that a value spelled "--index" is not taken for one. */
-static int bench_collect(int argc, char **argv, const cli_opt *opts, const char *name,
-                         const char **out)
-{
-    int n = 0;
-    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
-        const char *arg = argv[i], *value;
-        const cli_opt *o = arg[0] == '-' && arg[1] ? bench_find_opt(opts, arg) : NULL;
-        if (!o || o->kind == CLI_FLAG) continue;
-        if (arg[1] == '-' && strchr(arg, '=')) value = strchr(arg, '=') + 1;
-        else if (arg[1] != '-' && arg[2]) value = arg + 2;
-        else value = argv[++i];
-        if (!strcmp(o->name, name)) out[n++] = value;
-    }
-    return n;
-}
-
-/* Parse "name=v1,v2,..." into s (s->values to free); a usage error gives 0. */
+/* Parse "name=v1,v2,..." into s (s->text and s->values to free); a usage
+ * error gives 0.  Each value is checked by the library now, so that a typo
+ * fails before any index is built. */
 static int bench_parse_sweep(const char *spec, const bench_args *a, bench_sweep *s)
 {
     const char *eq = strchr(spec, '=');
-    char what[64], *copy, *v, *next;
-    s->param = NULL;
-    s->values = NULL;
-    for (int i = 0; i < BENCH_NPARAMS && eq; i++)
-        if (strlen(bench_params[i].name) == (size_t)(eq - spec) &&
-            !strncmp(bench_params[i].name, spec, (size_t)(eq - spec)))
-            s->param = &bench_params[i];
-    if (!s->param) {
-        char names[128] = "";
-        for (int i = 0; i < BENCH_NPARAMS; i++)
+    char name[64];
+    memset(s, 0, sizeof *s);
+    snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - spec) : 0, spec);
+    if (!eq || !(s->param = simil_search_param_find(name))) {
+        char names[512] = "";
+        for (int i = 0; i < simil_search_param_count(); i++)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
-                     i ? (i + 1 < BENCH_NPARAMS ? ", " : " or ") : "", bench_params[i].name);
-        cli_usage_error("--sweep: '%s' is not P=V,V,... with P %s", spec, names);
+                     i ? ", " : "", simil_search_param_get_info(i)->name);
+        cli_usage_error("--sweep: '%s' is not NAME=V,V,... with NAME one of %s", spec, names);
         return 0;
     }
     for (int i = 0; i < a->nsweeps; i++)
         if (a->sweeps[i].param == s->param) {
-            cli_usage_error("--sweep: %s is given twice", s->param->name);
+            cli_usage_error("--sweep: %s is given twice", name);
             return 0;
         }
-    snprintf(what, sizeof what, "--sweep %s", s->param->name);
-    s->n = 0;
+    for (int i = 0; i < a->base.ngiven; i++)
+        if (!strcmp(a->base.given[i], name)) {
+            cli_usage_error("--sweep %s: %s is also set for every point (--param or --%s)",
+                            name, name, name);
+            return 0;
+        }
+    simil_search_params *check = NULL;
+    s->text = strdup(eq + 1);
     s->values = malloc((strlen(eq) / 2 + 1) * sizeof *s->values);
-    copy = malloc(strlen(eq));
-    int ok = s->values && copy;
+    int ok = s->text && s->values && simil_search_params_create(&check) == SIMIL_OK;
     if (!ok) cli_usage_error("out of memory");
-    if (ok) strcpy(copy, eq + 1);
-    for (v = copy; ok; v = next + 1) {
-        next = v + strcspn(v, ",");
-        int last = !*next;
-        *next = '\0';
-        ok = cli_parse_int(what, v, s->param->min, s->param->max, &s->values[s->n++]);
-        if (last) break;
+    for (char *v = s->text, *next; ok && v; v = next) {
+        next = strchr(v, ',');
+        if (next) *next++ = '\0';
+        ok = simil_search_params_set(check, name, v) == SIMIL_OK;
+        if (!ok) cli_usage_error("--sweep %s: %s", name, simil_last_error());
+        s->values[s->n++] = v;
     }
-    free(copy);
-    if (!ok) {
-        free(s->values);
-        s->values = NULL;
-    }
+    simil_search_params_destroy(check);
     return ok;
 }
 
@@ -327,22 +264,39 @@ static int bench_append(bench_run *r, const bench_point *p)
     return CLI_EXIT_OK;
 }
 
-/* The search parameters at odometer position at[] of the active sweeps,
- * and their text, e.g. "nprobe=16". */
-static void bench_point_params(const bench_run *r, const int *active, int nactive,
-                               const int *at, simil_search_params *params, bench_point *p)
+/* Append ",name=value" (no comma first) to the point's text. */
+static void bench_params_text(bench_point *p, const char *name, const char *value)
 {
-    size_t len = 0;
-    simil_search_params_init(params);
-    params->threads = (int)r->a->threads;
+    size_t len = strlen(p->params);
+    if (len < sizeof p->params)
+        snprintf(p->params + len, sizeof p->params - len, "%s%s=%s", len ? "," : "", name, value);
+}
+
+/* The search parameters of one point into *params (to destroy), and their
+ * text, e.g. "nprobe=16": --threads, then the --param settings, then the
+ * values at odometer position at[] of the active sweeps.  The text names
+ * the --param settings the index uses and the sweeps. */
+static simil_status bench_point_params(const bench_run *r, const simil_index *index,
+                                       const int *active, int nactive, const int *at,
+                                       simil_search_params **params, bench_point *p)
+{
+    const bench_args *a = r->a;
     p->params[0] = '\0';
-    for (int j = 0; j < nactive; j++) {
-        const bench_sweep *s = &r->a->sweeps[active[j]];
-        s->param->set(params, s->values[at[j]]);
-        if (len < sizeof p->params)
-            len += (size_t)snprintf(p->params + len, sizeof p->params - len, "%s%s=%" PRId64,
-                                    j ? "," : "", s->param->name, s->values[at[j]]);
+    simil_status st = simil_search_params_create(params);
+    if (!st && a->threads) st = simil_search_params_set_int(*params, "threads", a->threads);
+    for (int j = 0; !st && j < a->base.ngiven; j++) {
+        char value[64];
+        const char *name = a->base.given[j];
+        st = simil_search_params_get(a->base.params, name, value, sizeof value);
+        if (!st) st = simil_search_params_set(*params, name, value);
+        if (!st && simil_index_uses_search_param(index, name)) bench_params_text(p, name, value);
     }
+    for (int j = 0; !st && j < nactive; j++) {
+        const bench_sweep *s = &a->sweeps[active[j]];
+        st = simil_search_params_set(*params, s->param->name, s->values[at[j]]);
+        bench_params_text(p, s->param->name, s->values[at[j]]);
+    }
+    return st;
 }
 
 /* Build one index and measure it at every combination of the sweeps that
@@ -351,7 +305,7 @@ static void bench_index(bench_run *r, const char *desc)
 {
     simil_index *index = NULL;
     bench_point p = {.k = r->a->k};
-    int active[BENCH_NPARAMS], at[BENCH_NPARAMS] = {0}, nactive = 0, j;
+    int active[CLI_LIST_MAX], at[CLI_LIST_MAX] = {0}, nactive = 0, j;
     if (bench_build(r, desc, &index, &p.build_seconds)) {
         simil_index_destroy(index);
         return;
@@ -361,11 +315,13 @@ static void bench_index(bench_run *r, const char *desc)
     bench_device_name(p.backend, p.device, sizeof p.device);
     p.memory_bytes = bench_index_bytes(index, r->a->out);
     for (int i = 0; i < r->a->nsweeps; i++)
-        if (r->a->sweeps[i].param->applies(p.index)) active[nactive++] = i;
+        if (simil_index_uses_search_param(index, r->a->sweeps[i].param->name)) active[nactive++] = i;
     do {
-        simil_search_params params;
-        bench_point_params(r, active, nactive, at, &params, &p);
-        if (bench_measure(r, index, &params, &p)) break;
+        simil_search_params *params = NULL;
+        simil_status st = bench_point_params(r, index, active, nactive, at, &params, &p);
+        int stop = bench_stop(r, st, p.index) || bench_measure(r, index, params, &p);
+        simil_search_params_destroy(params);
+        if (stop) break;
         bench_print_row(&p);
         if (bench_append(r, &p)) {
             r->failed = 1;
@@ -380,11 +336,12 @@ static void bench_index(bench_run *r, const char *desc)
  * description or a missing GPU fails at once.  Not built is fine here. */
 static int bench_check_indexes(const bench_args *a, simil_metric metric, int64_t dim)
 {
-    for (int i = 0; i < a->nindexes; i++) {
+    for (int i = 0; i < a->indexes.count; i++) {
         simil_index *index = NULL;
-        simil_status st = simil_index_create(&index, dim, a->indexes[i], metric, a->device);
+        const char *desc = a->indexes.values[i];
+        simil_status st = simil_index_create(&index, dim, desc, metric, a->device);
         simil_index_destroy(index);
-        if (st != SIMIL_OK && st != SIMIL_ERR_UNSUPPORTED) return cli_fail(st, a->indexes[i]);
+        if (st != SIMIL_OK && st != SIMIL_ERR_UNSUPPORTED) return cli_fail(st, desc);
     }
     return CLI_EXIT_OK;
 }
@@ -428,8 +385,8 @@ static int bench_sweeps(bench_run *r, const bench_anchor *anchors, size_t nancho
            d->name, d->base.rows, d->queries.rows, d->base.cols, simil_metric_name(r->metric),
            a->k);
     bench_print_header(a->k);
-    for (int i = 0; i < a->nindexes && !rc; i++) {
-        bench_index(r, a->indexes[i]);
+    for (int i = 0; i < a->indexes.count && !rc; i++) {
+        bench_index(r, a->indexes.values[i]);
         rc = bench_results_write(a->out, d->name, r->points, r->npoints);
     }
     if (rc) return rc;
@@ -473,12 +430,11 @@ static int bench_main(const bench_args *a, simil_metric metric)
 
 /* ---- the command ---- */
 
-/* Checks cli_parse cannot make, and the repeated --index and --sweep. */
-static int bench_check_args(bench_args *a, int argc, char **argv, const cli_opt *opts,
-                            simil_metric *metric)
+/* Checks cli_parse cannot make; the search parameters of --param and
+ * --sweep. */
+static int bench_check_args(bench_args *a, simil_metric *metric)
 {
-    const char **sweeps = NULL;
-    int nsweeps, ok = 1;
+    int ok = 1;
     if (!a->data == !a->dataset)
         return cli_usage_error("give either --data or --dataset"), 0;
     if (a->dataset && !cli_check_choice("--dataset", a->dataset, bench_dataset_names)) return 0;
@@ -491,17 +447,13 @@ static int bench_check_args(bench_args *a, int argc, char **argv, const cli_opt 
         return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a->metric), 0;
     if (!cli_check_device("--device", a->device)) return 0;
     if (!*a->out) return cli_usage_error("--out: empty folder name"), 0;
-    if (!(a->indexes = malloc((size_t)argc * sizeof *a->indexes)) ||
-        !(sweeps = malloc((size_t)argc * sizeof *sweeps)))
-        return cli_usage_error("out of memory"), 0;
-    a->nindexes = bench_collect(argc, argv, opts, "index", a->indexes);
-    for (int i = 0; i < a->nindexes && ok; i++)
-        if (!*a->indexes[i]) ok = 0, cli_usage_error("--index: empty description");
-    nsweeps = bench_collect(argc, argv, opts, "sweep", sweeps);
-    for (int i = 0; i < nsweeps && ok; i++)
-        if ((ok = bench_parse_sweep(sweeps[i], a, &a->sweeps[a->nsweeps])))
-            a->nsweeps++;
-    free(sweeps);
+    for (int i = 0; i < a->indexes.count && ok; i++)
+        if (!*a->indexes.values[i]) ok = 0, cli_usage_error("--index: empty description");
+    if (ok) ok = cli_params_set_all(&a->base, "--param", &a->param);
+    for (int i = 0; i < a->sweep.count && ok; i++) {
+        ok = bench_parse_sweep(a->sweep.values[i], a, &a->sweeps[a->nsweeps]);
+        a->nsweeps++; /* cmd_bench frees what it holds, also after a failure */
+    }
     return ok;
 }
 
@@ -514,8 +466,9 @@ int cmd_bench(int argc, char **argv)
         {"dataset", 0, CLI_STRING, &a.dataset, 0, 0, 0},
         {"gt", 0, CLI_STRING, &a.gt, 0, 0, 0},
         {"train", 0, CLI_STRING, &a.train, 0, 0, 0},
-        {"index", 0, CLI_STRING, &a.index, 1, 0, 0},
-        {"sweep", 0, CLI_STRING, &a.sweep, 0, 0, 0},
+        {"index", 0, CLI_LIST, &a.indexes, 1, 0, 0},
+        {"sweep", 0, CLI_LIST, &a.sweep, 0, 0, 0},
+        {"param", 0, CLI_LIST, &a.param, 0, 0, 0},
         {"k", 'k', CLI_INT, &a.k, 0, 1, INT64_C(1) << 20},
         {"metric", 0, CLI_STRING, &a.metric, 0, 0, 0},
         {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
@@ -525,15 +478,21 @@ int cmd_bench(int argc, char **argv)
         {NULL, 0, CLI_FLAG, NULL, 0, 0, 0},
     };
     simil_metric metric;
+    char usage[12288];
     int rc;
-    if (!cli_parse(argc, argv, opts, bench_usage, NULL, 0, &rc)) return rc;
-    if (!bench_check_args(&a, argc, argv, opts, &metric)) {
+    cli_params_usage(bench_usage, usage, sizeof usage);
+    if (!cli_parse(argc, argv, opts, usage, NULL, 0, &rc)) return rc;
+    if ((rc = cli_params_init(&a.base))) return rc;
+    if (!bench_check_args(&a, &metric)) {
         rc = CLI_EXIT_USAGE;
     } else {
         cli_progress_install();
         rc = bench_main(&a, metric);
     }
-    for (int i = 0; i < a.nsweeps; i++) free(a.sweeps[i].values);
-    free(a.indexes);
+    for (int i = 0; i < a.nsweeps; i++) {
+        free(a.sweeps[i].text);
+        free(a.sweeps[i].values);
+    }
+    cli_params_free(&a.base);
     return rc;
 }

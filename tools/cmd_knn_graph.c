@@ -26,12 +26,13 @@ static const char knn_graph_usage[] =
     "                   row i lists the K nearest other vectors of vector i, nearest\n"
     "                   first; L2 distances are squared, ip and cosine give\n"
     "                   similarities; empty slots have id -1\n"
-    "  --nprobe N       inverted lists visited per query (default 1)\n"
+    "  --param NAME=VALUE  a search parameter (below); repeatable\n"
+    "  --nprobe N       the same as --param nprobe=N\n"
     "  --metric M       l2 (default), ip or cosine\n"
     "  --device D       auto (default), cpu, gpu or gpu:N\n"
     "  --batch B        queries per search call, rows per chunk read (default 200000)\n"
     "  --max-train N    train on a random sample of at most N vectors (default 500000)\n"
-    "  --threads T      CPU threads (default: all)\n"
+    "  --threads T      the same as --param threads=T\n"
     "  --quality        measure the quality: the fraction of each vector's first 10\n"
     "                   neighbours that are among its exact 10, averaged over\n"
     "                   10,000 sampled vectors (the GPU paper's measure)\n"
@@ -42,9 +43,11 @@ static const char knn_graph_usage[] =
     "data need not fit in memory: it is read once per stage, --batch rows at a time.\n";
 
 typedef struct knn_graph_args {
-    const char *data, *desc, *out, *metric, *device;
-    int64_t k, nprobe, batch, max_train, threads, sample, seed;
+    const char *data, *desc, *out, *metric, *device, *nprobe, *threads;
+    int64_t k, batch, max_train, sample, seed;
     int quality;
+    cli_list param;
+    cli_params params;  /* from param, nprobe and threads */
 } knn_graph_args;
 
 /* The distances file that goes with the ids file out (see the usage). */
@@ -64,7 +67,11 @@ static void knn_graph_report(const knn_graph_args *a, int64_t n, int64_t dim,
 {
     double build = s->train_seconds + s->add_seconds;
     printf("knn-graph: n=%" PRId64 " dim=%" PRId64 " k=%" PRId64 ", %s", n, dim, a->k, s->index);
-    if (a->nprobe > 0) printf(" nprobe=%" PRId64, a->nprobe);
+    for (int i = 0; i < a->params.ngiven; i++) {
+        char value[64];
+        simil_search_params_get(a->params.params, a->params.given[i], value, sizeof value);
+        printf(" %s=%s", a->params.given[i], value);
+    }
     printf(", metric %s, on %s\n", a->metric, s->backend);
     printf("build %.3f s (train %.3f s, add %.3f s), search %.3f s, total %.3f s\n", build,
            s->train_seconds, s->add_seconds, s->search_seconds, build + s->search_seconds);
@@ -87,8 +94,7 @@ static int knn_graph_run(const knn_graph_args *a, simil_metric metric)
     p.index = a->desc;
     p.metric = metric;
     p.device = a->device;
-    p.search.nprobe = a->nprobe;
-    p.search.threads = (int)a->threads;
+    p.search = a->params.params;
     p.batch = a->batch;
     p.max_train = a->max_train;
     p.quality = a->quality;
@@ -103,18 +109,20 @@ static int knn_graph_run(const knn_graph_args *a, simil_metric metric)
 
 int cmd_knn_graph(int argc, char **argv)
 {
-    knn_graph_args a = {NULL, NULL, NULL, "l2", "auto", 0, 0, 200000, 500000, 0, 10000, 1234, 0};
+    knn_graph_args a = {.metric = "l2", .device = "auto", .batch = 200000, .max_train = 500000,
+                        .sample = 10000, .seed = 1234};
     const cli_opt opts[] = {
         {"data", 0, CLI_STRING, &a.data, 1, 0, 0},
         {"k", 'k', CLI_INT, &a.k, 1, 1, INT32_MAX - 1},
         {"index", 0, CLI_STRING, &a.desc, 1, 0, 0},
         {"out", 'o', CLI_STRING, &a.out, 1, 0, 0},
-        {"nprobe", 0, CLI_INT, &a.nprobe, 0, 1, INT32_MAX},
+        {"param", 0, CLI_LIST, &a.param, 0, 0, 0},
+        {"nprobe", 0, CLI_STRING, &a.nprobe, 0, 0, 0},
         {"metric", 0, CLI_STRING, &a.metric, 0, 0, 0},
         {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
         {"batch", 0, CLI_INT, &a.batch, 0, 1, INT32_MAX},
         {"max-train", 0, CLI_INT, &a.max_train, 0, 1, INT64_MAX},
-        {"threads", 0, CLI_INT, &a.threads, 0, 1, 4096},
+        {"threads", 0, CLI_STRING, &a.threads, 0, 0, 0},
         {"quality", 0, CLI_FLAG, &a.quality, 0, 0, 0},
         {"sample", 0, CLI_INT, &a.sample, 0, 1, INT32_MAX},
         {"seed", 0, CLI_INT, &a.seed, 0, 0, INT64_MAX},
@@ -122,12 +130,23 @@ int cmd_knn_graph(int argc, char **argv)
     };
     static const char *const out_suffixes[] = {".ivecs", ".npy", NULL};
     simil_metric metric;
+    char usage[8192];
     int rc;
-    if (!cli_parse(argc, argv, opts, knn_graph_usage, NULL, 0, &rc)) return rc;
+    cli_params_usage(knn_graph_usage, usage, sizeof usage);
+    if (!cli_parse(argc, argv, opts, usage, NULL, 0, &rc)) return rc;
     if (simil_metric_parse(a.metric, &metric) != SIMIL_OK)
         return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a.metric);
     if (!cli_check_device("--device", a.device)) return CLI_EXIT_USAGE;
     if (!cli_check_suffix("--out", a.out, out_suffixes)) return CLI_EXIT_USAGE;
-    cli_progress_install();
-    return knn_graph_run(&a, metric);
+    if ((rc = cli_params_init(&a.params))) return rc;
+    if ((a.nprobe && !cli_params_set(&a.params, "--nprobe", "nprobe", a.nprobe)) ||
+        (a.threads && !cli_params_set(&a.params, "--threads", "threads", a.threads)) ||
+        !cli_params_set_all(&a.params, "--param", &a.param)) {
+        rc = CLI_EXIT_USAGE;
+    } else {
+        cli_progress_install();
+        rc = knn_graph_run(&a, metric);
+    }
+    cli_params_free(&a.params);
+    return rc;
 }

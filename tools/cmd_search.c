@@ -1,7 +1,8 @@
 /* tools/cmd_search.c: "simil search" loads an index, times the search of a
- * query file (the median of --repeat runs), writes the ids and distances if
- * asked, and measures recall against ground truth.  Output is a few lines
- * for people, or one JSON object with --json. */
+ * query file (the median of --repeat runs) with the search parameters given
+ * (--param, --nprobe, --threads), writes the ids and distances if asked, and
+ * measures recall against ground truth.  Output is a few lines for people,
+ * or one JSON object with --json. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +21,16 @@ static const char search_usage[] =
     "  --index INDEX      index file written by 'simil build'\n"
     "  --queries FILE     query vectors (.fvecs .bvecs .npy idx[.gz] FILE.hdf5:test)\n"
     "  -k, --k K          neighbours per query\n"
-    "  --nprobe N         inverted lists to visit (default: the index's)\n"
+    "  --param NAME=VALUE set a search parameter (below); repeatable, and one\n"
+    "                     --param may hold several: nprobe=16,threads=4.  A\n"
+    "                     parameter the index does not use is ignored, with a\n"
+    "                     warning\n"
+    "  --nprobe N         the same as --param nprobe=N\n"
     "  --gt FILE          true neighbour ids (.ivecs, .npy, FILE.hdf5:neighbors):\n"
     "                     report R@1 and recall@K\n"
     "  --out FILE         write the ids found: .ivecs (int32) or .npy (int64)\n"
     "  --distances FILE   write the distances: .fvecs or .npy (float32)\n"
-    "  --threads T        CPU threads (default: all)\n"
+    "  --threads T        the same as --param threads=T\n"
     "  --device D         auto (default), cpu, gpu or gpu:N\n"
     "  --repeat R         run the search R times and report the median time\n"
     "  --json             print one JSON object on stdout\n"
@@ -34,9 +39,11 @@ static const char search_usage[] =
     "                     reports; needs a build with MPI (docs/distributed.md)\n";
 
 typedef struct search_args {
-    const char *index, *queries, *gt, *out, *dist, *device;
-    int64_t k, nprobe, threads, repeat;
+    const char *index, *queries, *gt, *out, *dist, *device, *nprobe, *threads;
+    int64_t k, repeat;
     int json, distributed;
+    cli_list param;
+    cli_params params;  /* from param, nprobe and threads */
 } search_args;
 
 typedef struct search_result {
@@ -76,31 +83,23 @@ static int search_read_truth(const search_args *a, int64_t nq, int64_t **truth, 
  * the other ranks to stop when it fails before finishing them all. */
 static int64_t searches_done;
 
-static void search_params(const search_args *a, simil_search_params *params)
-{
-    simil_search_params_init(params);
-    if (a->nprobe > 0) params->nprobe = a->nprobe;
-    if (a->threads > 0) params->threads = (int)a->threads;
-}
-
 /* Run the search a->repeat times; r->seconds gets the median. */
 static int search_time(const search_args *a, const simil_index *index, const simil_matrix *q,
                        float *dist, int64_t *labels, search_result *r)
 {
-    simil_search_params params;
+    const simil_search_params *params = a->params.params;
     double *times = malloc((size_t)a->repeat * sizeof *times);
     if (!times) return cli_error("out of memory");
-    search_params(a, &params);
     for (int64_t i = 0; i < a->repeat; i++) {
         double t0 = cli_now();
 #ifdef SIMIL_HAVE_MPI
         simil_status st = a->distributed ? simil_dist_search(index, q->rows, q->data, a->k,
-                                                             &params, dist, labels)
+                                                             params, dist, labels)
                                          : simil_index_search(index, q->rows, q->data, a->k,
-                                                              &params, dist, labels);
+                                                              params, dist, labels);
 #else
         simil_status st =
-            simil_index_search(index, q->rows, q->data, a->k, &params, dist, labels);
+            simil_index_search(index, q->rows, q->data, a->k, params, dist, labels);
 #endif
         times[i] = cli_now() - t0;
         if (st != SIMIL_OK) {
@@ -146,7 +145,7 @@ static void search_report(const search_args *a, const simil_index *index, const 
         json_string("index", simil_index_description(index));
         json_string("backend", simil_backend_name(index));
         printf("\"n_queries\": %" PRId64 ", \"k\": %" PRId64 ", ", r->nq, a->k);
-        if (a->nprobe > 0) printf("\"nprobe\": %" PRId64 ", ", a->nprobe);
+        cli_params_print_json(&a->params);
         if (r->have_recall)
             printf("\"r_at_1\": %.6f, \"recall_at_k\": %.6f, ", r->r_at_1, r->recall_at_k);
         printf("\"seconds\": %.9f, \"qps\": %.1f}\n", r->seconds, qps);
@@ -155,7 +154,7 @@ static void search_report(const search_args *a, const simil_index *index, const 
     printf("index: %s\n", simil_index_description(index));
     printf("backend: %s\n", simil_backend_name(index));
     printf("queries: %" PRId64 "  k: %" PRId64, r->nq, a->k);
-    if (a->nprobe > 0) printf("  nprobe: %" PRId64, a->nprobe);
+    cli_params_print_text(&a->params);
     printf("\ntime: %.3f s", r->seconds);
     if (a->repeat > 1) printf(" (median of %" PRId64 ")", a->repeat);
     printf("  QPS: %.0f\n", qps);
@@ -230,6 +229,7 @@ static int search_distributed(const search_args *a, int argc, char **argv)
     st = simil_index_load(&index, path, a->device);
     simil_status agreed = simil_dist_agree(st, "loading the shards");
     if (agreed != SIMIL_OK) rc = search_dist_failed(st, agreed, path);
+    if (!rc && rank == 0) cli_params_warn_unused(&a->params, index);
     if (!rc && rank == 0) {
         st = cli_read_float(a->queries, 0, -1, &q) ? SIMIL_ERR_IO : SIMIL_OK;
         if (st == SIMIL_OK && q.cols != simil_index_dim(index))
@@ -246,10 +246,9 @@ static int search_distributed(const search_args *a, int argc, char **argv)
         if (rc && searches_done < a->repeat) /* the others wait in a search: release them */
             simil_dist_search(index, -1, NULL, 0, NULL, NULL, NULL);
     } else if (!rc) {
-        simil_search_params params;
-        search_params(a, &params);
         for (int64_t i = 0; i < a->repeat && !rc; i++)
-            if ((st = simil_dist_search(index, 0, NULL, 0, &params, NULL, NULL)) != SIMIL_OK)
+            if ((st = simil_dist_search(index, 0, NULL, 0, a->params.params, NULL, NULL)) !=
+                SIMIL_OK)
                 rc = search_dist_failed(st == SIMIL_ERR_REMOTE ? SIMIL_OK : st, st, NULL);
     }
     simil_matrix_free(&q);
@@ -263,16 +262,17 @@ int cmd_search(int argc, char **argv)
 {
     static const char *const id_formats[] = {".ivecs", ".npy", NULL};
     static const char *const dist_formats[] = {".fvecs", ".npy", NULL};
-    search_args a = {NULL, NULL, NULL, NULL, NULL, "auto", 0, 0, 0, 1, 0, 0};
+    search_args a = {.device = "auto", .repeat = 1};
     const cli_opt opts[] = {
         {"index", 0, CLI_STRING, &a.index, 1, 0, 0},
         {"queries", 0, CLI_STRING, &a.queries, 1, 0, 0},
         {"k", 'k', CLI_INT, &a.k, 1, 1, INT64_C(1) << 20},
-        {"nprobe", 0, CLI_INT, &a.nprobe, 0, 1, INT64_C(1) << 30},
+        {"param", 0, CLI_LIST, &a.param, 0, 0, 0},
+        {"nprobe", 0, CLI_STRING, &a.nprobe, 0, 0, 0},
         {"gt", 0, CLI_STRING, &a.gt, 0, 0, 0},
         {"out", 'o', CLI_STRING, &a.out, 0, 0, 0},
         {"distances", 0, CLI_STRING, &a.dist, 0, 0, 0},
-        {"threads", 't', CLI_INT, &a.threads, 0, 1, 4096},
+        {"threads", 't', CLI_STRING, &a.threads, 0, 0, 0},
         {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
         {"repeat", 0, CLI_INT, &a.repeat, 0, 1, 100000},
         {"json", 0, CLI_FLAG, &a.json, 0, 0, 0},
@@ -282,26 +282,41 @@ int cmd_search(int argc, char **argv)
     simil_matrix q = {0, 0, SIMIL_DTYPE_FLOAT32, NULL};
     simil_index *index = NULL;
     simil_status st;
+    char usage[8192];
     int rc;
-    if (!cli_parse(argc, argv, opts, search_usage, NULL, 0, &rc)) return rc;
+    cli_params_usage(search_usage, usage, sizeof usage);
+    if (!cli_parse(argc, argv, opts, usage, NULL, 0, &rc)) return rc;
     if (!cli_check_device("--device", a.device) ||
         (a.out && !cli_check_suffix("--out", a.out, id_formats)) ||
         (a.dist && !cli_check_suffix("--distances", a.dist, dist_formats)))
         return CLI_EXIT_USAGE;
+    if ((rc = cli_params_init(&a.params))) return rc;
+    if ((a.nprobe && !cli_params_set(&a.params, "--nprobe", "nprobe", a.nprobe)) ||
+        (a.threads && !cli_params_set(&a.params, "--threads", "threads", a.threads)) ||
+        !cli_params_set_all(&a.params, "--param", &a.param)) {
+        cli_params_free(&a.params);
+        return CLI_EXIT_USAGE;
+    }
     if (a.distributed) {
 #ifdef SIMIL_HAVE_MPI
-        return search_distributed(&a, argc, argv);
+        rc = search_distributed(&a, argc, argv);
 #else
-        return cli_error("--distributed: this simil was built without MPI; install "
-                         "libopenmpi-dev and rebuild");
+        rc = cli_error("--distributed: this simil was built without MPI; install "
+                       "libopenmpi-dev and rebuild");
 #endif
+        cli_params_free(&a.params);
+        return rc;
     }
     cli_progress_install();
-    if ((st = simil_index_load(&index, a.index, a.device)) != SIMIL_OK)
+    if ((st = simil_index_load(&index, a.index, a.device)) != SIMIL_OK) {
+        cli_params_free(&a.params);
         return cli_fail(st, a.index);
+    }
+    cli_params_warn_unused(&a.params, index);
     rc = cli_read_float(a.queries, 0, -1, &q);
     if (!rc) rc = search_run(&a, index, &q);
     simil_matrix_free(&q);
     simil_index_destroy(index);
+    cli_params_free(&a.params);
     return rc;
 }

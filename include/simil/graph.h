@@ -31,7 +31,9 @@ typedef struct simil_knn_graph_params {
     const char *index;          /* index description; default "Flat" (exact graph) */
     simil_metric metric;        /* default SIMIL_METRIC_L2 */
     const char *device;         /* "auto" (default), "cpu", "gpu" or "gpu:N" */
-    simil_search_params search; /* nprobe, threads, ...; simil_search_params_init's defaults */
+    const simil_search_params *search; /* nprobe, threads, ... (simil/search_params.h);
+                                   NULL (default): the defaults.  Read during the
+                                   build; the caller keeps it alive until then */
     int64_t batch;              /* queries per search call, and rows per chunk read or
                                    added when streaming; default 200,000 */
     int64_t max_train;          /* an index that needs training trains on a seeded random

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "simil/search_params.h"
 #include "simil/status.h"
 
 #ifdef __cplusplus
@@ -33,31 +34,6 @@ SIMIL_API simil_status simil_metric_parse(const char *name, simil_metric *metric
 SIMIL_API const char *simil_metric_name(simil_metric metric);
 
 typedef struct simil_index simil_index;
-
-/* Precision of IVF-PQ lookup tables in GPU shared memory. */
-typedef enum simil_lut_precision {
-    SIMIL_LUT_AUTO = 0,  /* fp32 where the tables fit, else fp16 */
-    SIMIL_LUT_FP32 = 1,
-    SIMIL_LUT_FP16 = 2   /* offset per sub-table before rounding; sums in fp32 */
-} simil_lut_precision;
-
-/* Per-call search parameters.  Fill with simil_search_params_init() first, then
- * change what you need: fields added in later versions keep their defaults. */
-typedef struct simil_search_params {
-    int64_t nprobe;             /* inverted lists to visit; 0: 1, as in Faiss */
-    int threads;                /* CPU threads for this call; 0: all available */
-    int refine_factor;          /* ...,Refine: re-rank k * this many candidates; 0: 4 */
-    float extra_distance;       /* XFBQ: widen the candidates by this fraction of the
-                                   distance range; < 0: the default, 0.05 */
-    simil_lut_precision lut;    /* IVF-PQ lookup tables; default SIMIL_LUT_AUTO */
-    int precomputed_tables;     /* IVF-PQ, L2: 1 (default) uses the decomposition
-                                   of the distance, with each vector's term 1
-                                   stored at add time and one table per query; 0
-                                   computes a table per (query, list) from the
-                                   residual */
-} simil_search_params;
-
-SIMIL_API void simil_search_params_init(simil_search_params *params);
 
 /* Create an empty index.
  * dim: vector dimension, >= 1.
@@ -93,11 +69,18 @@ SIMIL_API simil_status simil_index_add(simil_index *index, int64_t n, const floa
  * Rows are sorted by distance (ascending for L2, descending similarity for IP
  * and cosine), then by id.  Slots beyond the index size get label -1 and
  * distance +inf (L2) or -inf (IP, cosine).  L2 distances are squared.
- * params may be NULL for the defaults.  Safe to call from several threads. */
+ * params: settings such as nprobe (simil/search_params.h), or NULL for the
+ * defaults; settings this index does not use are ignored.  Safe to call from
+ * several threads. */
 SIMIL_API simil_status simil_index_search(const simil_index *index, int64_t nq,
                                           const float *queries, int64_t k,
                                           const simil_search_params *params,
                                           float *distances, int64_t *labels);
+
+/* 1 if searches of this index read the search parameter called name
+ * (simil/search_params.h): nprobe for an inverted file, extra_distance for
+ * XFBQ, and so on; 0 if they ignore it, or for an unknown name. */
+SIMIL_API int simil_index_uses_search_param(const simil_index *index, const char *name);
 
 /* Remove every vector whose id is in ids[0..n).  *removed (may be NULL)
  * receives how many vectors went.  Ids not present are not an error. */

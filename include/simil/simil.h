@@ -3,6 +3,7 @@
 #define SIMIL_SIMIL_H
 
 #include "simil/status.h"
+#include "simil/search_params.h"
 #include "simil/index.h"
 #include "simil/dataset.h"
 #include "simil/progress.h"

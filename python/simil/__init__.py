@@ -25,8 +25,11 @@ write release the GIL.  Many threads may search one index at once; add,
 train, remove and reset wait until the searches in flight have finished.
 """
 
+import collections
+import numbers
 import operator
 import os
+import textwrap
 
 import numpy as np
 
@@ -36,6 +39,7 @@ __version__ = _core.version()
 
 __all__ = [
     "Index", "load", "kmeans", "select_k", "generate", "read", "write",
+    "search_parameters", "SearchParameter",
     "gpu_count", "built_with_cuda", "__version__",
     "Error", "InvalidArgumentError", "OutOfMemoryError", "UnsupportedError",
     "NoDeviceError", "FileError", "CorruptFileError", "NotTrainedError",
@@ -140,16 +144,6 @@ def _ids(ids):
     return np.ascontiguousarray(a.reshape(-1), dtype=np.int64)
 
 
-def _positive(value, name):
-    """value as an int >= 1, or 0 for None (the library's default)."""
-    if value is None:
-        return 0
-    value = operator.index(value)
-    if value < 1:
-        raise InvalidArgumentError(f"{name}={value} must be >= 1 (or None for the default)")
-    return value
-
-
 def _seed(seed):
     """seed as an int that fits in uint64."""
     seed = operator.index(seed)
@@ -165,6 +159,78 @@ def _device(device):
     if not isinstance(device, str):
         raise TypeError(f"device must be a string such as 'cpu' or 'gpu:0', got {device!r}")
     return device
+
+
+# ---- search parameters ----
+
+SearchParameter = collections.namedtuple(
+    "SearchParameter", "name type default range index_types help choices")
+SearchParameter.__doc__ = """One setting Index.search takes as a keyword.
+
+name: the keyword, such as "nprobe".
+type: "int", "float" or "enum" (one of the strings in choices).
+default: its value when not given, as that type.
+range: the values it takes, such as "1 to 1073741824" or "auto, fp32 or fp16".
+index_types: the index types whose searches read it; the others ignore it.
+help: one line.
+choices: for "enum", the names it takes; else None.
+"""
+
+
+def _search_parameter(row):
+    name, kind, default, range_, index_types, help_, choices = row
+    value = {"int": int, "float": float}.get(kind, str)(default)
+    return SearchParameter(name, kind, value, range_, index_types, help_, choices)
+
+
+_SEARCH_PARAMETERS = {row[0]: _search_parameter(row) for row in _core.search_parameters()}
+
+
+def search_parameters():
+    """The settings Index.search takes as keywords: a dict of name -> SearchParameter.
+
+    The list comes from the library's table, so it is the same as what the C
+    API (simil_search_param_get_info) and `simil search --help` show.
+    """
+    return dict(_SEARCH_PARAMETERS)
+
+
+def _search_settings(params):
+    """The keywords of Index.search as (name, value) pairs for the library,
+    checked for names and Python types (the library checks the values)."""
+    settings = []
+    for name, value in params.items():
+        p = _SEARCH_PARAMETERS.get(name)
+        if p is None:
+            raise TypeError(f"search() got an unexpected keyword argument {name!r}; the search "
+                            f"parameters are {', '.join(_SEARCH_PARAMETERS)}")
+        if value is None:
+            continue
+        if p.type == "int":
+            try:
+                value = operator.index(value)
+            except TypeError:
+                raise TypeError(f"search parameter {name} takes an integer ({p.range}), "
+                                f"got {type(value).__name__}") from None
+        elif p.type == "float":
+            if not isinstance(value, numbers.Real):
+                raise TypeError(f"search parameter {name} takes a number ({p.range}), "
+                                f"got {type(value).__name__}")
+            value = float(value)
+        elif not isinstance(value, str):
+            raise TypeError(f"search parameter {name} takes one of {p.range}, "
+                            f"got {type(value).__name__}")
+        settings.append((name, value))
+    return tuple(settings)
+
+
+def _search_parameters_doc():
+    """The lines of Index.search's docstring that list the settings."""
+    return "\n".join(
+        textwrap.fill(f"{p.name}: {p.help}; {p.range}, default {p.default!r} "
+                      f"({p.index_types}).", 79, initial_indent=" " * 8,
+                      subsequent_indent=" " * 12)
+        for p in _SEARCH_PARAMETERS.values())
 
 
 # ---- the index ----
@@ -225,13 +291,17 @@ class Index:
                     f"{ids.shape[0]} ids were given for {x.shape[0]} vectors")
         self._core.add(x, ids)
 
-    def search(self, q, k, nprobe=None, threads=None):
+    def search(self, q, k, **params):
         """Find the k nearest neighbours of each query.
 
         q: queries, nq x dim (or one query of dim values, giving nq = 1).
         k: neighbours per query, >= 1.
-        nprobe: inverted lists to visit (IVF indexes); None for the index's default.
-        threads: CPU threads for this call; None for all.
+        params: search parameters by name, such as nprobe=16 or lut="fp16";
+            None or absent for the default.  A setting this index does not
+            use is ignored (Index.uses_search_parameter tells).  An unknown
+            name or a value of the wrong type raises TypeError, a value out
+            of range InvalidArgumentError (a ValueError).  They are:
+        {parameters}
 
         Returns (distances, ids): float32 nq x k and int64 nq x k.  Each row
         is sorted by distance (ascending for "l2", descending similarity for
@@ -239,9 +309,22 @@ class Index:
         beyond the number of vectors held get id -1 and distance +inf
         ("l2") or -inf ("ip", "cosine").
         """
+        settings = _search_settings(params)
         q = _rows(q, "queries", self.dim)
-        return self._core.search(q, operator.index(k), _positive(nprobe, "nprobe"),
-                                 _positive(threads, "threads"))
+        return self._core.search(q, operator.index(k), settings)
+
+    search.__doc__ = search.__doc__.replace("        {parameters}", _search_parameters_doc())
+
+    def uses_search_parameter(self, name):
+        """Whether searches of this index read the search parameter name.
+
+        nprobe is read by inverted files, extra_distance by XFBQ, and so on
+        (simil.search_parameters() lists them); the others ignore it.
+        """
+        if name not in _SEARCH_PARAMETERS:
+            raise InvalidArgumentError(f"unknown search parameter {name!r}; the search "
+                                       f"parameters are {', '.join(_SEARCH_PARAMETERS)}")
+        return self._core.uses_search_param(name)
 
     def remove(self, ids):
         """Remove every vector whose id is in ids (an int or a sequence of ints).

@@ -340,7 +340,45 @@ static PyObject *core_write(PyObject *Py_UNUSED(module), PyObject *args, PyObjec
 
 /* ---- the module ---- */
 
+/* The library's table of search parameters: a tuple of (name, type, default,
+ * range, index_types, help, choices) tuples, type "int", "float" or "enum",
+ * choices a tuple of names or None. */
+static PyObject *core_search_parameters(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
+{
+    static const char *const types[] = {"int", "float", "enum"};
+    const int n = simil_search_param_count();
+    PyObject *all = PyTuple_New(n);
+    for (int i = 0; all != NULL && i < n; i++) {
+        const simil_search_param_info *p = simil_search_param_get_info(i);
+        PyObject *choices = Py_None;
+        if (p->choices == NULL) {
+            Py_INCREF(Py_None);
+        } else {
+            Py_ssize_t m = 0;
+            while (p->choices[m] != NULL) m++;
+            choices = PyTuple_New(m);
+            for (Py_ssize_t j = 0; choices != NULL && j < m; j++) {
+                PyObject *c = PyUnicode_FromString(p->choices[j]);
+                if (c == NULL) Py_CLEAR(choices);
+                else PyTuple_SET_ITEM(choices, j, c);
+            }
+        }
+        PyObject *row = choices == NULL
+                            ? NULL
+                            : Py_BuildValue("(ssssssN)", p->name, types[p->type], p->default_value,
+                                            p->range, p->index_types, p->help, choices);
+        if (row == NULL) {
+            Py_CLEAR(all);
+            break;
+        }
+        PyTuple_SET_ITEM(all, i, row);
+    }
+    return all;
+}
+
 static PyMethodDef core_methods[] = {
+    {"search_parameters", core_search_parameters, METH_NOARGS,
+     "search_parameters() -> ((name, type, default, range, index_types, help, choices), ...)"},
     {"version", core_version, METH_NOARGS, "version() -> the loaded libsimil's version string"},
     {"gpu_count", core_gpu_count, METH_NOARGS, "gpu_count() -> GPUs this build can use"},
     {"built_with_cuda", core_built_with_cuda, METH_NOARGS,

@@ -173,20 +173,68 @@ static PyObject *index_add(IndexObject *self, PyObject *args, PyObject *kwds)
     Py_RETURN_NONE;
 }
 
+/* The search parameters of a tuple of (name, value) pairs into a new handle
+ * (*out), or NULL with an exception set.  The Python layer has checked the
+ * names and the Python types: ints go as text (so that the library reports
+ * any size out of range), floats as double, strings as text. */
+static int search_params_of(PyObject *settings, simil_search_params **out)
+{
+    simil_search_params *p = NULL;
+    simil_status s = simil_search_params_create(&p);
+    if (s != SIMIL_OK) {
+        pysimil_raise(s);
+        return 0;
+    }
+    Py_ssize_t n = settings == NULL ? 0 : PyTuple_Size(settings);
+    if (n < 0) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *name;
+        PyObject *value;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(settings, i), "sO:search parameter", &name, &value))
+            goto fail;
+        if (PyFloat_Check(value)) {
+            s = simil_search_params_set_float(p, name, PyFloat_AS_DOUBLE(value));
+        } else if (PyLong_Check(value) || PyUnicode_Check(value)) {
+            PyObject *text = PyObject_Str(value);
+            const char *utf8 = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
+            if (utf8 == NULL) {
+                Py_XDECREF(text);
+                goto fail;
+            }
+            s = simil_search_params_set(p, name, utf8);
+            Py_DECREF(text);
+        } else {
+            PyErr_Format(PyExc_TypeError, "search parameter %s: %R is not an int, float or str",
+                         name, value);
+            goto fail;
+        }
+        if (s != SIMIL_OK) {
+            pysimil_raise(s);
+            goto fail;
+        }
+    }
+    *out = p;
+    return 1;
+fail:
+    simil_search_params_destroy(p);
+    return 0;
+}
+
 static PyObject *index_search(IndexObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"queries", "k", "nprobe", "threads", NULL};
-    PyObject *obj;
+    static char *kwlist[] = {"queries", "k", "settings", NULL};
+    PyObject *obj, *settings = NULL;
     long long k;
-    simil_search_params params;
-    simil_search_params_init(&params);
-    long long nprobe = params.nprobe;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL|Li:search", kwlist, &obj, &k, &nprobe,
-                                     &params.threads))
+    simil_search_params *params = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL|O!:search", kwlist, &obj, &k, &PyTuple_Type,
+                                     &settings))
         return NULL;
-    params.nprobe = nprobe;
+    if (!search_params_of(settings, &params)) return NULL;
     PyArrayObject *q = vectors_arg(self, obj, "queries");
-    if (q == NULL) return NULL;
+    if (q == NULL) {
+        simil_search_params_destroy(params);
+        return NULL;
+    }
     int64_t nq = (int64_t)PyArray_DIM(q, 0);
     PyArrayObject *distances = pysimil_empty(2, nq, k, NPY_FLOAT32);
     PyArrayObject *labels = pysimil_empty(2, nq, k, NPY_INT64);
@@ -195,18 +243,26 @@ static PyObject *index_search(IndexObject *self, PyObject *args, PyObject *kwds)
     if (ready) {
         Py_BEGIN_ALLOW_THREADS
         index_lock(self, SHARED);
-        s = simil_index_search(self->index, nq, PyArray_DATA(q), k, &params,
+        s = simil_index_search(self->index, nq, PyArray_DATA(q), k, params,
                                PyArray_DATA(distances), PyArray_DATA(labels));
         index_unlock(self);
         Py_END_ALLOW_THREADS
     }
     Py_DECREF(q);
+    simil_search_params_destroy(params);
     if (!ready || s != SIMIL_OK) {
         Py_XDECREF(distances);
         Py_XDECREF(labels);
         return ready ? pysimil_raise(s) : NULL;
     }
     return Py_BuildValue("NN", distances, labels);
+}
+
+static PyObject *index_uses_search_param(IndexObject *self, PyObject *name)
+{
+    const char *text = PyUnicode_AsUTF8(name);
+    if (text == NULL) return NULL;
+    return PyBool_FromLong(simil_index_uses_search_param(self->index, text));
 }
 
 static PyObject *index_remove(IndexObject *self, PyObject *obj)
@@ -334,7 +390,10 @@ static PyMethodDef index_methods[] = {
     {"add", PYSIMIL_KW_METHOD(index_add), METH_VARARGS | METH_KEYWORDS,
      "add(vectors, ids=None): vectors float32 n x dim, ids int64 n or None"},
     {"search", PYSIMIL_KW_METHOD(index_search), METH_VARARGS | METH_KEYWORDS,
-     "search(queries, k, nprobe=0, threads=0) -> (distances, labels)"},
+     "search(queries, k, settings=()) -> (distances, labels); settings: (name, value) "
+     "pairs"},
+    {"uses_search_param", (PyCFunction)index_uses_search_param, METH_O,
+     "uses_search_param(name) -> whether searches of this index read that setting"},
     {"remove", (PyCFunction)index_remove, METH_O, "remove(ids) -> number removed"},
     {"reconstruct", (PyCFunction)index_reconstruct, METH_O, "reconstruct(id) -> float32 dim"},
     {"reset", (PyCFunction)index_reset, METH_NOARGS, "reset(): remove every vector"},

@@ -32,7 +32,7 @@ void simil_knn_graph_params_init(simil_knn_graph_params *params)
     params->index = "Flat";
     params->metric = SIMIL_METRIC_L2;
     params->device = "auto";
-    simil_search_params_init(&params->search);
+    params->search = NULL;
     params->batch = 200000;
     params->max_train = 500000;
     params->quality = 0;
@@ -250,7 +250,7 @@ static simil_status sml_graph_query(sml_graph_build *g)
         int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
         const float *rows = NULL;
         SML_TRY(sml_source_rows(s, first, count, &rows));
-        SML_TRY(simil_index_search(g->index, count, rows, g->k + 1, &g->p->search, g->res_dist,
+        SML_TRY(simil_index_search(g->index, count, rows, g->k + 1, g->p->search, g->res_dist,
                                    g->res_ids));
         sml_knn_graph_drop_self(count, first, NULL, g->k, g->res_ids, g->res_dist, g->out_ids,
                                 g->out_dist);

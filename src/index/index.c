@@ -44,15 +44,6 @@ const char *simil_metric_name(simil_metric metric)
     return "unknown";
 }
 
-void simil_search_params_init(simil_search_params *params)
-{
-    if (params == NULL) return;
-    memset(params, 0, sizeof *params);
-    params->extra_distance = -1.0f;
-    params->lut = SIMIL_LUT_AUTO;
-    params->precomputed_tables = 1;
-}
-
 simil_status simil_index_create(simil_index **index, int64_t dim, const char *description,
                                 simil_metric metric, const char *device)
 {
@@ -233,26 +224,10 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
                   SIMIL_ERR_INVALID_ARGUMENT,
                   "search: the outputs are in GPU memory, but the index is on the CPU");
     sml_search_call call = {.nq = nq, .k = k, .distances = distances, .labels = labels};
-    simil_search_params_init(&call.params);
-    if (params != NULL) call.params = *params;
-    SML_RETURN_IF(call.params.nprobe < 0 || call.params.threads < 0 ||
-                      call.params.refine_factor < 0,
-                  SIMIL_ERR_INVALID_ARGUMENT,
-                  "search: nprobe=%" PRId64 ", threads=%d and refine_factor=%d must not be "
-                  "negative",
-                  call.params.nprobe, call.params.threads, call.params.refine_factor);
-    SML_RETURN_IF(call.params.lut != SIMIL_LUT_AUTO && call.params.lut != SIMIL_LUT_FP32 &&
-                      call.params.lut != SIMIL_LUT_FP16,
-                  SIMIL_ERR_INVALID_ARGUMENT, "search: unknown lookup-table precision %d",
-                  (int)call.params.lut);
-    SML_RETURN_IF(!(call.params.extra_distance < 0 || call.params.extra_distance <= 1),
-                  SIMIL_ERR_INVALID_ARGUMENT,
-                  "search: extra_distance=%g must be a fraction in [0, 1] (or negative for "
-                  "the default)",
-                  (double)call.params.extra_distance);
+    call.params = params != NULL ? *params : *sml_search_defaults();
     /* an inverted file probes min(nprobe, nlist) lists per query */
-    const int64_t nprobe = call.params.nprobe > 0 ? call.params.nprobe : 1;
-    const int64_t probes = nprobe < index->spec.ivf_nlist ? nprobe : index->spec.ivf_nlist;
+    const int64_t probes = call.params.nprobe < index->spec.ivf_nlist ? call.params.nprobe
+                                                                       : index->spec.ivf_nlist;
     SML_RETURN_IF(!sml_product_fits(nq, probes, sml_max_result_slots), SIMIL_ERR_INVALID_ARGUMENT,
                   "search: nq=%" PRId64 " x %" PRId64 " probed lists is beyond 2^40; search "
                   "fewer queries at a time",

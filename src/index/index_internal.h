@@ -16,6 +16,29 @@
 #include "index/index_spec.h"
 #include "simil/index.h"
 
+/* The settings of a search, opaque to users (simil/search_params.h).  The
+ * table in search_params.c names each field, with its range and default;
+ * values are checked when they are set, so index types read them as they
+ * are.  A new setting is a field here and a row there. */
+struct simil_search_params {
+    int64_t nprobe;          /* inverted lists to visit, >= 1 */
+    int threads;             /* CPU threads, 0: all */
+    int refine_factor;       /* ...,Refine: k * this many candidates, >= 1 */
+    float extra_distance;    /* XFBQ: candidate window, a fraction in [0, 1] */
+    int lut;                 /* IVF-PQ on a GPU: an sml_lut_precision */
+    int precomputed_tables;  /* IVF-PQ, L2: 1 term tables per query, 0 per (query, list) */
+};
+
+/* Precision of IVF-PQ lookup tables in GPU shared memory. */
+typedef enum sml_lut_precision {
+    SML_LUT_AUTO = 0,  /* fp32 where the tables fit, else fp16 */
+    SML_LUT_FP32 = 1,
+    SML_LUT_FP16 = 2   /* offset per sub-table before rounding; sums in fp32 */
+} sml_lut_precision;
+
+/* Every setting at its default (what a NULL params means). */
+const simil_search_params *sml_search_defaults(void);
+
 /* Queries and results are in host memory, except for a type with device_io
  * set, which also gets the caller's GPU arrays as they are (cosine queries
  * always come as a normalized host copy). */

@@ -224,8 +224,8 @@ static simil_status sml_ivf_pq_search(const simil_index *index, const sml_search
     args.pq_term1_at = ivf->metric == SIMIL_METRIC_L2 && call->params.precomputed_tables
                            ? sml_pq_code_size(&x->pq)
                            : 0;
-    args.lut_fp16 = call->params.lut == SIMIL_LUT_FP16 ||
-                    (call->params.lut == SIMIL_LUT_AUTO && lut_bytes > 48 * 1024);
+    args.lut_fp16 = call->params.lut == SML_LUT_FP16 ||
+                    (call->params.lut == SML_LUT_AUTO && lut_bytes > 48 * 1024);
     return index->backend->ops->ivf_pq_scan(index->backend, &args);
 }
 

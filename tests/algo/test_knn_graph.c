@@ -121,7 +121,8 @@ static void test_ivf_all_lists_is_exact(void **state)
     int64_t ids[N * K], ref_ids[N * K], low_ids[N * K];
     float dist[N * K], ref_dist[N * K], low_dist[N * K];
     simil_knn_graph_params p = cpu_params("IVF8,Flat");
-    p.search.nprobe = 8;
+    simil_search_params *all = sml_test_params("nprobe=8"), *one = sml_test_params("nprobe=1");
+    p.search = all;
     p.max_train = 400; /* trains on a sample */
     simil_knn_graph_stats stats;
     SML_ASSERT_OK(simil_knn_graph(&p, N, D, x, K, ids, dist, &stats));
@@ -131,7 +132,7 @@ static void test_ivf_all_lists_is_exact(void **state)
     sml_test_check_same("IVF8,Flat nprobe=8 graph (seed 11, n=600 dim=13 k=7)", x, N, x, N, D,
                         K, SIMIL_METRIC_L2, dist, ids, ref_dist, ref_ids, 1e-4);
     /* one list: approximate, never itself, and worse quality than exact */
-    p.search.nprobe = 1;
+    p.search = one;
     p.quality = 1;
     SML_ASSERT_OK(simil_knn_graph(&p, N, D, x, K, low_ids, low_dist, &stats));
     assert_no_self(low_ids, N, K);
@@ -141,6 +142,8 @@ static void test_ivf_all_lists_is_exact(void **state)
         fail_msg("IVF8,Flat nprobe=1: quality %g, want in (0.2, 0.99)", q);
     /* the build's own measure is the same computation on the same sample */
     if (stats.quality != q) fail_msg("build quality %.17g, graph quality %.17g", stats.quality, q);
+    simil_search_params_destroy(all);
+    simil_search_params_destroy(one);
     free(x);
 }
 
@@ -185,11 +188,12 @@ static void test_stream_equals_memory(void **state)
     int64_t mem_ids[N * K], st_ids[N * K];
     float mem_dist[N * K], st_dist[N * K];
     const char *indexes[] = {"Flat", "IVF4,Flat"};
+    simil_search_params *two = sml_test_params("nprobe=2");
     for (int t = 0; t < 2; t++) {
         simil_knn_graph_params p = cpu_params(indexes[t]);
         p.batch = 64;
         p.max_train = 250;
-        p.search.nprobe = 2;
+        p.search = two;
         p.quality = 1;
         simil_knn_graph_stats ms, ss;
         SML_ASSERT_OK(simil_knn_graph(&p, N, D, x, K, mem_ids, mem_dist, &ms));
@@ -206,6 +210,7 @@ static void test_stream_equals_memory(void **state)
             fail_msg("%s: quality %.17g in memory, %.17g streamed", indexes[t], ms.quality,
                      ss.quality);
     }
+    simil_search_params_destroy(two);
     free(x);
 }
 
@@ -442,7 +447,8 @@ static void test_alloc_failures(void **state)
     p.batch = 50;
     p.max_train = 100;
     p.quality = 1;
-    p.search.nprobe = 4;
+    simil_search_params *four = sml_test_params("nprobe=4");
+    p.search = four;
     SML_ASSERT_OK(simil_knn_graph(&p, n, d, x, k, ref, dist, NULL));
     int failures = 0;
     for (int64_t at = 1; at < 10000; at++) {
@@ -458,6 +464,7 @@ static void test_alloc_failures(void **state)
     assert_true(failures > 10);
     SML_ASSERT_OK(simil_knn_graph(&p, n, d, x, k, ids, dist, NULL));
     assert_memory_equal(ids, ref, sizeof ids);
+    simil_search_params_destroy(four);
 }
 
 int main(void)

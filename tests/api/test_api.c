@@ -80,15 +80,6 @@ static void test_handles(void **state)
     assert_true(strlen(simil_backend_name(index)) > 0);
     SML_ASSERT_OK(simil_index_train(index, 0, NULL));
     simil_index_destroy(index);
-    simil_search_params p;
-    memset(&p, 0x7f, sizeof p);
-    simil_search_params_init(&p);
-    assert_int_equal(p.nprobe, 0);
-    assert_int_equal(p.threads, 0);
-    assert_int_equal(p.refine_factor, 0);
-    assert_true(p.extra_distance < 0);
-    assert_int_equal(p.lut, SIMIL_LUT_AUTO);
-    assert_int_equal(p.precomputed_tables, 1);
 }
 
 static void test_gpu_request_without_gpu(void **state)

@@ -15,10 +15,10 @@ static const double rel_tol = 1e-4;
 static void search(const simil_index *index, int64_t nq, const float *q, int64_t k,
                    int64_t nprobe, float *d, int64_t *l)
 {
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = nprobe;
-    SML_ASSERT_OK(simil_index_search(index, nq, q, k, &p, d, l));
+    simil_search_params *p = sml_test_params("");
+    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", nprobe));
+    SML_ASSERT_OK(simil_index_search(index, nq, q, k, p, d, l));
+    simil_search_params_destroy(p);
 }
 
 /* An index trained and filled on the CPU, and its copy loaded on the GPU. */
@@ -248,21 +248,22 @@ static void compare_approx(const char *what, const simil_index *cpu, const simil
 }
 
 /* An L2 index trained on the CPU and loaded on the GPU, compared at one
- * nprobe with the GPU's tables in lut precision. */
+ * nprobe with the GPU's tables in lut precision ("fp32" or "fp16"). */
 static void compare_twin(const char *desc, int64_t n, int64_t dim, const float *x,
                          const float *q, int64_t nq, int64_t k, int64_t nprobe,
-                         simil_lut_precision lut, double rel)
+                         const char *lut, double rel)
 {
     simil_index *cpu, *gpu;
     twin(desc, dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
-    simil_search_params pc, pg;
-    simil_search_params_init(&pc);
-    pc.nprobe = nprobe;
-    pg = pc;
-    pg.lut = lut;
+    simil_search_params *pc = sml_test_params(""), *pg = sml_test_params("");
+    SML_ASSERT_OK(simil_search_params_set_int(pc, "nprobe", nprobe));
+    SML_ASSERT_OK(simil_search_params_set_int(pg, "nprobe", nprobe));
+    SML_ASSERT_OK(simil_search_params_set(pg, "lut", lut));
     char what[96];
-    snprintf(what, sizeof what, "%s %s", desc, lut == SIMIL_LUT_FP16 ? "fp16" : "fp32");
-    compare_approx(what, cpu, gpu, &pc, &pg, q, nq, k, rel);
+    snprintf(what, sizeof what, "%s %s", desc, lut);
+    compare_approx(what, cpu, gpu, pc, pg, q, nq, k, rel);
+    simil_search_params_destroy(pc);
+    simil_search_params_destroy(pg);
     simil_index_destroy(cpu);
     simil_index_destroy(gpu);
 }
@@ -281,33 +282,33 @@ static void test_ivf_pq_same_as_cpu(void **state)
     for (int m = 0; m < 2; m++) {
         simil_index *cpu, *gpu;
         twin("IVF32,PQ8", dim, metrics[m], n, x, &cpu, &gpu);
-        simil_search_params pc, pg;
-        simil_search_params_init(&pc);
-        pc.nprobe = 8;
+        simil_search_params *pc = sml_test_params("nprobe=8"), *pg = sml_test_params("nprobe=8");
         for (int pre = 0; pre <= 1; pre++)
             for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
-                pc.precomputed_tables = pre;
-                pg = pc;
-                pg.lut = SIMIL_LUT_FP32;
+                SML_ASSERT_OK(simil_search_params_set_int(pc, "precomputed_tables", pre));
+                SML_ASSERT_OK(simil_search_params_set_int(pg, "precomputed_tables", pre));
+                SML_ASSERT_OK(simil_search_params_set(pg, "lut", "fp32"));
                 char what[96];
                 snprintf(what, sizeof what, "IVF32,PQ8 metric %d precomputed %d k=%lld fp32",
                          (int)metrics[m], pre, (long long)ks[ki]);
-                compare_approx(what, cpu, gpu, &pc, &pg, q, nq, ks[ki], 1e-4);
+                compare_approx(what, cpu, gpu, pc, pg, q, nq, ks[ki], 1e-4);
                 /* fp16 tables: entries off by 2^-11 of the table's range at most */
-                pg.lut = SIMIL_LUT_FP16;
+                SML_ASSERT_OK(simil_search_params_set(pg, "lut", "fp16"));
                 what[strlen(what) - 4] = 0;
                 strcat(what, "fp16");
-                compare_approx(what, cpu, gpu, &pc, &pg, q, nq, ks[ki], 2e-2);
+                compare_approx(what, cpu, gpu, pc, pg, q, nq, ks[ki], 2e-2);
             }
+        simil_search_params_destroy(pc);
+        simil_search_params_destroy(pg);
         simil_index_destroy(cpu);
         simil_index_destroy(gpu);
     }
     /* codes of fewer than 8 bits: tables of 2^5 entries per sub-quantizer */
-    compare_twin("IVF32,PQ8x5", n, dim, x, q, nq, k, 8, SIMIL_LUT_FP32, 1e-4);
+    compare_twin("IVF32,PQ8x5", n, dim, x, q, nq, k, 8, "fp32", 1e-4);
     /* large raw values: fp16 tables must not overflow */
     for (int64_t i = 0; i < n * dim; i++) x[i] *= 3000.0f;
     for (int64_t i = 0; i < nq * dim; i++) q[i] *= 3000.0f;
-    compare_twin("IVF16,PQ16", n, dim, x, q, nq, k, 4, SIMIL_LUT_FP16, 2e-2);
+    compare_twin("IVF16,PQ16", n, dim, x, q, nq, k, 4, "fp16", 2e-2);
     free(x);
     free(q);
 }
@@ -331,17 +332,16 @@ static void test_ivf_pq_fused_layouts(void **state)
         for (int m = 0; m < 2; m++) {
             simil_index *cpu, *gpu;
             twin(descs[d], dim, metrics[m], n, x, &cpu, &gpu);
-            simil_search_params pc, pg;
-            simil_search_params_init(&pc);
-            pc.nprobe = 4;
-            pg = pc;
-            pg.lut = SIMIL_LUT_FP32;
+            simil_search_params *pc = sml_test_params("nprobe=4");
+            simil_search_params *pg = sml_test_params("nprobe=4,lut=fp32");
             for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
                 char what[96];
                 snprintf(what, sizeof what, "%s metric %d k=%lld", descs[d], (int)metrics[m],
                          (long long)ks[ki]);
-                compare_approx(what, cpu, gpu, &pc, &pg, q, nq, ks[ki], 1e-4);
+                compare_approx(what, cpu, gpu, pc, pg, q, nq, ks[ki], 1e-4);
             }
+            simil_search_params_destroy(pc);
+            simil_search_params_destroy(pg);
             simil_index_destroy(cpu);
             simil_index_destroy(gpu);
         }
@@ -425,13 +425,11 @@ static void test_ivf_pq_fashion_56_bytes(void **state)
     float *d = sml_test_malloc(4 * nq * k), *dt = sml_test_malloc(4 * nq * k);
     int64_t *l = sml_test_malloc(8 * nq * k), *lt = sml_test_malloc(8 * nq * k);
     SML_ASSERT_OK(simil_index_search(flat, nq, q.data, k, NULL, dt, lt));
-    const simil_lut_precision luts[] = {SIMIL_LUT_FP16, SIMIL_LUT_FP32};
+    const char *luts[] = {"nprobe=16,lut=fp16", "nprobe=16,lut=fp32"};
     for (int u = 0; u < 2; u++) {
-        simil_search_params p;
-        simil_search_params_init(&p);
-        p.nprobe = 16;
-        p.lut = luts[u];
-        SML_ASSERT_OK(simil_index_search(ivf, nq, q.data, k, &p, d, l));
+        simil_search_params *p = sml_test_params(luts[u]);
+        SML_ASSERT_OK(simil_index_search(ivf, nq, q.data, k, p, d, l));
+        simil_search_params_destroy(p);
         int64_t hits = 0;
         for (int64_t i = 0; i < nq; i++)
             for (int64_t j = 0; j < k; j++)

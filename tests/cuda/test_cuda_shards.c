@@ -23,11 +23,10 @@ static void compare(const char *what, const simil_index *one, const simil_index 
 {
     float *d1 = sml_test_malloc(4 * NQ * K), *d2 = sml_test_malloc(4 * NQ * K);
     int64_t *l1 = sml_test_malloc(8 * NQ * K), *l2 = sml_test_malloc(8 * NQ * K);
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = 8;
-    SML_ASSERT_OK(simil_index_search(one, NQ, q, K, &p, d1, l1));
-    SML_ASSERT_OK(simil_index_search(many, NQ, q, K, &p, d2, l2));
+    simil_search_params *p = sml_test_params("nprobe=8");
+    SML_ASSERT_OK(simil_index_search(one, NQ, q, K, p, d1, l1));
+    SML_ASSERT_OK(simil_index_search(many, NQ, q, K, p, d2, l2));
+    simil_search_params_destroy(p);
     sml_test_check_same(what, x, N, q, NQ, D, K, SIMIL_METRIC_L2, d2, l2, d1, l1, 1e-4);
     free(d1);
     free(d2);

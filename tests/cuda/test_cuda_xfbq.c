@@ -54,15 +54,16 @@ static void compare(const char *what, const simil_index *cpu, const simil_index 
     char context[200];
     snprintf(context, sizeof context, "%s %s k=%lld nprobe=%lld extra=%g", what,
              simil_metric_name(metric), (long long)k, (long long)nprobe, (double)extra);
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = nprobe;
-    p.extra_distance = extra;
+    /* nprobe 0 and extra < 0: the defaults */
+    simil_search_params *p = sml_test_params("");
+    if (nprobe > 0) SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", nprobe));
+    if (extra >= 0) SML_ASSERT_OK(simil_search_params_set_float(p, "extra_distance", extra));
     const size_t out = (size_t)(nq * k);
     float *dc = sml_test_malloc(4 * out), *dg = sml_test_malloc(4 * out);
     int64_t *lc = sml_test_malloc(8 * out), *lg = sml_test_malloc(8 * out);
-    SML_ASSERT_OK(simil_index_search(cpu, nq, q, k, &p, dc, lc));
-    SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, &p, dg, lg));
+    SML_ASSERT_OK(simil_index_search(cpu, nq, q, k, p, dc, lc));
+    SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, dg, lg));
+    simil_search_params_destroy(p);
     float *xp = prepared(x, n, dim, metric), *qp = prepared(q, nq, dim, metric);
     sml_test_check_same(context, xp, n, qp, nq, dim, k,
                         metric == SIMIL_METRIC_L2 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP, dg, lg, dc,

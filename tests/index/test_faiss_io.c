@@ -111,10 +111,10 @@ static void check_same(const char *ctx, int64_t nq, const float *d, const int64_
 
 static void search(const simil_index *index, const simil_matrix *q, float *d, int64_t *l)
 {
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = NPROBE;
-    SML_ASSERT_OK(simil_index_search(index, q->rows, q->data, K, &p, d, l));
+    simil_search_params *p = sml_test_params("");
+    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", NPROBE));
+    SML_ASSERT_OK(simil_index_search(index, q->rows, q->data, K, p, d, l));
+    simil_search_params_destroy(p);
 }
 
 /* Load NAME.faiss on device and compare its search with Faiss's. */

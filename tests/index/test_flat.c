@@ -223,10 +223,10 @@ static void test_bad_input(void **state)
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_search(index, 1, NULL, 1, NULL, d, l));
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_search(index, 1, x, 1, NULL, NULL, l));
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_search(NULL, 1, x, 1, NULL, d, l));
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.threads = -1;
-    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_search(index, 1, x, 1, &p, d, l));
+    simil_search_params *p = sml_test_params("");
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_search_params_set_int(p, "threads", -1));
+    SML_ASSERT_OK(simil_index_search(index, 1, x, 1, p, d, l)); /* p is unchanged */
+    simil_search_params_destroy(p);
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_remove(index, 1, NULL, NULL));
     /* k above n pads; nq = 0 does nothing */
     SML_ASSERT_OK(simil_index_search(index, 1, x, 8, NULL, d, l));
@@ -250,10 +250,9 @@ static void test_threads_param(void **state)
     SML_ASSERT_OK(simil_index_add(index, s.n, base, NULL));
     float d1[64 * 5], d2[64 * 5];
     int64_t l1[64 * 5], l2[64 * 5];
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.threads = 1;
-    SML_ASSERT_OK(simil_index_search(index, s.nq, q, s.k, &p, d1, l1));
+    simil_search_params *p = sml_test_params("threads=1");
+    SML_ASSERT_OK(simil_index_search(index, s.nq, q, s.k, p, d1, l1));
+    simil_search_params_destroy(p);
     SML_ASSERT_OK(simil_index_search(index, s.nq, q, s.k, NULL, d2, l2));
     assert_memory_equal(l1, l2, sizeof l1);
     assert_memory_equal(d1, d2, sizeof d1);

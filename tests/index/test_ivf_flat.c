@@ -26,10 +26,10 @@ static simil_index *ivf_index(const char *desc, int64_t dim, simil_metric metric
 static void search_all(const simil_index *index, int64_t nq, const float *q, int64_t k,
                        int64_t nprobe, float *d, int64_t *l)
 {
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = nprobe;
-    SML_ASSERT_OK(simil_index_search(index, nq, q, k, &p, d, l));
+    simil_search_params *p = sml_test_params("");
+    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", nprobe));
+    SML_ASSERT_OK(simil_index_search(index, nq, q, k, p, d, l));
+    simil_search_params_destroy(p);
 }
 
 static void test_full_probe_is_exact(void **state)

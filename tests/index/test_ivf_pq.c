@@ -24,11 +24,11 @@ static simil_index *build(const char *desc, int64_t dim, simil_metric metric, in
 static void search(const simil_index *index, int64_t nq, const float *q, int64_t k,
                    int64_t nprobe, int precomputed, float *d, int64_t *l)
 {
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = nprobe;
-    p.precomputed_tables = precomputed;
-    SML_ASSERT_OK(simil_index_search(index, nq, q, k, &p, d, l));
+    simil_search_params *p = sml_test_params("");
+    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", nprobe));
+    SML_ASSERT_OK(simil_search_params_set_int(p, "precomputed_tables", precomputed));
+    SML_ASSERT_OK(simil_index_search(index, nq, q, k, p, d, l));
+    simil_search_params_destroy(p);
 }
 
 static double recall_vs_exact(const float *x, int64_t n, const float *q, int64_t nq,
@@ -329,11 +329,8 @@ static void test_refine_gives_exact_distances(void **state)
     simil_index *refined = build("IVF16,PQ4,Refine", dim, SIMIL_METRIC_L2, n, x);
     search(plain, nq, q, k, 16, 1, d, l);
     double r_plain = recall_vs_exact(x, n, q, nq, dim, l, k, 0);
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = 16;
-    p.refine_factor = 10;
-    SML_ASSERT_OK(simil_index_search(refined, nq, q, k, &p, d, l));
+    simil_search_params *p = sml_test_params("nprobe=16,refine_factor=10");
+    SML_ASSERT_OK(simil_index_search(refined, nq, q, k, p, d, l));
     double r_refined = recall_vs_exact(x, n, q, nq, dim, l, k, 0);
     printf("recall10@10: IVF16,PQ4 %.3f, with Refine (x10) %.3f\n", r_plain, r_refined);
     assert_true(r_refined > r_plain);
@@ -345,7 +342,7 @@ static void test_refine_gives_exact_distances(void **state)
     /* remove, reconstruct, files */
     int64_t gone[1] = {l[0]};
     SML_ASSERT_OK(simil_index_remove(refined, 1, gone, NULL));
-    SML_ASSERT_OK(simil_index_search(refined, 1, q, k, &p, d, l));
+    SML_ASSERT_OK(simil_index_search(refined, 1, q, k, p, d, l));
     for (int j = 0; j < k; j++) assert_true(l[j] != gone[0]);
     float v[32];
     SML_ASSERT_OK(simil_index_reconstruct(refined, 5, v));
@@ -356,11 +353,12 @@ static void test_refine_gives_exact_distances(void **state)
     SML_ASSERT_OK(simil_index_load(&loaded, path, "cpu"));
     float d2[10];
     int64_t l2[10];
-    SML_ASSERT_OK(simil_index_search(loaded, 1, q, k, &p, d2, l2));
+    SML_ASSERT_OK(simil_index_search(loaded, 1, q, k, p, d2, l2));
     assert_memory_equal(l, l2, sizeof l2);
     simil_index_destroy(loaded);
     simil_index_destroy(plain);
     simil_index_destroy(refined);
+    simil_search_params_destroy(p);
     free(x);
     free(q);
     free(d);

@@ -26,11 +26,10 @@ static void same_results(const char *what, const simil_index *a, const simil_ind
 {
     float da[NQ * K], db[NQ * K];
     int64_t la[NQ * K], lb[NQ * K];
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = 5;
-    SML_ASSERT_OK(simil_index_search(a, nq, q, K, &p, da, la));
-    SML_ASSERT_OK(simil_index_search(b, nq, q, K, &p, db, lb));
+    simil_search_params *p = sml_test_params("nprobe=5");
+    SML_ASSERT_OK(simil_index_search(a, nq, q, K, p, da, la));
+    SML_ASSERT_OK(simil_index_search(b, nq, q, K, p, db, lb));
+    simil_search_params_destroy(p);
     /* the same ids; distances equal up to the rounding of another GEMM tiling */
     for (int64_t i = 0; i < nq * K; i++)
         if (la[i] != lb[i] ||

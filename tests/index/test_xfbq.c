@@ -28,14 +28,15 @@
 
 static const double rel_tol = 1e-4;
 
+/* nprobe 0 and extra < 0: the defaults. */
 static void search_p(const simil_index *index, int64_t nq, const float *q, int64_t k,
                      int64_t nprobe, float extra, float *d, int64_t *l)
 {
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = nprobe;
-    p.extra_distance = extra;
-    SML_ASSERT_OK(simil_index_search(index, nq, q, k, &p, d, l));
+    simil_search_params *p = sml_test_params("");
+    if (nprobe > 0) SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", nprobe));
+    if (extra >= 0) SML_ASSERT_OK(simil_search_params_set_float(p, "extra_distance", extra));
+    SML_ASSERT_OK(simil_index_search(index, nq, q, k, p, d, l));
+    simil_search_params_destroy(p);
 }
 
 static simil_index *flat_xfbq(const char *desc, int64_t dim, simil_metric metric, int64_t n,
@@ -690,14 +691,14 @@ typedef struct oom_case {
     simil_index *index;      /* filled with the first half of x */
     float d[OOM_Q * OOM_K];  /* its results before the operation */
     int64_t l[OOM_Q * OOM_K];
+    simil_search_params *nprobe4;  /* made before injection starts */
 } oom_case;
 
 static void oom_search(const simil_index *index, const float *x, float *d, int64_t *l)
 {
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = 4;
-    SML_ASSERT_OK(simil_index_search(index, OOM_Q, x, OOM_K, &p, d, l));
+    simil_search_params *p = sml_test_params("nprobe=4");
+    SML_ASSERT_OK(simil_index_search(index, OOM_Q, x, OOM_K, p, d, l));
+    simil_search_params_destroy(p);
 }
 
 /* The vectors an index holds before op: none before an IVF's train, which
@@ -720,12 +721,9 @@ static simil_status oom_op(oom_case *c, int op)
     float d[OOM_Q * OOM_K];
     int64_t l[OOM_Q * OOM_K], gone[40];
     for (int i = 0; i < 40; i++) gone[i] = 3 * i;
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = 4;
     switch (op) {
     case 0: return simil_index_add(c->index, OOM_N / 2, c->x + (OOM_N / 2) * OOM_DIM, NULL);
-    case 1: return simil_index_search(c->index, OOM_Q, c->x, OOM_K, &p, d, l);
+    case 1: return simil_index_search(c->index, OOM_Q, c->x, OOM_K, c->nprobe4, d, l);
     case 2: return simil_index_remove(c->index, 40, gone, NULL);
     case 3: return simil_index_set_xfbq_alpha(c->index, 1.5f);
     case 4: return simil_index_train(c->index, OOM_N - 1, c->x + OOM_DIM);
@@ -743,7 +741,8 @@ static void test_out_of_memory(void **state)
 {
     (void)state;
     static const char *ops[] = {"add", "search", "remove", "set_xfbq_alpha", "train", "save+load"};
-    oom_case c = {.x = sml_test_malloc(sizeof(float) * OOM_N * OOM_DIM)};
+    oom_case c = {.x = sml_test_malloc(sizeof(float) * OOM_N * OOM_DIM),
+                  .nprobe4 = sml_test_params("nprobe=4")};
     SML_ASSERT_OK(simil_generate("mix", 0, OOM_N, OOM_DIM, 77, c.x));
     const char *descs[] = {"XFBQ", "IVF4,XFBQ"};
     for (int t = 0; t < 2; t++)
@@ -779,6 +778,7 @@ static void test_out_of_memory(void **state)
             }
             printf("%s %s: %lld allocation points\n", descs[t], ops[op], (long long)points);
         }
+    simil_search_params_destroy(c.nprobe4);
     free(c.x);
 }
 

@@ -198,8 +198,9 @@ static void test_k(void **state)
     simil_index_destroy(index);
 }
 
-/* nprobe: negative is refused; Flat has no lists and ignores any other value.
- * Above nlist on an IVF index it is clamped to nlist (exact search). */
+/* nprobe: outside [1, 2^30] is refused when set; Flat has no lists and
+ * ignores any other value.  Above nlist on an IVF index it is clamped to
+ * nlist (exact search). */
 static void test_nprobe(void **state)
 {
     (void)state;
@@ -211,16 +212,19 @@ static void test_nprobe(void **state)
     float d[NQ * K], ref_d[NQ * K];
     int64_t l[NQ * K], ref_l[NQ * K];
     SML_ASSERT_OK(simil_index_search(index, NQ, x, K, NULL, ref_d, ref_l));
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.nprobe = -1;
-    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_search(index, NQ, x, K, &p, d, l));
-    p.threads = -2;
-    p.nprobe = 0;
-    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_search(index, NQ, x, K, &p, d, l));
-    p.threads = 0;
-    p.nprobe = INT64_MAX;
-    SML_ASSERT_OK(simil_index_search(index, NQ, x, K, &p, d, l));
+    /* out of range: refused when set, and the handle keeps its value */
+    simil_search_params *p = sml_test_params("");
+    const int64_t bad[] = {-1, 0, INT64_MIN, INT64_MAX, ((int64_t)1 << 30) + 1};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_search_params_set_int(p, "nprobe", bad[i]));
+        assert_non_null(strstr(simil_last_error(), "nprobe"));
+    }
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_search_params_set_int(p, "threads", -2));
+    int64_t v = 0;
+    SML_ASSERT_OK(simil_search_params_get_int(p, "nprobe", &v));
+    assert_int_equal(v, 1);
+    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", (int64_t)1 << 30));
+    SML_ASSERT_OK(simil_index_search(index, NQ, x, K, p, d, l));
     assert_memory_equal(l, ref_l, sizeof l);
     assert_memory_equal(d, ref_d, sizeof d);
     simil_index_destroy(index);
@@ -231,16 +235,19 @@ static void test_nprobe(void **state)
     simil_status s = simil_index_create(&ivf, D, "IVF8,Flat", SIMIL_METRIC_L2, "cpu");
     if (s == SIMIL_ERR_UNSUPPORTED) {
         free(x);
+        simil_search_params_destroy(p);
         print_message("IVF is not built: nprobe above nlist is not tested\n");
         skip();
     }
     SML_ASSERT_OK(s);
     SML_ASSERT_OK(simil_index_train(ivf, N, x));
     SML_ASSERT_OK(simil_index_add(ivf, N, x, NULL));
-    p.nprobe = 8 + 1000; /* above nlist = 8: clamped, so every list is visited */
-    SML_ASSERT_OK(simil_index_search(ivf, NQ, x, K, &p, d, l));
+    /* above nlist = 8: clamped, so every list is visited */
+    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", 8 + 1000));
+    SML_ASSERT_OK(simil_index_search(ivf, NQ, x, K, p, d, l));
     sml_test_check_knn("IVF8,Flat nprobe=1008", x, N, x, NQ, D, K, SIMIL_METRIC_L2, d, l, 1e-4);
     simil_index_destroy(ivf);
+    simil_search_params_destroy(p);
     free(x);
 }
 
@@ -351,12 +358,13 @@ static void test_size_products(void **state)
     SML_ASSERT_OK(simil_index_create(&refine, D, "IVF2,PQ2,Refine", SIMIL_METRIC_L2, "cpu"));
     SML_ASSERT_OK(simil_index_train(refine, N, base));
     SML_ASSERT_OK(simil_index_add(refine, N, base, NULL));
-    simil_search_params sp;
-    simil_search_params_init(&sp);
-    sp.refine_factor = INT32_MAX;
-    sp.nprobe = 2;
-    SML_ASSERT_OK(simil_index_search(refine, 1, base + 17 * D, 4, &sp, d, l));
+    simil_search_params *sp = sml_test_params("nprobe=2");
+    SML_ASSERT_OK(simil_search_params_set_int(sp, "refine_factor", INT32_MAX));
+    SML_ASSERT_OK(simil_index_search(refine, 1, base + 17 * D, 4, sp, d, l));
     assert_int_equal(l[0], 17);
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
+                      simil_search_params_set_int(sp, "refine_factor", (int64_t)INT32_MAX + 1));
+    simil_search_params_destroy(sp);
     simil_index_destroy(refine);
     free(base);
 }

@@ -62,10 +62,11 @@ typedef struct reader {
 static void search_batch(const simil_index *index, const batch *b, float *d, int64_t *l,
                          simil_status *status)
 {
-    simil_search_params p;
-    simil_search_params_init(&p);
-    p.threads = b->threads;
-    *status = simil_index_search(index, b->nq, queries, K, &p, d, l);
+    simil_search_params *p = NULL;
+    *status = simil_search_params_create(&p);
+    if (*status == SIMIL_OK) *status = simil_search_params_set_int(p, "threads", b->threads);
+    if (*status == SIMIL_OK) *status = simil_index_search(index, b->nq, queries, K, p, d, l);
+    simil_search_params_destroy(p);
 }
 
 /* Search with k past the size: the filled slots must match the size. */

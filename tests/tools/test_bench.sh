@@ -3,7 +3,7 @@
 #
 #   bash test_bench.sh PATH/TO/simil GROUP
 #
-# GROUP is one of usage, sweep, plot, gtcache, ivf, errors (or all).  Recall
+# GROUP is one of usage, sweep, plot, gtcache, ivf, params, errors (or all).  Recall
 # is checked against ground truth computed here in Python (float64 exact
 # k-NN), the results files against the columns the documentation promises,
 # and the plot by the bytes of its PNG header.  Every failure prints the
@@ -313,6 +313,53 @@ check(len(set(r["build_seconds"] for r in ivf)) == 1, "one build per index")
 ' "$TMP/ivf"
 }
 
+# ---------------------------------------------------------------- params
+# Any search parameter sweeps, in the order given (the last fastest), over
+# the indexes that use it; --param holds one for every point.
+test_params() {
+    make_data
+    bench_args
+    expect 0 "${BENCH[@]}" --index XFBQ --index IVF8,PQ4,Refine --index Flat \
+        --train "$TMP/train.fvecs" --param nprobe=8 --param threads=1 \
+        --sweep extra_distance=0,1 --sweep refine_factor=1,16 --out "$TMP/p1"
+    py '
+rows = results(sys.argv[1])
+by = {}
+for r in rows: by.setdefault(r["index"], []).append(r)
+check(list(by) == ["XFBQ4x3", "IVF8,PQ4x8,Refine", "Flat"], "indexes %r" % list(by))
+x, rf, flat = by["XFBQ4x3"], by["IVF8,PQ4x8,Refine"], by["Flat"]
+check([r["params"] for r in x] == ["threads=1,extra_distance=0", "threads=1,extra_distance=1"],
+      "XFBQ rows %r" % x)
+check([r["params"] for r in rf] == ["nprobe=8,threads=1,refine_factor=%d" % f for f in (1, 16)],
+      "Refine rows %r" % rf)
+check([r["params"] for r in flat] == ["threads=1"], "Flat rows %r" % flat)
+e0, e1 = (float(r["recall_at_k"]) for r in x)
+check(e1 >= 0.995 and e0 < e1, "XFBQ recall: extra_distance 0 %g, 1 %g" % (e0, e1))
+f1, f16 = (float(r["recall_at_k"]) for r in rf)
+check(f16 > f1 + 0.05, "Refine recall: refine_factor 1 %g, 16 %g" % (f1, f16))
+' "$TMP/p1"
+
+    # An enum and an int: every combination, lut varying slowest; on the CPU
+    # neither changes the neighbours found beyond float rounding.
+    expect 0 "${BENCH[@]}" --index IVF8,PQ4 --train "$TMP/train.fvecs" \
+        --sweep lut=fp32,fp16 --sweep precomputed_tables=0,1 --out "$TMP/p2"
+    py '
+rows = results(sys.argv[1])
+want = ["lut=%s,precomputed_tables=%d" % (l, p) for l in ("fp32", "fp16") for p in (0, 1)]
+check([r["params"] for r in rows] == want, "rows %r" % [r["params"] for r in rows])
+rec = [float(r["recall_at_k"]) for r in rows]
+check(max(rec) - min(rec) <= 0.02, "recall moved with lut or precomputed_tables: %r" % rec)
+' "$TMP/p2"
+
+    local B=("${BENCH[@]}" --index Flat --out "$TMP/e")
+    expect 2 "${B[@]}" --sweep lut=fp32,fp8;              err_has "auto, fp32 or fp16"
+    expect 2 "${B[@]}" --sweep extra_distance=0.1,2;      err_has "extra_distance: 2 is out of range"
+    expect 2 "${B[@]}" --param nprobe=2 --sweep nprobe=1,2; err_has "also set"
+    expect 2 "${B[@]}" --param bogus=1;                   err_has "bogus"
+    expect 2 "${B[@]}" --sweep bogus=1;                   err_has "precomputed_tables"
+    [ -e "$TMP/e" ] && fail "a usage error created $TMP/e"
+}
+
 # ---------------------------------------------------------------- errors
 test_errors() {
     make_data
@@ -378,8 +425,8 @@ test_errors() {
 }
 
 case $GROUP in
-    usage | sweep | plot | gtcache | ivf | errors) "test_$GROUP" ;;
-    all) for g in usage sweep plot gtcache ivf errors; do GROUP=$g; "test_$g"; done ;;
+    usage | sweep | plot | gtcache | ivf | params | errors) "test_$GROUP" ;;
+    all) for g in usage sweep plot gtcache ivf params errors; do GROUP=$g; "test_$g"; done ;;
     *) echo "unknown group $GROUP" >&2; exit 2 ;;
 esac
 [ "$FAILS" -eq 0 ] || { echo "$FAILS check(s) failed in group $GROUP" >&2; exit 1; }

@@ -3,8 +3,8 @@
 #
 #   bash test_cli.sh PATH/TO/simil GROUP
 #
-# GROUP is one of usage, gen, flat, ivf, errors (or all).  Results are checked
-# against oracles written here in Python (the generators of docs/datasets.md,
+# GROUP is one of usage, gen, flat, ivf, params, errors (or all).  Results are
+# checked against oracles written here in Python (the generators of docs/datasets.md,
 # exact k-NN in float64), not against the tool's own output.  Every failure
 # prints the command, its exit status and its stderr; the script exits 1 if
 # anything failed, and 77 (CTest's "skipped") when a group needs an index
@@ -336,7 +336,7 @@ write_vecs(sys.argv[3], [[i for _, i in r] for r in knn(base, queries, 10, "l2")
         --gt "$TMP/gt.ivecs" --json
     py '
 r = json.load(sys.stdin)
-check(r.get("nprobe") == 8, "json nprobe: %r" % r)
+check(r.get("params") == {"nprobe": 8}, "json params: %r" % r)
 check(r["r_at_1"] == 1.0 and r["recall_at_k"] >= 0.995, "IVF8,Flat nprobe 8: %r" % r)
 ' <"$TMP/out"
 
@@ -370,6 +370,111 @@ check(r["recall_at_k"] >= 0.995, "IVF8,Flat from a Faiss file, nprobe 8: %r" % r
     expect 1 "$SIMIL" build --data "$TMP/base.fvecs" --index IVF8,Flat --train "$TMP/train5.fvecs" \
         --out "$TMP/bad.idx"
     err_has "train5.fvecs"
+}
+
+# ---------------------------------------------------------------- params
+# Search parameters: --param and its shorthands, their errors, the help made
+# from the library's table, and that each setting changes what it should.
+test_params() {
+    "$SIMIL" gen --kind mix --n 3000 --dim 16 --seed 1 --out "$TMP/base.fvecs" >/dev/null
+    "$SIMIL" gen --kind mix --n 50 --dim 16 --seed 2 --out "$TMP/q.fvecs" >/dev/null
+    py '
+base, queries = read_vecs(sys.argv[1], "f"), read_vecs(sys.argv[2], "f")
+write_vecs(sys.argv[3], [[i for _, i in r] for r in knn(base, queries, 10, "l2")], "i")
+' "$TMP/base.fvecs" "$TMP/q.fvecs" "$TMP/gt.ivecs"
+    local names="nprobe threads refine_factor extra_distance lut precomputed_tables"
+
+    # The help lists every setting, with its range and default; so does the
+    # error for an unknown name: both come from the library's table.
+    expect 0 "$SIMIL" search --help
+    for n in $names; do out_has "  $n "; done
+    out_has "1 to 1073741824; default 1; for IVF"
+    out_has "One of auto, fp32 or fp16;"
+    expect 0 "$SIMIL" bench --help
+    for n in $names; do out_has "  $n "; done
+    expect 0 "$SIMIL" knn-graph --help
+    out_has "  extra_distance "
+
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index IVF16,Flat --device cpu --out "$TMP/ivf.idx"
+    local S=("$SIMIL" search --index "$TMP/ivf.idx" --queries "$TMP/q.fvecs" -k 10 --device cpu)
+    expect 2 "${S[@]}" --param nprob=3;              err_has "unknown search parameter 'nprob'"
+    for n in $names; do err_has "$n"; done
+    expect 2 "${S[@]}" --param nprobe=0;             err_has "nprobe: 0 is out of range"; err_has "1 to 1073741824"
+    expect 2 "${S[@]}" --param nprobe=1.5;           err_has "'1.5' is not an integer"
+    expect 2 "${S[@]}" --param extra_distance=2;     err_has "extra_distance: 2 is out of range"
+    expect 2 "${S[@]}" --param lut=fp8;              err_has "auto, fp32 or fp16"
+    expect 2 "${S[@]}" --param nprobe;               err_has "NAME=VALUE"
+    expect 2 "${S[@]}" --param nprobe=2,;            err_has "--param"
+    expect 2 "${S[@]}" --nprobe 4 --param nprobe=8;  err_has "nprobe is given twice"
+    expect 2 "${S[@]}" --param threads=1,threads=2;  err_has "threads is given twice"
+    expect 2 "${S[@]}" --nprobe 0;                   err_has "--nprobe"
+    expect 2 "${S[@]}" --threads 5000;               err_has "0 to 4096"
+
+    # Several settings, in one --param or several; the JSON lists them.
+    expect 0 "${S[@]}" --param nprobe=16,threads=1 --param extra_distance=0.5 --json --gt "$TMP/gt.ivecs"
+    err_has "IVF16,Flat does not use search parameter extra_distance"
+    py '
+r = json.load(sys.stdin)
+check(r["params"] == {"nprobe": 16, "threads": 1, "extra_distance": 0.5}, "params %r" % r)
+check(r["recall_at_k"] >= 0.995, "IVF16,Flat at nprobe 16 of 16: %r" % r)
+' <"$TMP/out"
+    expect 0 "${S[@]}" --nprobe 2 --threads 1
+    out_has "nprobe: 2  threads: 1"
+    [ -s "$TMP/err" ] && fail "settings the index uses gave a warning: $(cat "$TMP/err")"
+
+    # refine_factor: re-ranking more candidates of IVF-PQ finds more of the
+    # true neighbours.
+    recall_of() { # INDEX_FILE PARAM...: the recall@10 into $TMP/recall
+        local idx=$1; shift
+        expect 0 "$SIMIL" search --index "$idx" --queries "$TMP/q.fvecs" -k 10 --device cpu \
+            --gt "$TMP/gt.ivecs" --json "$@"
+        "${PYTHON:-python3}" -c 'import json, sys; print(json.load(sys.stdin)["recall_at_k"])' \
+            <"$TMP/out" >"$TMP/recall"
+    }
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index IVF16,PQ4,Refine --device cpu --out "$TMP/rf.idx"
+    recall_of "$TMP/rf.idx" --param nprobe=16,refine_factor=1;  local r1; r1=$(cat "$TMP/recall")
+    recall_of "$TMP/rf.idx" --param nprobe=16,refine_factor=32; local r32; r32=$(cat "$TMP/recall")
+    py 'r1, r32 = float(sys.argv[1]), float(sys.argv[2])
+check(r32 >= 0.99 and r32 > r1 + 0.1, "IVF16,PQ4,Refine recall@10: refine_factor 1 %g, 32 %g" % (r1, r32))
+' "$r1" "$r32"
+
+    # extra_distance: a wider XFBQ window re-ranks more candidates; all of
+    # them (1) is exact search.
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index XFBQ --device cpu --out "$TMP/x.idx"
+    recall_of "$TMP/x.idx" --param extra_distance=0; local e0; e0=$(cat "$TMP/recall")
+    recall_of "$TMP/x.idx" --param extra_distance=1; local e1; e1=$(cat "$TMP/recall")
+    py 'e0, e1 = float(sys.argv[1]), float(sys.argv[2])
+check(e1 >= 0.995 and e0 < e1 - 0.05, "XFBQ recall@10: extra_distance 0 %g, 1 %g" % (e0, e1))
+' "$e0" "$e1"
+
+    # precomputed_tables and lut: the same neighbours either way (lut only
+    # matters on a GPU; the CPU ignores it).
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index IVF16,PQ4 --device cpu --out "$TMP/pq.idx"
+    local P=("$SIMIL" search --index "$TMP/pq.idx" --queries "$TMP/q.fvecs" -k 10 --device cpu --nprobe 4)
+    expect 0 "${P[@]}" --param precomputed_tables=1 --out "$TMP/i1.npy" --distances "$TMP/d1.npy"
+    expect 0 "${P[@]}" --param precomputed_tables=0 --out "$TMP/i0.npy" --distances "$TMP/d0.npy"
+    expect 0 "${P[@]}" --param lut=fp16 --out "$TMP/i16.npy" --distances "$TMP/d16.npy"
+    py '
+(_, i1), (_, d1) = read_npy(sys.argv[1]), read_npy(sys.argv[2])
+(_, i0), (_, d0) = read_npy(sys.argv[3]), read_npy(sys.argv[4])
+(_, i16), (_, d16) = read_npy(sys.argv[5]), read_npy(sys.argv[6])
+check(i16 == i1 and d16 == d1, "lut=fp16 changed the CPU results")
+for q in range(len(i1)):
+    for j in range(10):
+        a, b = d1[q][j], d0[q][j]
+        check(abs(a - b) <= 1e-4 * max(abs(a), 1e-3), "query %d rank %d: %g and %g" % (q, j, a, b))
+        near = [x for x in range(10) if abs(d1[q][x] - a) <= 1e-4 * max(abs(a), 1e-3)]
+        check(i0[q][j] in [i1[q][x] for x in near], "query %d rank %d: id %d and %d" % (q, j, i1[q][j], i0[q][j]))
+' "$TMP/i1.npy" "$TMP/d1.npy" "$TMP/i0.npy" "$TMP/d0.npy" "$TMP/i16.npy" "$TMP/d16.npy"
+
+    # Flat uses none of nprobe and lut: a warning each, and the search runs.
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index Flat --device cpu --out "$TMP/flat.idx"
+    expect 0 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q.fvecs" -k 10 --nprobe 8 \
+        --param lut=fp16 --param threads=1 --gt "$TMP/gt.ivecs" --json
+    err_has "Flat does not use search parameter nprobe (it is for IVF indexes); it is ignored"
+    err_has "Flat does not use search parameter lut"
+    grep -q "parameter threads" "$TMP/err" && fail "threads warned for Flat"
+    py 'r = json.load(sys.stdin); check(r["recall_at_k"] >= 0.995, "Flat: %r" % r)' <"$TMP/out"
 }
 
 # ---------------------------------------------------------------- errors
@@ -445,8 +550,8 @@ test_errors() {
 }
 
 case $GROUP in
-    usage | gen | flat | ivf | errors) "test_$GROUP" ;;
-    all) for g in usage gen flat ivf errors; do GROUP=$g; "test_$g"; done ;;
+    usage | gen | flat | ivf | params | errors) "test_$GROUP" ;;
+    all) for g in usage gen flat ivf params errors; do GROUP=$g; "test_$g"; done ;;
     *) echo "unknown group $GROUP" >&2; exit 2 ;;
 esac
 [ "$FAILS" -eq 0 ] || { echo "$FAILS check(s) failed in group $GROUP" >&2; exit 1; }

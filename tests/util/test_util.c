@@ -231,6 +231,15 @@ static void sml_test_cleanup(void)
     if (sml_test_dir[0]) nftw(sml_test_dir, sml_test_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+simil_search_params *sml_test_params(const char *settings)
+{
+    simil_search_params *p = NULL;
+    simil_status s = simil_search_params_create(&p);
+    if (s == SIMIL_OK) s = simil_search_params_parse(p, settings);
+    if (s != SIMIL_OK) fail_msg("search parameters '%s': %s", settings, simil_last_error());
+    return p;
+}
+
 const char *sml_test_tmpdir(void)
 {
     if (!sml_test_dir[0]) {

@@ -60,6 +60,11 @@ int sml_test_quick(void);
  * SIMIL_TEST_FILTER set, only the test functions it matches will run. */
 void sml_test_require_gpu(void);
 
+/* A new search parameters handle with these settings, e.g. "nprobe=8,threads=1"
+ * ("" for the defaults); fails the test if they do not apply.  The caller
+ * destroys it (simil_search_params_destroy). */
+simil_search_params *sml_test_params(const char *settings);
+
 /* Normalize rows in place (zero rows stay zero). */
 void sml_test_normalize(float *x, int64_t n, int64_t dim);
 
