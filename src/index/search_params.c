@@ -251,8 +251,15 @@ static simil_status sml_set_text(const sml_param_row *row, simil_search_params *
     return sml_error(SIMIL_ERR_INTERNAL, "search parameter %s has no type", in->name);
 }
 
-#define SML_CHECK_PARAMS(p) \
-    SML_RETURN_IF((p) == NULL, SIMIL_ERR_INVALID_ARGUMENT, "%s: params is NULL", __func__)
+/* The row of name for the call fn on params, or SIMIL_ERR_INVALID_ARGUMENT
+ * (with its message) when either is missing. */
+static simil_status sml_lookup(const simil_search_params *params, const char *name,
+                               const char *fn, const sml_param_row **row)
+{
+    SML_RETURN_IF(params == NULL, SIMIL_ERR_INVALID_ARGUMENT, "%s: params is NULL", fn);
+    *row = sml_param_row_of(name);
+    return *row != NULL ? SIMIL_OK : SIMIL_ERR_INVALID_ARGUMENT;
+}
 
 simil_status simil_search_params_create(simil_search_params **params)
 {
@@ -271,17 +278,15 @@ void simil_search_params_destroy(simil_search_params *params) { sml_free(params)
 simil_status simil_search_params_set(simil_search_params *params, const char *name,
                                      const char *value)
 {
-    SML_CHECK_PARAMS(params);
-    const sml_param_row *row = sml_param_row_of(name);
-    if (row == NULL) return SIMIL_ERR_INVALID_ARGUMENT;
+    const sml_param_row *row;
+    SML_TRY(sml_lookup(params, name, __func__, &row));
     return sml_set_text(row, params, value);
 }
 
 simil_status simil_search_params_parse(simil_search_params *params, const char *settings)
 {
-    SML_CHECK_PARAMS(params);
-    SML_RETURN_IF(settings == NULL, SIMIL_ERR_INVALID_ARGUMENT,
-                  "search parameters: the settings text is NULL");
+    SML_RETURN_IF(params == NULL || settings == NULL, SIMIL_ERR_INVALID_ARGUMENT,
+                  "simil_search_params_parse: params or settings is NULL");
     simil_search_params trial = *params;
     for (const char *s = settings; *s;) {
         size_t len = strcspn(s, ",");
@@ -309,9 +314,8 @@ simil_status simil_search_params_parse(simil_search_params *params, const char *
 simil_status simil_search_params_set_int(simil_search_params *params, const char *name,
                                          int64_t value)
 {
-    SML_CHECK_PARAMS(params);
-    const sml_param_row *row = sml_param_row_of(name);
-    if (row == NULL) return SIMIL_ERR_INVALID_ARGUMENT;
+    const sml_param_row *row;
+    SML_TRY(sml_lookup(params, name, __func__, &row));
     SML_RETURN_IF(row->info.type == SIMIL_PARAM_ENUM, SIMIL_ERR_INVALID_ARGUMENT,
                   "search parameter %s takes one of %s; set it by name "
                   "(simil_search_params_set)",
@@ -324,9 +328,8 @@ simil_status simil_search_params_set_int(simil_search_params *params, const char
 simil_status simil_search_params_set_float(simil_search_params *params, const char *name,
                                            double value)
 {
-    SML_CHECK_PARAMS(params);
-    const sml_param_row *row = sml_param_row_of(name);
-    if (row == NULL) return SIMIL_ERR_INVALID_ARGUMENT;
+    const sml_param_row *row;
+    SML_TRY(sml_lookup(params, name, __func__, &row));
     SML_RETURN_IF(row->info.type != SIMIL_PARAM_FLOAT, SIMIL_ERR_INVALID_ARGUMENT,
                   "search parameter %s takes %s%s%s, not a real number", name,
                   sml_kind_text(row->info.type),
@@ -337,9 +340,8 @@ simil_status simil_search_params_set_float(simil_search_params *params, const ch
 simil_status simil_search_params_get(const simil_search_params *params, const char *name,
                                      char *value, size_t size)
 {
-    SML_CHECK_PARAMS(params);
-    const sml_param_row *row = sml_param_row_of(name);
-    if (row == NULL) return SIMIL_ERR_INVALID_ARGUMENT;
+    const sml_param_row *row;
+    SML_TRY(sml_lookup(params, name, __func__, &row));
     SML_RETURN_IF(value == NULL || size == 0, SIMIL_ERR_INVALID_ARGUMENT,
                   "simil_search_params_get: no room for the value of %s", name);
     const double v = sml_load_value(row, params);
@@ -368,9 +370,8 @@ simil_status simil_search_params_get(const simil_search_params *params, const ch
 simil_status simil_search_params_get_int(const simil_search_params *params, const char *name,
                                          int64_t *value)
 {
-    SML_CHECK_PARAMS(params);
-    const sml_param_row *row = sml_param_row_of(name);
-    if (row == NULL) return SIMIL_ERR_INVALID_ARGUMENT;
+    const sml_param_row *row;
+    SML_TRY(sml_lookup(params, name, __func__, &row));
     SML_RETURN_IF(value == NULL, SIMIL_ERR_INVALID_ARGUMENT,
                   "simil_search_params_get_int: value is NULL");
     SML_RETURN_IF(row->info.type != SIMIL_PARAM_INT, SIMIL_ERR_INVALID_ARGUMENT,
@@ -384,9 +385,8 @@ simil_status simil_search_params_get_int(const simil_search_params *params, cons
 simil_status simil_search_params_get_float(const simil_search_params *params, const char *name,
                                            double *value)
 {
-    SML_CHECK_PARAMS(params);
-    const sml_param_row *row = sml_param_row_of(name);
-    if (row == NULL) return SIMIL_ERR_INVALID_ARGUMENT;
+    const sml_param_row *row;
+    SML_TRY(sml_lookup(params, name, __func__, &row));
     SML_RETURN_IF(value == NULL, SIMIL_ERR_INVALID_ARGUMENT,
                   "simil_search_params_get_float: value is NULL");
     SML_RETURN_IF(row->info.type == SIMIL_PARAM_ENUM, SIMIL_ERR_INVALID_ARGUMENT,
