@@ -123,7 +123,8 @@ SIMIL_API simil_status simil_graph_quality(const simil_knn_graph_params *params,
 /* The path from node `from` to node `to` whose largest step is as small as
  * possible (a bottleneck shortest path; the GPU paper's "paths through the
  * graph"), found by a Dijkstra search with a binary heap that keeps, for each
- * node, the smallest largest-step of any path reaching it.
+ * node, the smallest largest-step of any path reaching it, then a second
+ * search for the fewest hops over the edges no larger than that step.
  * The graph is ids and distances, n x k, as simil_knn_graph writes them, and
  * it is taken as UNDIRECTED: an edge u -> v (v in row u) may be walked from v
  * to u as well, at the same distance.  Slots with id -1 are skipped; an id
@@ -134,10 +135,13 @@ SIMIL_API simil_status simil_graph_quality(const simil_knn_graph_params *params,
  * steps: room for n - 1 floats (may be NULL); steps[i] is the stored distance
  *   of the edge path[i] -> path[i + 1].
  * *length: the number of nodes on the path (1 when from == to).
- * Ties between equally good paths are broken deterministically.
+ * Among the paths of that best largest step, the one with the fewest hops is
+ * returned, and among those the one whose steps add up to the least (for IP
+ * and cosine: whose similarities add up to the most); remaining ties are
+ * broken deterministically.
  * Nodes in different components: SIMIL_ERR_INVALID_ARGUMENT, "no path from A
  * to B: they are in different components of the k-NN graph; use a larger k".
- * Memory: about 40 bytes per node and 24 per edge. */
+ * Memory: about 56 bytes per node and 24 per edge. */
 SIMIL_API simil_status simil_graph_path(const int64_t *ids, const float *distances, int64_t n,
                                         int64_t k, simil_metric metric, int64_t from,
                                         int64_t to, int64_t *path, float *steps,
