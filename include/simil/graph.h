@@ -26,8 +26,28 @@
 extern "C" {
 #endif
 
+/* How a graph build finds each vector's neighbours (docs/knn-graph.md).
+ *   JOIN:   the vectors are clustered into the lists of `index` ("IVF4096,Flat",
+ *           k-means as an IVF index trains), and each list is compared with
+ *           its candidate lists as dense tiles: the lists that are among the
+ *           search.nprobe nearest of any of its vectors.  Every vector is thus
+ *           compared with all vectors of its own nprobe nearest lists, and
+ *           more: the quality is at least that of SEARCH with the same index
+ *           and nprobe.  With "Flat", every vector against every vector (the
+ *           exact graph).  One device only; the index must be Flat or
+ *           IVF<n>,Flat.
+ *   SEARCH: an index of all vectors is built and every vector is searched
+ *           in it, as the GPU paper does: any index, any devices.
+ *   AUTO:   JOIN where it applies, else SEARCH (the default). */
+typedef enum simil_knn_graph_method {
+    SIMIL_KNN_GRAPH_AUTO = 0,
+    SIMIL_KNN_GRAPH_JOIN = 1,
+    SIMIL_KNN_GRAPH_SEARCH = 2
+} simil_knn_graph_method;
+
 /* Fill with simil_knn_graph_params_init(), then change what you need. */
 typedef struct simil_knn_graph_params {
+    simil_knn_graph_method method; /* default SIMIL_KNN_GRAPH_AUTO */
     const char *index;          /* index description; default "Flat" (exact graph) */
     simil_metric metric;        /* default SIMIL_METRIC_L2 */
     const char *device;         /* "auto" (default), "cpu", "gpu" or "gpu:N" */
@@ -46,13 +66,19 @@ SIMIL_API void simil_knn_graph_params_init(simil_knn_graph_params *params);
 /* What a graph build did.  Seconds are wall-clock; when streaming they include
  * reading the chunks and handing out the results. */
 typedef struct simil_knn_graph_stats {
-    double train_seconds;   /* sampling the training rows and training the index */
-    double add_seconds;     /* adding every row to the index */
-    double search_seconds;  /* querying every row and dropping each row's self */
+    double train_seconds;   /* sampling the training rows and training the index
+                               (join: the k-means of its lists) */
+    double add_seconds;     /* adding every row to the index (join: finding each
+                               row's lists and laying the rows out by list) */
+    double search_seconds;  /* querying every row and dropping each row's self
+                               (join: joining the lists, or for Flat searching
+                               every row, and handing out the rows) */
     double quality_seconds; /* 0 unless params->quality */
     double quality;         /* the measure of simil_graph_quality, or -1 if not asked */
     char index[96];         /* the normalized index description */
     char backend[96];       /* what ran, e.g. "cpu (2 threads)" or "cuda:0 (NVIDIA H200)" */
+    char method[16];        /* "join" or "search" */
+    double pairs;           /* join: (vector, candidate) distances computed; 0 for search */
 } simil_knn_graph_stats;
 
 /* Rows [first, first + count) of the dataset into out (count x dim floats).

@@ -184,9 +184,10 @@ static void test_stream_equals_memory(void **state)
     sml_test_fill_uniform(x, N * D, 5, -3, 3);
     int64_t mem_ids[N * K], st_ids[N * K];
     float mem_dist[N * K], st_dist[N * K];
-    const char *indexes[] = {"Flat", "IVF4,Flat"};
-    for (int t = 0; t < 2; t++) {
+    const char *indexes[] = {"Flat", "IVF4,Flat", "Flat", "IVF4,Flat"};
+    for (int t = 0; t < 4; t++) {
         simil_knn_graph_params p = cpu_params(indexes[t]);
+        p.method = t < 2 ? SIMIL_KNN_GRAPH_SEARCH : SIMIL_KNN_GRAPH_JOIN;
         p.batch = 64;
         p.max_train = 250;
         p.search.nprobe = 2;
@@ -198,13 +199,15 @@ static void test_stream_equals_memory(void **state)
         SML_ASSERT_OK(simil_knn_graph_stream(&p, N, D, read_rows, &r, K, sink_rows, &s, &ss));
         assert_int_equal(s.next, N);
         assert_int_equal(r.max_count, 64);
-        /* sample, add, query and quality passes over ceil(600 / 64) = 10 chunks */
-        assert_true(r.calls >= 30);
+        assert_string_equal(ss.method, t < 2 ? "search" : "join");
+        /* passes over ceil(600 / 64) = 10 chunks: search: sample, add, query and
+         * quality; join: add and quality (Flat), sample and assign too (IVF) */
+        assert_true(r.calls >= (t == 2 ? 20 : 30));
         assert_memory_equal(mem_ids, st_ids, sizeof mem_ids);
         assert_memory_equal(mem_dist, st_dist, sizeof mem_dist);
         if (ms.quality != ss.quality)
-            fail_msg("%s: quality %.17g in memory, %.17g streamed", indexes[t], ms.quality,
-                     ss.quality);
+            fail_msg("%s (%s): quality %.17g in memory, %.17g streamed", indexes[t], ss.method,
+                     ms.quality, ss.quality);
     }
     free(x);
 }

@@ -1,0 +1,399 @@
+/* knn_join.c: k-NN graphs by joining inverted lists (knn_join.h).
+ *
+ * Host memory holds, with lists, each row's nprobe nearest lists (n x nprobe
+ * ids), the order of the rows by list (2n ids), the candidate lists, and the
+ * join's results in that order, n x (k + 1) ids and distances; backend
+ * memory holds the rows in list order, their norms, labels and shadow, and
+ * one chunk of rows on its way in.
+ *
+ * Each row is searched with k + 1 neighbours and its own id is dropped
+ * (sml_knn_graph_drop_self), as the per-query build does.  The labels of the
+ * sorted rows are their original row numbers, so that ties between equal
+ * distances go to the smaller row number there too. */
+#include "algo/knn_join.h"
+
+#include <assert.h>
+#include <string.h>
+
+#include "algo/kmeans.h"
+#include "algo/knn_graph.h"
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/progress.h"
+
+/* Rows joined per call of the backend, at least: progress and the caller's
+ * interrupts come between calls. */
+enum { SML_JOIN_CALL_ROWS = 1 << 18 };
+
+struct sml_knn_join {
+    sml_backend *b;
+    int64_t n, dim, nlist, nprobe, batch, k;
+    simil_metric metric;
+    int threads;
+    double pairs;
+    /* lists */
+    float *c_mem;       /* backend: nlist x dim centroids, norms, ids 0..nlist-1, shadow */
+    float *c_norms_mem;
+    int64_t *c_ids_mem;
+    void *c_shadow;
+    int64_t *probes;    /* host: n x nprobe */
+    float *probe_dist;  /* host: batch x nprobe scratch */
+    int64_t *offset;    /* host: nlist + 1; list l is sorted rows [offset[l], offset[l + 1]) */
+    int64_t *order;     /* host: n, the row at each sorted position */
+    int64_t *pos;       /* host: n, the sorted position of each row */
+    int64_t *cand_offset, *cand_lists;
+    int64_t *res_ids;   /* host: n x (k + 1), sorted order */
+    float *res_dist;
+    /* the rows (sorted by list when there are lists) */
+    float *x_mem;       /* backend: n x dim */
+    float *norms_mem;   /* backend: n (L2) */
+    int64_t *ids_mem;   /* backend: n labels */
+    void *shadow;
+    float *stage_mem;   /* backend: batch x dim */
+    int64_t *tmp_ids;   /* host: batch x (k + 1), without lists */
+    float *tmp_dist;
+};
+
+static void sml_mem_release(sml_backend *b, void *mem)
+{
+    if (mem != NULL) b->ops->mem_free(b, mem);
+}
+
+void sml_knn_join_destroy(sml_knn_join *j)
+{
+    if (j == NULL) return;
+    sml_backend *b = j->b;
+    if (j->c_shadow != NULL) b->ops->shadow_free(b, j->c_shadow);
+    if (j->shadow != NULL) b->ops->shadow_free(b, j->shadow);
+    sml_mem_release(b, j->c_mem);
+    sml_mem_release(b, j->c_norms_mem);
+    sml_mem_release(b, j->c_ids_mem);
+    sml_mem_release(b, j->x_mem);
+    sml_mem_release(b, j->norms_mem);
+    sml_mem_release(b, j->ids_mem);
+    sml_mem_release(b, j->stage_mem);
+    sml_free(j->probes);
+    sml_free(j->probe_dist);
+    sml_free(j->offset);
+    sml_free(j->order);
+    sml_free(j->pos);
+    sml_free(j->cand_offset);
+    sml_free(j->cand_lists);
+    sml_free(j->res_ids);
+    sml_free(j->res_dist);
+    sml_free(j->tmp_ids);
+    sml_free(j->tmp_dist);
+    sml_free(j);
+}
+
+static simil_status sml_knn_join_alloc(sml_knn_join *j)
+{
+    sml_backend *b = j->b;
+    size_t row = sizeof(float) * (size_t)j->dim, n = (size_t)(j->n > 0 ? j->n : 1);
+    SML_TRY(b->ops->mem_alloc(b, row * n, (void **)&j->x_mem));
+    SML_TRY(b->ops->mem_alloc(b, row * (size_t)j->batch, (void **)&j->stage_mem));
+    if (j->metric == SIMIL_METRIC_L2)
+        SML_TRY(b->ops->mem_alloc(b, sizeof(float) * n, (void **)&j->norms_mem));
+    SML_TRY(b->ops->mem_alloc(b, sizeof(int64_t) * n, (void **)&j->ids_mem));
+    if (j->nlist == 0) return SIMIL_OK;
+    const char *what = "the list join";
+    SML_TRY(sml_alloc((void **)&j->probes, n * (size_t)j->nprobe, sizeof *j->probes, what));
+    SML_TRY(sml_alloc((void **)&j->probe_dist, (size_t)(j->batch * j->nprobe),
+                      sizeof *j->probe_dist, what));
+    SML_TRY(sml_alloc((void **)&j->offset, (size_t)j->nlist + 1, sizeof *j->offset, what));
+    SML_TRY(sml_alloc((void **)&j->order, n, sizeof *j->order, what));
+    SML_TRY(sml_alloc((void **)&j->pos, n, sizeof *j->pos, what));
+    SML_TRY(sml_alloc((void **)&j->cand_offset, (size_t)j->nlist + 1, sizeof *j->cand_offset,
+                      what));
+    return SIMIL_OK;
+}
+
+simil_status sml_knn_join_create(sml_backend *b, int64_t n, int64_t dim, simil_metric metric,
+                                 int64_t nlist, int64_t nprobe, int64_t batch, int threads,
+                                 sml_knn_join **out)
+{
+    *out = NULL;
+    assert(metric == SIMIL_METRIC_L2 || metric == SIMIL_METRIC_IP);
+    SML_RETURN_IF(nlist < 0 || (nlist > 0 && (nprobe < 1 || nprobe > nlist)),
+                  SIMIL_ERR_INVALID_ARGUMENT,
+                  "list join: nprobe=%" PRId64 " must be in [1, nlist=%" PRId64 "]", nprobe,
+                  nlist);
+    SML_RETURN_IF(nlist > n, SIMIL_ERR_INVALID_ARGUMENT,
+                  "list join: %" PRId64 " lists need at least as many vectors, got %" PRId64
+                  "; use fewer lists",
+                  nlist, n);
+    sml_knn_join *j;
+    SML_TRY(sml_calloc((void **)&j, 1, sizeof *j, "a list join"));
+    *j = (sml_knn_join){.b = b, .n = n, .dim = dim, .nlist = nlist, .nprobe = nprobe,
+                        .batch = batch < n ? batch : (n > 0 ? n : 1), .metric = metric,
+                        .threads = threads};
+    simil_status s = sml_knn_join_alloc(j);
+    if (s != SIMIL_OK) {
+        sml_knn_join_destroy(j);
+        return s;
+    }
+    *out = j;
+    return SIMIL_OK;
+}
+
+/* ---- lists ---- */
+
+simil_status sml_knn_join_train(sml_knn_join *j, const simil_kmeans_params *params, int64_t m,
+                                const float *sample)
+{
+    sml_backend *b = j->b;
+    size_t cbytes = sizeof(float) * (size_t)(j->nlist * j->dim);
+    simil_kmeans_params p = *params;
+    p.k = j->nlist;
+    float *centroids;
+    SML_TRY(sml_alloc((void **)&centroids, cbytes, 1, "list centroids"));
+    simil_status s = sml_kmeans_run(b, &p, m, j->dim, sample, centroids, NULL, NULL);
+    if (s == SIMIL_OK) s = b->ops->mem_alloc(b, cbytes, (void **)&j->c_mem);
+    if (s == SIMIL_OK) s = b->ops->mem_upload(b, j->c_mem, centroids, cbytes);
+    if (s == SIMIL_OK && j->metric == SIMIL_METRIC_L2) {
+        s = b->ops->mem_alloc(b, sizeof(float) * (size_t)j->nlist, (void **)&j->c_norms_mem);
+        if (s == SIMIL_OK) s = b->ops->row_norms(b, j->nlist, j->dim, j->c_mem, j->c_norms_mem);
+    }
+    int64_t *ids = NULL;
+    if (s == SIMIL_OK) s = sml_alloc((void **)&ids, (size_t)j->nlist, sizeof *ids, "list ids");
+    if (s == SIMIL_OK) {
+        for (int64_t l = 0; l < j->nlist; l++) ids[l] = l;
+        s = b->ops->mem_alloc(b, sizeof *ids * (size_t)j->nlist, (void **)&j->c_ids_mem);
+    }
+    if (s == SIMIL_OK) s = b->ops->mem_upload(b, j->c_ids_mem, ids, sizeof *ids * (size_t)j->nlist);
+    if (s == SIMIL_OK && b->ops->shadow_sync != NULL)
+        s = b->ops->shadow_sync(b, &j->c_shadow, j->c_mem, 0, j->nlist, j->dim, j->metric);
+    sml_free(ids);
+    sml_free(centroids);
+    return s;
+}
+
+simil_status sml_knn_join_assign(sml_knn_join *j, int64_t first, int64_t count,
+                                 const float *rows)
+{
+    assert(j->nlist > 0 && count <= j->batch && first + count <= j->n);
+    sml_backend *b = j->b;
+    SML_TRY(b->ops->mem_upload(b, j->stage_mem, rows, sizeof(float) * (size_t)(count * j->dim)));
+    const sml_knn_args args = {.base = j->c_mem,
+                               .base_norms = j->c_norms_mem,
+                               .base_ids = j->c_ids_mem,
+                               .base_shadow = j->c_shadow,
+                               .n = j->nlist,
+                               .dim = j->dim,
+                               .queries = j->stage_mem,
+                               .nq = count,
+                               .k = j->nprobe,
+                               .metric = j->metric,
+                               .distances = j->probe_dist,
+                               .labels = j->probes + first * j->nprobe,
+                               .threads = j->threads};
+    return b->ops->knn(b, &args);
+}
+
+simil_status sml_knn_join_candidates(int64_t nlist, const int64_t *offset, const int64_t *order,
+                                     const int64_t *probes, int64_t nprobe,
+                                     int64_t *cand_offset, int64_t **cand_lists)
+{
+    *cand_lists = NULL;
+    int64_t *mark = NULL, *out = NULL, cap = nlist, used = 0;
+    simil_status s = sml_alloc((void **)&mark, (size_t)nlist, sizeof *mark, "candidate lists");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&out, (size_t)cap, sizeof *out, "candidate lists");
+    if (s != SIMIL_OK) {
+        sml_free(mark);
+        return s;
+    }
+    for (int64_t l = 0; l < nlist; l++) mark[l] = -1;
+    cand_offset[0] = 0;
+    for (int64_t l = 0; l < nlist && s == SIMIL_OK; l++) {
+        /* the lists this one's rows probe, marked with l; then ascending */
+        int64_t start = used;
+        for (int64_t p = offset[l]; p < offset[l + 1] && s == SIMIL_OK; p++) {
+            const int64_t *row = probes + order[p] * nprobe;
+            for (int64_t t = 0; t < nprobe; t++) {
+                int64_t c = row[t];
+                if (c < 0 || mark[c] == l) continue;
+                mark[c] = l;
+                if (used == cap) {
+                    s = sml_grow((void **)&out, sizeof *out * (size_t)used,
+                                 sizeof *out * (size_t)(2 * cap), "candidate lists");
+                    if (s != SIMIL_OK) break;
+                    cap *= 2;
+                }
+                out[used++] = c;
+            }
+        }
+        /* insertion sort: a list has few candidates, often nearly in order */
+        for (int64_t a = start + 1; a < used; a++) {
+            int64_t v = out[a], i = a;
+            for (; i > start && out[i - 1] > v; i--) out[i] = out[i - 1];
+            out[i] = v;
+        }
+        cand_offset[l + 1] = used;
+    }
+    sml_free(mark);
+    if (s != SIMIL_OK) {
+        sml_free(out);
+        return s;
+    }
+    *cand_lists = out;
+    return SIMIL_OK;
+}
+
+/* Counting sort of the rows by nearest list (their first probe). */
+static void sml_knn_join_order(sml_knn_join *j)
+{
+    int64_t *off = j->offset;
+    memset(off, 0, sizeof *off * (size_t)(j->nlist + 1));
+    for (int64_t i = 0; i < j->n; i++) off[j->probes[i * j->nprobe] + 1]++;
+    for (int64_t l = 0; l < j->nlist; l++) off[l + 1] += off[l];
+    /* pos doubles as the fill pointers: off[l] advances as rows land */
+    for (int64_t i = 0; i < j->n; i++) {
+        int64_t l = j->probes[i * j->nprobe];
+        j->pos[i] = off[l]++;
+        j->order[j->pos[i]] = i;
+    }
+    for (int64_t l = j->nlist; l > 0; l--) off[l] = off[l - 1];
+    off[0] = 0;
+}
+
+simil_status sml_knn_join_plan(sml_knn_join *j)
+{
+    assert(j->nlist > 0);
+    for (int64_t i = 0; i < j->n * j->nprobe; i++)
+        SML_RETURN_IF(j->probes[i] < 0 || j->probes[i] >= j->nlist, SIMIL_ERR_INTERNAL,
+                      "list join: row %" PRId64 " was given list %" PRId64, i / j->nprobe,
+                      j->probes[i]);
+    sml_knn_join_order(j);
+    return sml_knn_join_candidates(j->nlist, j->offset, j->order, j->probes, j->nprobe,
+                                   j->cand_offset, &j->cand_lists);
+}
+
+/* ---- the rows ---- */
+
+simil_status sml_knn_join_place(sml_knn_join *j, int64_t first, int64_t count,
+                                const float *rows)
+{
+    assert(count <= j->batch && first + count <= j->n);
+    sml_backend *b = j->b;
+    size_t row = sizeof(float) * (size_t)j->dim;
+    if (j->nlist == 0)
+        return b->ops->mem_upload(b, (char *)j->x_mem + row * (size_t)first, rows,
+                                  row * (size_t)count);
+    SML_TRY(b->ops->mem_upload(b, j->stage_mem, rows, row * (size_t)count));
+    return b->ops->mem_move_rows(b, j->x_mem, j->pos + first, j->stage_mem, NULL, row, count);
+}
+
+/* Labels of the rows as they lie in backend memory: their row numbers. */
+static simil_status sml_knn_join_labels(sml_knn_join *j)
+{
+    sml_backend *b = j->b;
+    if (j->nlist > 0)
+        return b->ops->mem_upload(b, j->ids_mem, j->order, sizeof(int64_t) * (size_t)j->n);
+    int64_t *ids;
+    SML_TRY(sml_alloc((void **)&ids, (size_t)j->n, sizeof *ids, "row ids"));
+    for (int64_t i = 0; i < j->n; i++) ids[i] = i;
+    simil_status s = b->ops->mem_upload(b, j->ids_mem, ids, sizeof *ids * (size_t)j->n);
+    sml_free(ids);
+    return s;
+}
+
+/* The lists [l0, l1) where l1 is the first list past l0 that ends at least
+ * SML_JOIN_CALL_ROWS rows after l0 starts. */
+static int64_t sml_knn_join_call_end(const sml_knn_join *j, int64_t l0)
+{
+    int64_t l1 = l0 + 1;
+    while (l1 < j->nlist && j->offset[l1] - j->offset[l0] < SML_JOIN_CALL_ROWS) l1++;
+    return l1;
+}
+
+static simil_status sml_knn_join_lists(sml_knn_join *j)
+{
+    sml_backend *b = j->b;
+    int64_t w = j->k + 1;
+    const char *what = "the join's results";
+    SML_TRY(sml_alloc((void **)&j->res_ids, (size_t)(j->n * w), sizeof *j->res_ids, what));
+    SML_TRY(sml_alloc((void **)&j->res_dist, (size_t)(j->n * w), sizeof *j->res_dist, what));
+    sml_join_args a = {.x = j->x_mem,
+                       .norms = j->norms_mem,
+                       .ids = j->ids_mem,
+                       .shadow = j->shadow,
+                       .n = j->n,
+                       .dim = j->dim,
+                       .list_offset = j->offset,
+                       .nlist = j->nlist,
+                       .cand_offset = j->cand_offset,
+                       .cand_lists = j->cand_lists,
+                       .k = w,
+                       .metric = j->metric,
+                       .distances = j->res_dist,
+                       .labels = j->res_ids,
+                       .threads = j->threads};
+    for (int64_t l0 = 0; l0 < j->nlist;) {
+        a.list_begin = l0;
+        a.list_end = sml_knn_join_call_end(j, l0);
+        SML_TRY(b->ops->knn_join(b, &a));
+        for (int64_t l = l0; l < a.list_end; l++) {
+            int64_t cols = 0;
+            for (int64_t c = j->cand_offset[l]; c < j->cand_offset[l + 1]; c++)
+                cols += j->offset[j->cand_lists[c] + 1] - j->offset[j->cand_lists[c]];
+            j->pairs += (double)(j->offset[l + 1] - j->offset[l]) * (double)cols;
+        }
+        l0 = a.list_end;
+        sml_progress("knn-graph", j->offset[l0], j->n);
+    }
+    return SIMIL_OK;
+}
+
+simil_status sml_knn_join_run(sml_knn_join *j, int64_t k)
+{
+    sml_backend *b = j->b;
+    j->k = k;
+    if (j->n == 0) return SIMIL_OK;
+    SML_TRY(sml_knn_join_labels(j));
+    if (j->norms_mem != NULL) SML_TRY(b->ops->row_norms(b, j->n, j->dim, j->x_mem, j->norms_mem));
+    if (b->ops->shadow_sync != NULL)
+        SML_TRY(b->ops->shadow_sync(b, &j->shadow, j->x_mem, 0, j->n, j->dim, j->metric));
+    if (j->nlist == 0) {
+        const char *what = "k-NN results";
+        size_t slots = (size_t)(j->batch * (k + 1));
+        SML_TRY(sml_alloc((void **)&j->tmp_ids, slots, sizeof *j->tmp_ids, what));
+        return sml_alloc((void **)&j->tmp_dist, slots, sizeof *j->tmp_dist, what);
+    }
+    return sml_knn_join_lists(j);
+}
+
+simil_status sml_knn_join_rows(sml_knn_join *j, int64_t first, int64_t count, int64_t *ids,
+                               float *distances)
+{
+    assert(count <= j->batch && first + count <= j->n);
+    int64_t w = j->k + 1;
+    if (j->nlist == 0) {
+        sml_backend *b = j->b;
+        const sml_knn_args args = {.base = j->x_mem,
+                                   .base_norms = j->norms_mem,
+                                   .base_ids = j->ids_mem,
+                                   .base_shadow = j->shadow,
+                                   .n = j->n,
+                                   .dim = j->dim,
+                                   .queries = j->x_mem + first * j->dim,
+                                   .nq = count,
+                                   .k = w,
+                                   .metric = j->metric,
+                                   .distances = j->tmp_dist,
+                                   .labels = j->tmp_ids,
+                                   .threads = j->threads};
+        SML_TRY(b->ops->knn(b, &args));
+        j->pairs += (double)count * (double)j->n;
+        sml_knn_graph_drop_self(count, first, NULL, j->k, j->tmp_ids, j->tmp_dist, ids,
+                                distances);
+        return SIMIL_OK;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        int64_t p = j->pos[first + i], self = first + i;
+        sml_knn_graph_drop_self(1, 0, &self, j->k, j->res_ids + p * w, j->res_dist + p * w,
+                                ids + i * j->k, distances + i * j->k);
+    }
+    return SIMIL_OK;
+}
+
+double sml_knn_join_pairs(const sml_knn_join *j) { return j->pairs; }

@@ -1,0 +1,315 @@
+/* test_knn_join.c: k-NN graphs by the list join on the CPU: its candidate
+ * lists on a hand-made case; the exact graph (Flat) and the join of every
+ * list equal a float64 brute force (L2, IP, cosine, odd dimensions); with
+ * the same index and nprobe the join's rows are never worse than the
+ * per-query search's, and its quality at least as high; a stated quality on
+ * clustered data; duplicates, k >= n, bad arguments and what the join
+ * refuses. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/knn_join.h"
+#include "core/alloc.h"
+#include "util/test_util.h"
+
+static simil_knn_graph_params join_params(const char *index, int64_t nprobe)
+{
+    simil_knn_graph_params p;
+    simil_knn_graph_params_init(&p);
+    p.method = SIMIL_KNN_GRAPH_JOIN;
+    p.index = index;
+    p.device = "cpu";
+    p.search.nprobe = nprobe;
+    return p;
+}
+
+/* Gaussian blobs: `clusters` centres uniform in [-1, 1)^dim, each row one of
+ * them plus uniform noise of half-width `spread`. */
+static float *blobs(int64_t n, int64_t dim, int64_t clusters, float spread, uint64_t seed)
+{
+    float *c = sml_test_malloc(sizeof(float) * (size_t)(clusters * dim));
+    float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+    sml_test_fill_uniform(c, clusters * dim, seed, -1, 1);
+    sml_test_fill_uniform(x, n * dim, seed + 1, -spread, spread);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < dim; j++) x[i * dim + j] += c[(i * 7919 % clusters) * dim + j];
+    free(c);
+    return x;
+}
+
+/* The brute-force graph (float64, self dropped as the build drops it). */
+static void reference_graph(const float *x, int64_t n, int64_t dim, int64_t k,
+                            simil_metric metric, int64_t *ids, float *dist)
+{
+    double *rd = sml_test_malloc(sizeof *rd * (size_t)(n * (k + 1)));
+    int64_t *rl = sml_test_malloc(sizeof *rl * (size_t)(n * (k + 1)));
+    sml_test_reference_knn(x, n, x, n, dim, k + 1, metric, rd, rl);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t o = 0, dropped = 0;
+        for (int64_t j = 0; j <= k && o < k; j++) {
+            if (!dropped && rl[i * (k + 1) + j] == i) {
+                dropped = 1;
+                continue;
+            }
+            ids[i * k + o] = rl[i * (k + 1) + j];
+            dist[i * k + o++] = (float)rd[i * (k + 1) + j];
+        }
+    }
+    free(rd);
+    free(rl);
+}
+
+static void test_candidates(void **state)
+{
+    (void)state;
+    /* 6 rows in 3 lists, nprobe 2: list 0 = rows {1, 4} probing {0, 2} and
+     * {0, 1}; list 1 = row {0} probing {1, 0}; list 2 = rows {2, 3, 5}
+     * probing {2, 2}, {2, 1} and {2, 1} */
+    const int64_t probes[] = {1, 0, 0, 2, 2, 2, 2, 1, 0, 1, 2, 1};
+    const int64_t offset[] = {0, 2, 3, 6};
+    const int64_t order[] = {1, 4, 0, 2, 3, 5};
+    int64_t cand_offset[4], *cand = NULL;
+    SML_ASSERT_OK(sml_knn_join_candidates(3, offset, order, probes, 2, cand_offset, &cand));
+    const int64_t want_offset[] = {0, 3, 5, 7};
+    const int64_t want[] = {0, 1, 2, 0, 1, 1, 2};
+    assert_memory_equal(cand_offset, want_offset, sizeof want_offset);
+    assert_memory_equal(cand, want, sizeof want);
+    sml_free(cand);
+    /* the output grew past nlist entries above; now make each allocation fail */
+    int failures = 0;
+    for (int64_t at = 1; at < 10; at++) {
+        sml_alloc_fail_at(at, 0);
+        simil_status s = sml_knn_join_candidates(3, offset, order, probes, 2, cand_offset, &cand);
+        sml_alloc_fail_at(0, 0);
+        if (s == SIMIL_OK) {
+            sml_free(cand);
+            break;
+        }
+        assert_int_equal(s, SIMIL_ERR_OUT_OF_MEMORY);
+        assert_null(cand);
+        failures++;
+    }
+    assert_int_equal(failures, 4); /* marks, output, and its two growths */
+}
+
+static void check_exact(simil_metric metric, const char *index, int64_t nprobe, int64_t dim,
+                        int64_t batch)
+{
+    enum { n = 500, k = 6 };
+    float *x = blobs(n, dim, 9, 0.4f, 17);
+    int64_t *ids = sml_test_malloc(sizeof(int64_t) * n * k);
+    int64_t *ref_ids = sml_test_malloc(sizeof(int64_t) * n * k);
+    float *dist = sml_test_malloc(sizeof(float) * n * k);
+    float *ref_dist = sml_test_malloc(sizeof(float) * n * k);
+    float *xn = sml_test_malloc(sizeof(float) * n * (size_t)dim);
+    memcpy(xn, x, sizeof(float) * n * (size_t)dim);
+    if (metric == SIMIL_METRIC_COSINE)
+        for (int64_t i = 0; i < n; i++) {
+            double s = 0;
+            for (int64_t j = 0; j < dim; j++) s += (double)xn[i * dim + j] * xn[i * dim + j];
+            for (int64_t j = 0; j < dim; j++) xn[i * dim + j] = (float)(xn[i * dim + j] / sqrt(s));
+        }
+    simil_knn_graph_params p = join_params(index, nprobe);
+    p.metric = metric;
+    p.batch = batch;
+    p.max_train = 300;
+    simil_knn_graph_stats st;
+    SML_ASSERT_OK(simil_knn_graph(&p, n, dim, x, k, ids, dist, &st));
+    assert_string_equal(st.method, "join");
+    simil_metric ref_metric = metric == SIMIL_METRIC_L2 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP;
+    reference_graph(xn, n, dim, k, ref_metric, ref_ids, ref_dist);
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "%s nprobe %lld, %s (blobs seed 17, n=%d dim=%lld k=%d batch=%lld)",
+             index, (long long)nprobe, simil_metric_name(metric), n, (long long)dim, k,
+             (long long)batch);
+    sml_test_check_same(ctx, xn, n, xn, n, dim, k, ref_metric, dist, ids, ref_dist, ref_ids,
+                        1e-4);
+    if (metric == SIMIL_METRIC_L2)
+        for (int64_t i = 0; i < n * k; i++)
+            if (ids[i] == i / k) fail_msg("%s: row %lld lists itself", ctx, (long long)(i / k));
+    free(xn);
+    free(ref_dist);
+    free(dist);
+    free(ref_ids);
+    free(ids);
+    free(x);
+}
+
+static void test_exact(void **state)
+{
+    (void)state;
+    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP, SIMIL_METRIC_COSINE};
+    for (int m = 0; m < 3; m++) {
+        /* Flat: every row against every row */
+        check_exact(metrics[m], "Flat", 0, 13, 200000);
+        check_exact(metrics[m], "Flat", 0, 13, 77);
+        /* the join of every list with every list */
+        check_exact(metrics[m], "IVF8,Flat", 8, 13, 200000);
+        check_exact(metrics[m], "IVF8,Flat", 8, 13, 64);
+    }
+    check_exact(SIMIL_METRIC_L2, "Flat", 0, 1, 100);
+    check_exact(SIMIL_METRIC_L2, "IVF5,Flat", 5, 3, 100);
+    check_exact(SIMIL_METRIC_L2, "IVF4,Flat", 9, 100, 100); /* nprobe beyond nlist */
+}
+
+/* The join compares each row with every row of its nprobe nearest lists and
+ * more; the search with exactly those, under the same lists (same k-means,
+ * same sample).  So at every rank the join's distance is at most the
+ * search's (up to rounding), and its quality at least as high. */
+static void test_join_covers_search(void **state)
+{
+    (void)state;
+    enum { n = 3000, dim = 20, k = 10 };
+    float *x = blobs(n, dim, 12, 0.6f, 41);
+    int64_t *jids = sml_test_malloc(sizeof(int64_t) * n * k);
+    int64_t *sids = sml_test_malloc(sizeof(int64_t) * n * k);
+    float *jd = sml_test_malloc(sizeof(float) * n * k);
+    float *sd = sml_test_malloc(sizeof(float) * n * k);
+    for (int64_t nprobe = 1; nprobe <= 3; nprobe++) {
+        simil_knn_graph_params p = join_params("IVF24,Flat", nprobe);
+        p.max_train = 2000;
+        p.quality = 1;
+        p.batch = 700;
+        simil_knn_graph_stats js, ss;
+        SML_ASSERT_OK(simil_knn_graph(&p, n, dim, x, k, jids, jd, &js));
+        p.method = SIMIL_KNN_GRAPH_SEARCH;
+        SML_ASSERT_OK(simil_knn_graph(&p, n, dim, x, k, sids, sd, &ss));
+        assert_string_equal(ss.method, "search");
+        for (int64_t i = 0; i < n * k; i++) {
+            if (sids[i] < 0) continue;
+            if (!(jd[i] <= sd[i] + 1e-4 * (fabs(sd[i]) + 1)))
+                fail_msg("nprobe %lld, row %lld rank %lld: join %.9g > search %.9g (blobs seed "
+                         "41, n=%d dim=%d, IVF24)",
+                         (long long)nprobe, (long long)(i / k), (long long)(i % k), jd[i], sd[i],
+                         n, dim);
+        }
+        if (!(js.quality >= ss.quality))
+            fail_msg("nprobe %lld: join quality %g below the search's %g", (long long)nprobe,
+                     js.quality, ss.quality);
+        if (!(js.pairs > 0)) fail_msg("nprobe %lld: join pairs %g", (long long)nprobe, js.pairs);
+        assert_true(ss.pairs == 0);
+    }
+    free(sd);
+    free(jd);
+    free(sids);
+    free(jids);
+    free(x);
+}
+
+/* A stated quality on clustered data: 40 blobs of 150 rows, 64 lists (about
+ * 1.6 per blob), nprobe 2.  The measure is the build's own (10-intersection
+ * on every node). */
+static void test_quality(void **state)
+{
+    (void)state;
+    enum { n = 6000, dim = 32, k = 10 };
+    float *x = blobs(n, dim, 40, 0.9f, 5);
+    int64_t *ids = sml_test_malloc(sizeof(int64_t) * n * k);
+    float *dist = sml_test_malloc(sizeof(float) * n * k);
+    simil_knn_graph_params p = join_params("IVF64,Flat", 2);
+    p.quality = 1;
+    simil_knn_graph_stats st;
+    SML_ASSERT_OK(simil_knn_graph(&p, n, dim, x, k, ids, dist, &st));
+    if (!(st.quality >= 0.95))
+        fail_msg("IVF64,Flat nprobe 2 join (blobs seed 5, n=%d dim=%d): quality %.4f < 0.95", n,
+                 dim, st.quality);
+    /* and the pairs it computed are far fewer than all pairs */
+    if (!(st.pairs < 0.5 * (double)n * n))
+        fail_msg("join computed %g pairs of %g", st.pairs, (double)n * n);
+    print_message("join quality %.4f, %.1f%% of all pairs\n", st.quality,
+                  100.0 * st.pairs / ((double)n * n));
+    free(dist);
+    free(ids);
+    free(x);
+}
+
+static void test_duplicates_and_k_beyond_n(void **state)
+{
+    (void)state;
+    enum { n = 40, d = 5, k = 45 };
+    float x[n * d];
+    sml_test_fill_uniform(x, n * d, 8, 0, 1);
+    for (int i = 20; i < n; i++) memcpy(x + i * d, x + (i - 20) * d, sizeof(float) * d);
+    int64_t *ids = sml_test_malloc(sizeof(int64_t) * n * k);
+    float *dist = sml_test_malloc(sizeof(float) * n * k);
+    const char *indexes[] = {"Flat", "IVF4,Flat"};
+    for (int t = 0; t < 2; t++) {
+        simil_knn_graph_params p = join_params(indexes[t], 4);
+        SML_ASSERT_OK(simil_knn_graph(&p, n, d, x, k, ids, dist, NULL));
+        for (int64_t i = 0; i < n; i++) {
+            /* the copy first, at distance 0, never the row itself */
+            if (ids[i * k] != (i + 20) % 40 || !(fabsf(dist[i * k]) < 1e-5f))
+                fail_msg("%s: row %lld: first %lld at %g, want its copy %lld at 0", indexes[t],
+                         (long long)i, (long long)ids[i * k], dist[i * k],
+                         (long long)((i + 20) % 40));
+            for (int64_t j = 0; j < k; j++) {
+                if (ids[i * k + j] == i) fail_msg("%s: row %lld lists itself", indexes[t],
+                                                  (long long)i);
+                if (j >= n - 1 && (ids[i * k + j] != -1 || !isinf(dist[i * k + j])))
+                    fail_msg("%s: row %lld rank %lld: %lld, want an empty slot", indexes[t],
+                             (long long)i, (long long)j, (long long)ids[i * k + j]);
+            }
+        }
+    }
+    free(dist);
+    free(ids);
+}
+
+static void test_refused(void **state)
+{
+    (void)state;
+    enum { n = 60, d = 8, k = 3 };
+    float x[n * d];
+    int64_t ids[n * k];
+    float dist[n * k];
+    sml_test_fill_uniform(x, n * d, 3, 0, 1);
+    simil_knn_graph_params p = join_params("IVF4,PQ2x4", 2);
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_knn_graph(&p, n, d, x, k, ids, dist, NULL));
+    assert_non_null(strstr(simil_last_error(), "list join takes Flat or IVF<n>,Flat"));
+    /* AUTO takes the search for it */
+    simil_knn_graph_stats st;
+    p.method = SIMIL_KNN_GRAPH_AUTO;
+    p.max_train = n;
+    SML_ASSERT_OK(simil_knn_graph(&p, n, d, x, k, ids, dist, &st));
+    assert_string_equal(st.method, "search");
+    /* several devices: the search too */
+    p.index = "Flat";
+    p.device = "cpu:2";
+    SML_ASSERT_OK(simil_knn_graph(&p, n, d, x, k, ids, dist, &st));
+    assert_string_equal(st.method, "search");
+    p.method = SIMIL_KNN_GRAPH_JOIN;
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_knn_graph(&p, n, d, x, k, ids, dist, NULL));
+    p.device = "cpu";
+    p.method = (simil_knn_graph_method)7;
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_knn_graph(&p, n, d, x, k, ids, dist, NULL));
+    assert_non_null(strstr(simil_last_error(), "unknown method 7"));
+    /* more lists than training rows */
+    p = join_params("IVF64,Flat", 2);
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_knn_graph(&p, n, d, x, k, ids, dist, NULL));
+    /* bad values, in the first chunk or a later one */
+    p = join_params("IVF4,Flat", 2);
+    p.batch = 16;
+    x[50 * d + 3] = NAN;
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_knn_graph(&p, n, d, x, k, ids, dist, NULL));
+    p.index = "Flat";
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_knn_graph(&p, n, d, x, k, ids, dist, NULL));
+    x[50 * d + 3] = 0.5f;
+    /* an empty dataset is an empty graph */
+    SML_ASSERT_OK(simil_knn_graph(&p, 0, d, NULL, k, NULL, NULL, &st));
+    assert_string_equal(st.method, "join");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_candidates),
+        cmocka_unit_test(test_exact),
+        cmocka_unit_test(test_join_covers_search),
+        cmocka_unit_test(test_quality),
+        cmocka_unit_test(test_duplicates_and_k_beyond_n),
+        cmocka_unit_test(test_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
