@@ -212,8 +212,20 @@ test_knn() {
     # .ivecs: ids in G.ivecs, distances in G.fvecs
     expect 0 "$SIMIL" knn-graph --data "$TMP/x.fvecs" -k 5 --index Flat --out "$TMP/g.ivecs" --device cpu
     out_has "wrote $TMP/g.ivecs (ids) and $TMP/g.fvecs (distances)"
+    grep -Eq '^build [0-9.]+ s \(train [0-9.]+ s, add [0-9.]+ s\), join [0-9.]+ s, total [0-9.]+ s$' "$TMP/out" ||
+        fail "no timing line: $(cat "$TMP/out")"
+    out_has ", Flat, join, metric l2, on cpu"
+    out_has "distances computed, 100.00% of all pairs"
+    # the per-query search gives the same graph
+    expect 0 "$SIMIL" knn-graph --data "$TMP/x.fvecs" -k 5 --index Flat --out "$TMP/s.ivecs" --device cpu --method search
+    out_has ", Flat, search, metric l2"
     grep -Eq '^build [0-9.]+ s \(train [0-9.]+ s, add [0-9.]+ s\), search [0-9.]+ s, total [0-9.]+ s$' "$TMP/out" ||
         fail "no timing line: $(cat "$TMP/out")"
+    cmp -s "$TMP/g.ivecs" "$TMP/s.ivecs" || fail "join and search give different exact graphs"
+    expect 2 "$SIMIL" knn-graph --data "$TMP/x.fvecs" -k 5 --index Flat --out "$TMP/s.ivecs" --method fast
+    err_has "--method: 'fast' is not auto, join or search"
+    expect 1 "$SIMIL" knn-graph --data "$TMP/x.fvecs" -k 5 --index IVF4,PQ7x4 --out "$TMP/s.ivecs" --method join --device cpu
+    err_has "the list join takes Flat or IVF<n>,Flat"
     py '
 x = read_vecs(sys.argv[1], "f")
 ids, dist = read_graph(sys.argv[2], sys.argv[3])
