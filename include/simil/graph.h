@@ -3,17 +3,23 @@
  * graph"; docs/knn-graph.md).
  *
  * A k-NN graph has one row per vector of the dataset: the ids (row numbers)
- * and distances of its k nearest other vectors, found by querying every
- * vector against an index of the whole dataset and dropping the vector
- * itself.  With "Flat" the graph is exact; with an approximate index
- * ("IVF4096,Flat" and nprobe) it is faster and its quality is measured by
- * simil_graph_quality().
+ * and distances of its k nearest other vectors.  By default they are found
+ * by joining inverted lists (simil_knn_graph_method JOIN): each list of
+ * vectors is compared with its candidate lists as dense GEMM tiles; or, as
+ * the GPU paper does, by querying every vector against an index of the whole
+ * dataset (SEARCH).  Either way each vector is searched with k + 1
+ * neighbours and itself dropped.  With "Flat" the graph is exact; with
+ * "IVF4096,Flat" and nprobe it is approximate, and its quality is measured
+ * by simil_graph_quality().
  *
- * Memory: the index must fit on its device (GPU memory for a GPU, host
- * memory for the CPU).  The dataset itself need not fit anywhere: the
- * streaming variants read it in chunks of params->batch rows, once to train
- * (a sample), once to add, once to query, and once more to measure quality,
- * and hand the graph out chunk by chunk. */
+ * Memory: the index (JOIN: the vectors, with a half-size fp16 copy on a GPU)
+ * must fit on its device (GPU memory for a GPU, host memory for the CPU).
+ * The dataset itself need not fit in host memory: the streaming variants read
+ * it in chunks of params->batch rows (SEARCH: once to train on a sample,
+ * once to add, once to query; JOIN: once for the sample, once to find each
+ * vector's lists, once to lay the vectors out by list), once more to measure
+ * quality, and hand the graph out chunk by chunk.  JOIN keeps n x (nprobe +
+ * 3 (k + 1) + 2) values of host memory for its lists and results. */
 #ifndef SIMIL_GRAPH_H
 #define SIMIL_GRAPH_H
 
@@ -103,8 +109,9 @@ typedef simil_status (*simil_graph_rows_fn)(void *user, int64_t first, int64_t c
  * few lists.
  * stats: may be NULL.  With params->quality, stats->quality is measured as
  * simil_graph_quality() does.
- * Progress: stage "knn-graph", one unit per row queried, then with
- * params->quality "knn-graph quality", one unit per row searched. */
+ * Progress: stage "knn-graph", one unit per row queried (JOIN with lists:
+ * joined), then with params->quality "knn-graph quality", one unit per row
+ * searched. */
 SIMIL_API simil_status simil_knn_graph(const simil_knn_graph_params *params, int64_t n,
                                        int64_t dim, const float *x, int64_t k, int64_t *ids,
                                        float *distances, simil_knn_graph_stats *stats);
@@ -113,8 +120,9 @@ SIMIL_API simil_status simil_knn_graph(const simil_knn_graph_params *params, int
  * through read, with the graph handed to sink chunk by chunk.  Host memory
  * holds about batch x (dim + 3 (k + 1)) values besides the index and the
  * samples (max_train x dim for training, quality_sample x (dim + k) for the
- * quality).  Progress: "knn-graph add", one unit per row added, then
- * "knn-graph", one per row queried. */
+ * quality).  Progress: "knn-graph add", one unit per row added (JOIN with
+ * lists: "knn-graph assign" first, one per row given its lists), then
+ * "knn-graph", one per row queried or joined. */
 SIMIL_API simil_status simil_knn_graph_stream(const simil_knn_graph_params *params, int64_t n,
                                               int64_t dim, simil_rows_fn read, void *read_user,
                                               int64_t k, simil_graph_rows_fn sink,
