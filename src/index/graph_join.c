@@ -140,8 +140,9 @@ static simil_status sml_join_add(sml_join_build *j, int lists)
     return SIMIL_OK;
 }
 
-/* The join, then the graph rows to the sink in order. */
-static simil_status sml_join_search(sml_join_build *j)
+/* The join, then the graph rows to the sink in order (Flat: each chunk
+ * searched on the way, with its progress). */
+static simil_status sml_join_search(sml_join_build *j, int lists)
 {
     sml_graph_build *g = j->g;
     sml_source *s = &g->src;
@@ -151,6 +152,7 @@ static simil_status sml_join_search(sml_join_build *j)
         SML_TRY(sml_knn_join_rows(j->join, first, count, g->out_ids, g->out_dist));
         if (g->nodes != NULL) sml_graph_capture_ids(g, first, count);
         SML_TRY(sml_graph_deliver(g, first, count));
+        if (!lists) sml_progress("knn-graph", first + count, s->n);
     }
     return SIMIL_OK;
 }
@@ -180,7 +182,7 @@ static simil_status sml_join_stages(sml_join_build *j, int64_t nlist)
     double t1 = sml_graph_now();
     SML_TRY(sml_join_add(j, nlist > 0));
     double t2 = sml_graph_now();
-    SML_TRY(sml_join_search(j));
+    SML_TRY(sml_join_search(j, nlist > 0));
     double t3 = sml_graph_now();
     stats->train_seconds = t1 - t0;
     stats->add_seconds = t2 - t1;

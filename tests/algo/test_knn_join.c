@@ -25,42 +25,6 @@ static simil_knn_graph_params join_params(const char *index, int64_t nprobe)
     return p;
 }
 
-/* Gaussian blobs: `clusters` centres uniform in [-1, 1)^dim, each row one of
- * them plus uniform noise of half-width `spread`. */
-static float *blobs(int64_t n, int64_t dim, int64_t clusters, float spread, uint64_t seed)
-{
-    float *c = sml_test_malloc(sizeof(float) * (size_t)(clusters * dim));
-    float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
-    sml_test_fill_uniform(c, clusters * dim, seed, -1, 1);
-    sml_test_fill_uniform(x, n * dim, seed + 1, -spread, spread);
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < dim; j++) x[i * dim + j] += c[(i * 7919 % clusters) * dim + j];
-    free(c);
-    return x;
-}
-
-/* The brute-force graph (float64, self dropped as the build drops it). */
-static void reference_graph(const float *x, int64_t n, int64_t dim, int64_t k,
-                            simil_metric metric, int64_t *ids, float *dist)
-{
-    double *rd = sml_test_malloc(sizeof *rd * (size_t)(n * (k + 1)));
-    int64_t *rl = sml_test_malloc(sizeof *rl * (size_t)(n * (k + 1)));
-    sml_test_reference_knn(x, n, x, n, dim, k + 1, metric, rd, rl);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t o = 0, dropped = 0;
-        for (int64_t j = 0; j <= k && o < k; j++) {
-            if (!dropped && rl[i * (k + 1) + j] == i) {
-                dropped = 1;
-                continue;
-            }
-            ids[i * k + o] = rl[i * (k + 1) + j];
-            dist[i * k + o++] = (float)rd[i * (k + 1) + j];
-        }
-    }
-    free(rd);
-    free(rl);
-}
-
 static void test_candidates(void **state)
 {
     (void)state;
@@ -98,7 +62,7 @@ static void check_exact(simil_metric metric, const char *index, int64_t nprobe, 
                         int64_t batch)
 {
     enum { n = 500, k = 6 };
-    float *x = blobs(n, dim, 9, 0.4f, 17);
+    float *x = sml_test_blobs(n, dim, 9, 0.4f, 17);
     int64_t *ids = sml_test_malloc(sizeof(int64_t) * n * k);
     int64_t *ref_ids = sml_test_malloc(sizeof(int64_t) * n * k);
     float *dist = sml_test_malloc(sizeof(float) * n * k);
@@ -119,7 +83,7 @@ static void check_exact(simil_metric metric, const char *index, int64_t nprobe, 
     SML_ASSERT_OK(simil_knn_graph(&p, n, dim, x, k, ids, dist, &st));
     assert_string_equal(st.method, "join");
     simil_metric ref_metric = metric == SIMIL_METRIC_L2 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP;
-    reference_graph(xn, n, dim, k, ref_metric, ref_ids, ref_dist);
+    sml_test_reference_graph(xn, n, dim, k, ref_metric, ref_ids, ref_dist);
     char ctx[160];
     snprintf(ctx, sizeof ctx, "%s nprobe %lld, %s (blobs seed 17, n=%d dim=%lld k=%d batch=%lld)",
              index, (long long)nprobe, simil_metric_name(metric), n, (long long)dim, k,
@@ -162,7 +126,7 @@ static void test_join_covers_search(void **state)
 {
     (void)state;
     enum { n = 3000, dim = 20, k = 10 };
-    float *x = blobs(n, dim, 12, 0.6f, 41);
+    float *x = sml_test_blobs(n, dim, 12, 0.6f, 41);
     int64_t *jids = sml_test_malloc(sizeof(int64_t) * n * k);
     int64_t *sids = sml_test_malloc(sizeof(int64_t) * n * k);
     float *jd = sml_test_malloc(sizeof(float) * n * k);
@@ -205,7 +169,7 @@ static void test_quality(void **state)
 {
     (void)state;
     enum { n = 6000, dim = 32, k = 10 };
-    float *x = blobs(n, dim, 40, 0.9f, 5);
+    float *x = sml_test_blobs(n, dim, 40, 0.9f, 5);
     int64_t *ids = sml_test_malloc(sizeof(int64_t) * n * k);
     float *dist = sml_test_malloc(sizeof(float) * n * k);
     simil_knn_graph_params p = join_params("IVF64,Flat", 2);

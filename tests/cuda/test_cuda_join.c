@@ -19,20 +19,6 @@
 
 static const double rel_tol = 1e-4;
 
-/* Rows of blobs: `clusters` centres in [-1, 1)^dim plus noise of half-width
- * spread. */
-static float *blobs(int64_t n, int64_t dim, int64_t clusters, float spread, uint64_t seed)
-{
-    float *c = sml_test_malloc(sizeof(float) * (size_t)(clusters * dim));
-    float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim + 1));
-    sml_test_fill_uniform(c, clusters * dim, seed, -1, 1);
-    sml_test_fill_uniform(x, n * dim, seed + 1, -spread, spread);
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < dim; j++) x[i * dim + j] += c[(i % clusters) * dim + j];
-    free(c);
-    return x;
-}
-
 /* The matrix of one join on one backend: rows, norms, labels (row numbers),
  * and the shadow if asked. */
 typedef struct side {
@@ -122,7 +108,7 @@ static void check_op(int64_t nlist, int64_t max_list, int64_t extra, int64_t dim
         cand_offset[l + 1] = c;
     }
     int64_t n = offset[nlist];
-    float *x = blobs(n, dim, 5, 0.5f, seed);
+    float *x = sml_test_blobs(n, dim, 5, 0.5f, seed);
     sml_backend *gpu, *cpu;
     SML_ASSERT_OK(sml_cuda_backend_open(0, &gpu));
     SML_ASSERT_OK(sml_cpu_backend_open(&cpu));
@@ -184,7 +170,7 @@ static void test_exact_graph(void **state)
 {
     (void)state;
     const int64_t n = sml_test_quick() ? 800 : 4000, dim = 50, k = 10;
-    float *x = blobs(n, dim, 30, 0.3f, 9);
+    float *x = sml_test_blobs(n, dim, 30, 0.3f, 9);
     int64_t *ids = sml_test_malloc(sizeof(int64_t) * (size_t)(n * k));
     float *dist = sml_test_malloc(sizeof(float) * (size_t)(n * k));
     simil_knn_graph_params p = gpu_params("Flat", 0, SIMIL_KNN_GRAPH_AUTO);
@@ -193,23 +179,9 @@ static void test_exact_graph(void **state)
     SML_ASSERT_OK(simil_knn_graph(&p, n, dim, x, k, ids, dist, &st));
     assert_string_equal(st.method, "join");
     assert_non_null(strstr(st.backend, "cuda"));
-    /* the reference: k + 1 nearest in float64, self dropped */
-    double *rd = sml_test_malloc(sizeof(double) * (size_t)(n * (k + 1)));
-    int64_t *rl = sml_test_malloc(sizeof(int64_t) * (size_t)(n * (k + 1)));
     float *ref_d = sml_test_malloc(sizeof(float) * (size_t)(n * k));
     int64_t *ref_l = sml_test_malloc(sizeof(int64_t) * (size_t)(n * k));
-    sml_test_reference_knn(x, n, x, n, dim, k + 1, SIMIL_METRIC_L2, rd, rl);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t o = 0, dropped = 0;
-        for (int64_t j = 0; j <= k && o < k; j++) {
-            if (!dropped && rl[i * (k + 1) + j] == i) {
-                dropped = 1;
-                continue;
-            }
-            ref_l[i * k + o] = rl[i * (k + 1) + j];
-            ref_d[i * k + o++] = (float)rd[i * (k + 1) + j];
-        }
-    }
+    sml_test_reference_graph(x, n, dim, k, SIMIL_METRIC_L2, ref_l, ref_d);
     char ctx[128];
     snprintf(ctx, sizeof ctx, "gpu exact graph (blobs seed 9, n=%lld dim=%lld k=%lld)",
              (long long)n, (long long)dim, (long long)k);
@@ -217,8 +189,6 @@ static void test_exact_graph(void **state)
                         rel_tol);
     free(ref_l);
     free(ref_d);
-    free(rl);
-    free(rd);
     free(dist);
     free(ids);
     free(x);
@@ -228,7 +198,7 @@ static void test_join_covers_search(void **state)
 {
     (void)state;
     const int64_t n = sml_test_quick() ? 3000 : 20000, dim = 96, k = 10;
-    float *x = blobs(n, dim, 50, 1.0f, 13);
+    float *x = sml_test_blobs(n, dim, 50, 1.0f, 13);
     int64_t *jl = sml_test_malloc(sizeof(int64_t) * (size_t)(n * k));
     int64_t *sl = sml_test_malloc(sizeof(int64_t) * (size_t)(n * k));
     float *jd = sml_test_malloc(sizeof(float) * (size_t)(n * k));
