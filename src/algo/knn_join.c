@@ -13,6 +13,7 @@
 #include "algo/knn_join.h"
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 #include "algo/kmeans.h"
@@ -24,6 +25,13 @@
 /* Rows joined per call of the backend, at least: progress and the caller's
  * interrupts come between calls. */
 enum { SML_JOIN_CALL_ROWS = 1 << 18 };
+
+/* A list whose rows' probes name another list fewer times than this share
+ * of its rows joins that list only with the rows that probe it (see
+ * sml_knn_join_blocks).  On mix10M-like clusters most second probes beyond
+ * a cluster's own lists are such strays, each named by a few rows; joining
+ * them whole made the union four times the per-query work. */
+static const double sml_join_share = 0.02;
 
 struct sml_knn_join {
     sml_backend *b;
@@ -41,7 +49,8 @@ struct sml_knn_join {
     int64_t *offset;    /* host: nlist + 1; list l is sorted rows [offset[l], offset[l + 1]) */
     int64_t *order;     /* host: n, the row at each sorted position */
     int64_t *pos;       /* host: n, the sorted position of each row */
-    int64_t *cand_offset, *cand_lists;
+    int64_t nblock;     /* host: the blocks of rows joined and their candidates */
+    int64_t *block_offset, *cand_offset, *cand_lists;
     int64_t *res_ids;   /* host: n x (k + 1), sorted order */
     float *res_dist;
     /* the rows (sorted by list when there are lists) */
@@ -77,6 +86,7 @@ void sml_knn_join_destroy(sml_knn_join *j)
     sml_free(j->offset);
     sml_free(j->order);
     sml_free(j->pos);
+    sml_free(j->block_offset);
     sml_free(j->cand_offset);
     sml_free(j->cand_lists);
     sml_free(j->res_ids);
@@ -103,7 +113,9 @@ static simil_status sml_knn_join_alloc(sml_knn_join *j)
     SML_TRY(sml_alloc((void **)&j->offset, (size_t)j->nlist + 1, sizeof *j->offset, what));
     SML_TRY(sml_alloc((void **)&j->order, n, sizeof *j->order, what));
     SML_TRY(sml_alloc((void **)&j->pos, n, sizeof *j->pos, what));
-    SML_TRY(sml_alloc((void **)&j->cand_offset, (size_t)j->nlist + 1, sizeof *j->cand_offset,
+    SML_TRY(sml_alloc((void **)&j->block_offset, 2 * (size_t)j->nlist + 1,
+                      sizeof *j->block_offset, what));
+    SML_TRY(sml_alloc((void **)&j->cand_offset, 2 * (size_t)j->nlist + 1, sizeof *j->cand_offset,
                       what));
     return SIMIL_OK;
 }
@@ -190,52 +202,143 @@ simil_status sml_knn_join_assign(sml_knn_join *j, int64_t first, int64_t count,
     return b->ops->knn(b, &args);
 }
 
-simil_status sml_knn_join_candidates(int64_t nlist, const int64_t *offset, const int64_t *order,
-                                     const int64_t *probes, int64_t nprobe,
-                                     int64_t *cand_offset, int64_t **cand_lists)
+/* The planner's scratch: per list, the votes of the current list's rows
+ * and a mark; the lists touched, to reset; a row buffer. */
+typedef struct sml_join_planner {
+    int64_t *votes, *mark, *touched, *rows;
+    int64_t ntouched;
+    int64_t *out;   /* candidate lists written so far */
+    int64_t used, cap;
+} sml_join_planner;
+
+static simil_status sml_join_push(sml_join_planner *q, int64_t list)
+{
+    if (q->used == q->cap) {
+        SML_TRY(sml_grow((void **)&q->out, sizeof *q->out * (size_t)q->used,
+                         sizeof *q->out * (size_t)(2 * q->cap), "candidate lists"));
+        q->cap *= 2;
+    }
+    q->out[q->used++] = list;
+    return SIMIL_OK;
+}
+
+/* Sort out[start, used): a block has few candidates, often nearly in order. */
+static void sml_join_sort_tail(sml_join_planner *q, int64_t start)
+{
+    for (int64_t a = start + 1; a < q->used; a++) {
+        int64_t v = q->out[a], i = a;
+        for (; i > start && q->out[i - 1] > v; i--) q->out[i] = q->out[i - 1];
+        q->out[i] = v;
+    }
+}
+
+/* Whether row r has a probe that is not popular. */
+static int sml_join_needs_more(const sml_join_planner *q, const int64_t *probes, int64_t nprobe,
+                               int64_t r, int64_t popular)
+{
+    for (int64_t t = 0; t < nprobe; t++)
+        if (probes[r * nprobe + t] >= 0 && q->votes[probes[r * nprobe + t]] < popular) return 1;
+    return 0;
+}
+
+/* List l: count the votes, put the rows that probe only popular lists first,
+ * and append its blocks.  *nblock and the offsets advance. */
+static simil_status sml_join_plan_list(sml_join_planner *q, int64_t l, const int64_t *offset,
+                                       int64_t *order, const int64_t *probes, int64_t nprobe,
+                                       double share, int64_t *nblock, int64_t *block_offset,
+                                       int64_t *cand_offset)
+{
+    int64_t lo = offset[l], hi = offset[l + 1], size = hi - lo;
+    if (size == 0) return SIMIL_OK;
+    q->ntouched = 0;
+    for (int64_t p = lo; p < hi; p++)
+        for (int64_t t = 0; t < nprobe; t++) {
+            int64_t c = probes[order[p] * nprobe + t];
+            if (c < 0) continue;
+            if (q->votes[c]++ == 0) q->touched[q->ntouched++] = c;
+        }
+    int64_t popular = (int64_t)ceil(share * (double)size);
+    if (popular < 1) popular = 1;
+    /* stable partition: rows needing only popular lists, then the others */
+    int64_t g1 = 0, g2 = 0;
+    for (int64_t p = lo; p < hi; p++)
+        if (!sml_join_needs_more(q, probes, nprobe, order[p], popular)) order[lo + g1++] = order[p];
+        else q->rows[g2++] = order[p];
+    memcpy(order + lo + g1, q->rows, sizeof *order * (size_t)g2);
+    /* candidate rows of the popular lists (P) and of all the lists the other
+     * rows probe (W) */
+    int64_t p_rows = 0, w_rows = 0;
+    for (int64_t i = 0; i < q->ntouched; i++) {
+        int64_t c = q->touched[i], rows = offset[c + 1] - offset[c];
+        if (q->votes[c] >= popular) p_rows += rows;
+    }
+    w_rows = p_rows;
+    for (int64_t p = lo + g1; p < hi; p++)
+        for (int64_t t = 0; t < nprobe; t++) {
+            int64_t c = probes[order[p] * nprobe + t];
+            if (c < 0 || q->votes[c] >= popular || q->mark[c] == l) continue;
+            q->mark[c] = l;
+            w_rows += offset[c + 1] - offset[c];
+        }
+    /* two blocks when that saves a tenth of the work, else one over W */
+    int split = g1 > 0 && g2 > 0 &&
+                (double)g1 * (double)(w_rows - p_rows) >= 0.1 * (double)size * (double)w_rows;
+    int64_t start = q->used;
+    if (split || g2 == 0) {
+        for (int64_t i = 0; i < q->ntouched; i++)
+            if (q->votes[q->touched[i]] >= popular) SML_TRY(sml_join_push(q, q->touched[i]));
+        sml_join_sort_tail(q, start);
+        block_offset[*nblock + 1] = lo + g1;
+        cand_offset[++*nblock] = q->used;
+        start = q->used;
+    }
+    if (g2 > 0) {
+        for (int64_t i = 0; i < q->ntouched; i++) {
+            int64_t c = q->touched[i];
+            if (q->votes[c] >= popular || q->mark[c] == l) SML_TRY(sml_join_push(q, c));
+        }
+        sml_join_sort_tail(q, start);
+        block_offset[*nblock + 1] = hi;
+        cand_offset[++*nblock] = q->used;
+    }
+    for (int64_t i = 0; i < q->ntouched; i++) q->votes[q->touched[i]] = 0;
+    return SIMIL_OK;
+}
+
+simil_status sml_knn_join_blocks(int64_t nlist, const int64_t *offset, int64_t *order,
+                                 const int64_t *probes, int64_t nprobe, double share,
+                                 int64_t *nblock, int64_t *block_offset, int64_t *cand_offset,
+                                 int64_t **cand_lists)
 {
     *cand_lists = NULL;
-    int64_t *mark = NULL, *out = NULL, cap = nlist, used = 0;
-    simil_status s = sml_alloc((void **)&mark, (size_t)nlist, sizeof *mark, "candidate lists");
-    if (s == SIMIL_OK) s = sml_alloc((void **)&out, (size_t)cap, sizeof *out, "candidate lists");
-    if (s != SIMIL_OK) {
-        sml_free(mark);
-        return s;
-    }
-    for (int64_t l = 0; l < nlist; l++) mark[l] = -1;
+    *nblock = 0;
+    block_offset[0] = 0;
     cand_offset[0] = 0;
-    for (int64_t l = 0; l < nlist && s == SIMIL_OK; l++) {
-        /* the lists this one's rows probe, marked with l; then ascending */
-        int64_t start = used;
-        for (int64_t p = offset[l]; p < offset[l + 1] && s == SIMIL_OK; p++) {
-            const int64_t *row = probes + order[p] * nprobe;
-            for (int64_t t = 0; t < nprobe; t++) {
-                int64_t c = row[t];
-                if (c < 0 || mark[c] == l) continue;
-                mark[c] = l;
-                if (used == cap) {
-                    s = sml_grow((void **)&out, sizeof *out * (size_t)used,
-                                 sizeof *out * (size_t)(2 * cap), "candidate lists");
-                    if (s != SIMIL_OK) break;
-                    cap *= 2;
-                }
-                out[used++] = c;
-            }
-        }
-        /* insertion sort: a list has few candidates, often nearly in order */
-        for (int64_t a = start + 1; a < used; a++) {
-            int64_t v = out[a], i = a;
-            for (; i > start && out[i - 1] > v; i--) out[i] = out[i - 1];
-            out[i] = v;
-        }
-        cand_offset[l + 1] = used;
-    }
-    sml_free(mark);
+    int64_t largest = 1;
+    for (int64_t l = 0; l < nlist; l++)
+        if (offset[l + 1] - offset[l] > largest) largest = offset[l + 1] - offset[l];
+    sml_join_planner q = {0};
+    q.cap = nlist;
+    const char *what = "candidate lists";
+    simil_status s = sml_calloc((void **)&q.votes, (size_t)nlist, sizeof *q.votes, what);
+    if (s == SIMIL_OK) s = sml_alloc((void **)&q.mark, (size_t)nlist, sizeof *q.mark, what);
+    if (s == SIMIL_OK) s = sml_alloc((void **)&q.touched, (size_t)nlist, sizeof *q.touched, what);
+    if (s == SIMIL_OK) s = sml_alloc((void **)&q.rows, (size_t)largest, sizeof *q.rows, what);
+    if (s == SIMIL_OK) s = sml_alloc((void **)&q.out, (size_t)q.cap, sizeof *q.out, what);
+    if (s == SIMIL_OK)
+        for (int64_t l = 0; l < nlist; l++) q.mark[l] = -1;
+    for (int64_t l = 0; l < nlist && s == SIMIL_OK; l++)
+        s = sml_join_plan_list(&q, l, offset, order, probes, nprobe, share, nblock, block_offset,
+                               cand_offset);
+    sml_free(q.votes);
+    sml_free(q.mark);
+    sml_free(q.touched);
+    sml_free(q.rows);
     if (s != SIMIL_OK) {
-        sml_free(out);
+        sml_free(q.out);
         return s;
     }
-    *cand_lists = out;
+    *cand_lists = q.out;
     return SIMIL_OK;
 }
 
@@ -264,8 +367,12 @@ simil_status sml_knn_join_plan(sml_knn_join *j)
                       "list join: row %" PRId64 " was given list %" PRId64, i / j->nprobe,
                       j->probes[i]);
     sml_knn_join_order(j);
-    return sml_knn_join_candidates(j->nlist, j->offset, j->order, j->probes, j->nprobe,
-                                   j->cand_offset, &j->cand_lists);
+    SML_TRY(sml_knn_join_blocks(j->nlist, j->offset, j->order, j->probes, j->nprobe,
+                                sml_join_share, &j->nblock, j->block_offset, j->cand_offset,
+                                &j->cand_lists));
+    /* the blocks reordered rows inside their lists */
+    for (int64_t p = 0; p < j->n; p++) j->pos[j->order[p]] = p;
+    return SIMIL_OK;
 }
 
 /* ---- the rows ---- */
@@ -297,13 +404,13 @@ static simil_status sml_knn_join_labels(sml_knn_join *j)
     return s;
 }
 
-/* The lists [l0, l1) where l1 is the first list past l0 that ends at least
- * SML_JOIN_CALL_ROWS rows after l0 starts. */
-static int64_t sml_knn_join_call_end(const sml_knn_join *j, int64_t l0)
+/* The blocks [b0, b1) where b1 is the first block past b0 that ends at least
+ * SML_JOIN_CALL_ROWS rows after b0 starts. */
+static int64_t sml_knn_join_call_end(const sml_knn_join *j, int64_t b0)
 {
-    int64_t l1 = l0 + 1;
-    while (l1 < j->nlist && j->offset[l1] - j->offset[l0] < SML_JOIN_CALL_ROWS) l1++;
-    return l1;
+    int64_t b1 = b0 + 1;
+    while (b1 < j->nblock && j->block_offset[b1] - j->block_offset[b0] < SML_JOIN_CALL_ROWS) b1++;
+    return b1;
 }
 
 static simil_status sml_knn_join_lists(sml_knn_join *j)
@@ -321,6 +428,8 @@ static simil_status sml_knn_join_lists(sml_knn_join *j)
                        .dim = j->dim,
                        .list_offset = j->offset,
                        .nlist = j->nlist,
+                       .block_offset = j->block_offset,
+                       .nblock = j->nblock,
                        .cand_offset = j->cand_offset,
                        .cand_lists = j->cand_lists,
                        .k = w,
@@ -328,18 +437,18 @@ static simil_status sml_knn_join_lists(sml_knn_join *j)
                        .distances = j->res_dist,
                        .labels = j->res_ids,
                        .threads = j->threads};
-    for (int64_t l0 = 0; l0 < j->nlist;) {
-        a.list_begin = l0;
-        a.list_end = sml_knn_join_call_end(j, l0);
+    for (int64_t b0 = 0; b0 < j->nblock;) {
+        a.block_begin = b0;
+        a.block_end = sml_knn_join_call_end(j, b0);
         SML_TRY(b->ops->knn_join(b, &a));
-        for (int64_t l = l0; l < a.list_end; l++) {
+        for (int64_t blk = b0; blk < a.block_end; blk++) {
             int64_t cols = 0;
-            for (int64_t c = j->cand_offset[l]; c < j->cand_offset[l + 1]; c++)
+            for (int64_t c = j->cand_offset[blk]; c < j->cand_offset[blk + 1]; c++)
                 cols += j->offset[j->cand_lists[c] + 1] - j->offset[j->cand_lists[c]];
-            j->pairs += (double)(j->offset[l + 1] - j->offset[l]) * (double)cols;
+            j->pairs += (double)(j->block_offset[blk + 1] - j->block_offset[blk]) * (double)cols;
         }
-        l0 = a.list_end;
-        sml_progress("knn-graph", j->offset[l0], j->n);
+        b0 = a.block_end;
+        sml_progress("knn-graph", j->block_offset[b0], j->n);
     }
     return SIMIL_OK;
 }

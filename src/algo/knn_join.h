@@ -4,10 +4,10 @@
  * With lists, the rows are clustered (k-means, as an IVF's coarse quantizer
  * is trained), each row goes to the list of its nearest centroid, the rows
  * are laid out in backend memory sorted by list, and every list is joined
- * with the candidate lists of its rows: each row is compared with every row
- * of its own nprobe nearest lists at least, as an IVF search with nprobe
- * would, but a whole list at a time, as dense GEMM tiles (the backend's
- * knn_join).  Without lists (nlist = 0) the graph is exact: every row is
+ * with the candidate lists of its rows (sml_knn_join_blocks): each row is
+ * compared with every row of its own nprobe nearest lists at least, as an
+ * IVF search with nprobe would, but a block of rows at a time, as dense
+ * GEMM tiles (the backend's knn_join).  Without lists (nlist = 0) the graph is exact: every row is
  * searched against all rows with the backend's exact k-NN.
  *
  * A build goes through these calls in order; rows come in chunks of at most
@@ -60,12 +60,20 @@ simil_status sml_knn_join_rows(sml_knn_join *j, int64_t first, int64_t count, in
 /* (row, candidate) distances computed so far: the join's work. */
 double sml_knn_join_pairs(const sml_knn_join *j);
 
-/* The candidate lists of each of nlist lists: every list that is among the
- * nprobe nearest (probes, n x nprobe) of one of its rows, in ascending order;
- * rows of list l are order[offset[l] .. offset[l + 1]).  cand_offset: nlist +
- * 1; *cand_lists: allocated here (sml_free).  Exposed for tests. */
-simil_status sml_knn_join_candidates(int64_t nlist, const int64_t *offset, const int64_t *order,
-                                     const int64_t *probes, int64_t nprobe,
-                                     int64_t *cand_offset, int64_t **cand_lists);
+/* The blocks of rows a join searches, and their candidate lists.  Rows of
+ * list l are order[offset[l] .. offset[l + 1]); probes (n x nprobe) are each
+ * row's nearest lists.  A list is one block joined with every list that one
+ * of its rows probes (their union), except where fewer than share of its
+ * rows name a list: then the rows that probe only lists named at least that
+ * often come first (order is permuted within the list) and form a block
+ * joined with those lists alone, and the other rows a second block joined
+ * with everything they probe and those lists, when that saves a tenth of the
+ * list's work.  Either way every row meets every row of its nprobe lists.
+ * block_offset, cand_offset: room for 2 nlist + 1; *cand_lists: allocated
+ * here (sml_free), ascending within a block.  Exposed for tests. */
+simil_status sml_knn_join_blocks(int64_t nlist, const int64_t *offset, int64_t *order,
+                                 const int64_t *probes, int64_t nprobe, double share,
+                                 int64_t *nblock, int64_t *block_offset, int64_t *cand_offset,
+                                 int64_t **cand_lists);
 
 #endif

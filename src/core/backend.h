@@ -56,12 +56,13 @@ static inline sml_knn_args sml_knn_of(sml_knn_args stored, const float *queries,
 }
 
 /* Join of inverted lists (algo/knn_join.h): the rows of one stored matrix,
- * grouped by list, are searched among the rows of other lists of the same
- * matrix.  For each list l in [list_begin, list_end) and each of its rows i,
- * the k best rows among those of the candidate lists
- * cand_lists[cand_offset[l] .. cand_offset[l + 1]) (l's own list normally
- * among them, and so row i itself), keys and order as in sml_knn_args, into
- * row i of distances and labels.  Ranks past the candidates get -1, +-inf. */
+ * grouped by list, are searched among the rows of lists of the same matrix.
+ * The searched rows come in blocks (parts of lists): for each block b in
+ * [block_begin, block_end) and each of its rows i, the k best rows among those
+ * of the candidate lists cand_lists[cand_offset[b] .. cand_offset[b + 1])
+ * (the block's own list normally among them, and so row i itself), keys and
+ * order as in sml_knn_args, into row i of distances and labels.  Ranks past
+ * the candidates get -1, +-inf. */
 typedef struct sml_join_args {
     const float *x;              /* mem: n x dim; list l holds rows
                                     [list_offset[l], list_offset[l + 1]) */
@@ -72,13 +73,16 @@ typedef struct sml_join_args {
     int64_t dim;
     const int64_t *list_offset;  /* host: nlist + 1 */
     int64_t nlist;
-    const int64_t *cand_offset;  /* host: nlist + 1 */
-    const int64_t *cand_lists;   /* host: list numbers, no repeats within a list's */
-    int64_t list_begin;
-    int64_t list_end;
+    const int64_t *block_offset; /* host: nblock + 1; block b is rows
+                                    [block_offset[b], block_offset[b + 1]) */
+    int64_t nblock;
+    const int64_t *cand_offset;  /* host: nblock + 1 */
+    const int64_t *cand_lists;   /* host: list numbers, no repeats within a block's */
+    int64_t block_begin;
+    int64_t block_end;
     int64_t k;                   /* >= 1 */
     simil_metric metric;         /* L2 or IP */
-    float *distances;            /* host: n x k (only the rows of the joined lists) */
+    float *distances;            /* host: n x k (only the rows of the blocks joined) */
     int64_t *labels;             /* host: n x k */
     int threads;                 /* CPU threads, 0 = all */
 } sml_join_args;

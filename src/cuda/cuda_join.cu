@@ -1,16 +1,16 @@
 // cuda_join.cu: the join of inverted lists on the GPU (sml_join_args), for
 // k-NN graphs (algo/knn_join.h).
 //
-// Each list is one exact search: its rows are the queries, and the rows of
-// its candidate lists, gathered into one contiguous block with their norms,
-// labels and fp16 shadow rows, are the base.  The search is the exact
+// Each block (a list, or part of one) is one exact search: its rows are the
+// queries, and the rows of its candidate lists, gathered into one contiguous
+// buffer with their norms, labels and fp16 shadow rows, are the base.  The search is the exact
 // search's own (knn_locked, cuda_knn.cu): fp16 tensor-core GEMM tiles, the
 // fused k-selection, and the exact fp32 re-check with its proven bound, so a
 // row's k best among its candidates are exact, as on the CPU.  The gathered
 // shadow keeps the whole matrix's largest norm, which only loosens the bound.
 //
-// Results stay on the GPU until every list of the call is done, then come
-// back in one copy: the lists' rows are contiguous in x, and so are theirs.
+// Results stay on the GPU until every block of the call is done, then come
+// back in one copy: the blocks' rows are contiguous in x, and so are theirs.
 #include <vector>
 
 #include "core/alloc.h"
@@ -50,7 +50,7 @@ __global__ void gather_kernel(const Segment *segments, int dim, const float *x, 
     }
 }
 
-// The gathered candidates of one list: a base for knn_locked.
+// The gathered candidates of one block: a base for knn_locked.
 struct Gathered {
     float *x;
     __half *h;
@@ -74,8 +74,8 @@ void gathered_free(Gathered *g)
     device_free(g->labels);
 }
 
-// The plan of a call (host): list l's segments are segs[first[i] ..
-// first[i + 1]) and it has cols[i] candidate rows, i = l - list_begin.
+// The plan of a call (host): block b's segments are segs[first[i] ..
+// first[i + 1]) and it has cols[i] candidate rows, i = b - block_begin.
 struct Plan {
     std::vector<Segment> segs;
     std::vector<long long> first;
@@ -86,19 +86,19 @@ struct Plan {
 simil_status plan_segments(const sml_join_args *a, Plan *p)
 {
     try {
-        for (int64_t l = a->list_begin; l < a->list_end; ++l) {
+        for (int64_t b = a->block_begin; b < a->block_end; ++b) {
             p->first.push_back((long long)p->segs.size());
             long long cols = 0;
-            for (int64_t c = a->cand_offset[l]; c < a->cand_offset[l + 1]; ++c) {
+            for (int64_t c = a->cand_offset[b]; c < a->cand_offset[b + 1]; ++c) {
                 const int64_t cl = a->cand_lists[c];
                 const long long rows = a->list_offset[cl + 1] - a->list_offset[cl];
                 if (rows == 0) continue;
                 p->segs.push_back(Segment{a->list_offset[cl], cols, rows});
                 cols += rows;
             }
-            const long long own = a->list_offset[l + 1] - a->list_offset[l];
+            const long long own = a->block_offset[b + 1] - a->block_offset[b];
             SML_RETURN_IF(own > 0 && cols == 0, SIMIL_ERR_INTERNAL,
-                          "list join: list %lld has rows but no candidates", (long long)l);
+                          "list join: block %lld has rows but no candidates", (long long)b);
             p->cols.push_back(cols);
             if (cols > p->max_cols) p->max_cols = cols;
         }
@@ -126,13 +126,13 @@ simil_status gathered_alloc(const sml_join_args *a, bool fast, long long cols, s
     return SIMIL_OK;
 }
 
-// List l: gather its candidates, then search its rows among them.
-simil_status join_list(Device *dev, const sml_join_args *a, const Shadow *shadow,
-                       const Gathered &g, const Plan &p, int64_t l)
+// Block b: gather its candidates, then search its rows among them.
+simil_status join_block(Device *dev, const sml_join_args *a, const Shadow *shadow,
+                        const Gathered &g, const Plan &p, int64_t b)
 {
-    const long long rows = a->list_offset[l + 1] - a->list_offset[l];
+    const long long rows = a->block_offset[b + 1] - a->block_offset[b];
     if (rows == 0) return SIMIL_OK;
-    const size_t i = (size_t)(l - a->list_begin);
+    const size_t i = (size_t)(b - a->block_begin);
     const long long cols = p.cols[i];
     gather_kernel<<<(unsigned)(p.first[i + 1] - p.first[i]), 256, 0, dev->stream[0]>>>(
         g.segments + p.first[i], (int)a->dim, a->x, shadow ? shadow->rows : nullptr, a->norms,
@@ -147,14 +147,14 @@ simil_status join_list(Device *dev, const sml_join_args *a, const Shadow *shadow
         gathered.capacity = cols;
         gathered.dim = a->dim;
     }
-    const long long out = (a->list_offset[l] - a->list_offset[a->list_begin]) * a->k;
+    const long long out = (a->block_offset[b] - a->block_offset[a->block_begin]) * a->k;
     sml_knn_args k{};
     k.base = g.x;
     k.base_norms = g.norms;
     k.base_ids = g.ids;
     k.n = cols;
     k.dim = a->dim;
-    k.queries = a->x + a->list_offset[l] * a->dim;
+    k.queries = a->x + a->block_offset[b] * a->dim;
     k.nq = rows;
     k.k = a->k;
     k.metric = a->metric;
@@ -170,8 +170,8 @@ simil_status join_locked(Device *dev, const sml_join_args *a)
     SML_RETURN_IF(a->n >= INT32_MAX || a->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
                   "a GPU list join holds fewer than 2^31 vectors");
     const Shadow *shadow = static_cast<const Shadow *>(a->shadow);
-    const long long first_row = a->list_offset[a->list_begin];
-    const long long rows = a->list_offset[a->list_end] - first_row;
+    const long long first_row = a->block_offset[a->block_begin];
+    const long long rows = a->block_offset[a->block_end] - first_row;
     if (rows == 0) return SIMIL_OK;
     Plan p;
     SML_TRY(plan_segments(a, &p));
@@ -184,8 +184,8 @@ simil_status join_locked(Device *dev, const sml_join_args *a)
                         "list join segments", __FILE__, __LINE__);
     // knn_locked ends with both streams idle, so the next gather may reuse
     // the block that the last search read
-    for (int64_t l = a->list_begin; l < a->list_end && s == SIMIL_OK; ++l)
-        s = join_list(dev, a, shadow, g, p, l);
+    for (int64_t b = a->block_begin; b < a->block_end && s == SIMIL_OK; ++b)
+        s = join_block(dev, a, shadow, g, p, b);
     const size_t out = (size_t)rows * (size_t)a->k;
     if (s == SIMIL_OK)
         s = cuda_status(cudaMemcpyAsync(a->distances + first_row * a->k, g.dist,

@@ -1,5 +1,5 @@
-/* test_knn_join.c: k-NN graphs by the list join on the CPU: its candidate
- * lists on a hand-made case; the exact graph (Flat) and the join of every
+/* test_knn_join.c: k-NN graphs by the list join on the CPU: its blocks and
+ * candidate lists on hand-made cases; the exact graph (Flat) and the join of every
  * list equal a float64 brute force (L2, IP, cosine, odd dimensions); with
  * the same index and nprobe the join's rows are never worse than the
  * per-query search's, and its quality at least as high; a stated quality on
@@ -25,27 +25,65 @@ static simil_knn_graph_params join_params(const char *index, int64_t nprobe)
     return p;
 }
 
-static void test_candidates(void **state)
+/* Three lists: 0 (rows 0-19), 1 (20-29), 2 (30-59 or just 30); nprobe 2.
+ * Rows of list 0 probe {0, 1}, except row 5, which probes {0, 2}; rows of
+ * list 1 probe {1, 0}, rows of list 2 {2, 0}. */
+static void plan(int64_t n, double share, int64_t *nblock, int64_t *order, int64_t *block_offset,
+                 int64_t *cand_offset, int64_t **cand)
+{
+    int64_t probes[120];
+    const int64_t offset[] = {0, 20, 30, n};
+    for (int64_t r = 0; r < n; r++) {
+        probes[2 * r] = r < 20 ? 0 : r < 30 ? 1 : 2;
+        probes[2 * r + 1] = r < 20 ? (r == 5 ? 2 : 1) : 0;
+        order[r] = r;
+    }
+    SML_ASSERT_OK(sml_knn_join_blocks(3, offset, order, probes, 2, share, nblock, block_offset,
+                                      cand_offset, cand));
+}
+
+static void test_blocks(void **state)
 {
     (void)state;
-    /* 6 rows in 3 lists, nprobe 2: list 0 = rows {1, 4} probing {0, 2} and
-     * {0, 1}; list 1 = row {0} probing {1, 0}; list 2 = rows {2, 3, 5}
-     * probing {2, 2}, {2, 1} and {2, 1} */
-    const int64_t probes[] = {1, 0, 0, 2, 2, 2, 2, 1, 0, 1, 2, 1};
-    const int64_t offset[] = {0, 2, 3, 6};
-    const int64_t order[] = {1, 4, 0, 2, 3, 5};
-    int64_t cand_offset[4], *cand = NULL;
-    SML_ASSERT_OK(sml_knn_join_candidates(3, offset, order, probes, 2, cand_offset, &cand));
-    const int64_t want_offset[] = {0, 3, 5, 7};
-    const int64_t want[] = {0, 1, 2, 0, 1, 1, 2};
-    assert_memory_equal(cand_offset, want_offset, sizeof want_offset);
-    assert_memory_equal(cand, want, sizeof want);
+    int64_t nblock, order[60], block_offset[7], cand_offset[7], *cand = NULL;
+    /* share 0: each list one block, joined with the union of its probes */
+    plan(60, 0, &nblock, order, block_offset, cand_offset, &cand);
+    const int64_t union_blocks[] = {0, 20, 30, 60}, union_cand_offset[] = {0, 3, 5, 7};
+    const int64_t union_cand[] = {0, 1, 2, 0, 1, 0, 2};
+    assert_int_equal(nblock, 3);
+    assert_memory_equal(block_offset, union_blocks, sizeof union_blocks);
+    assert_memory_equal(cand_offset, union_cand_offset, sizeof union_cand_offset);
+    assert_memory_equal(cand, union_cand, sizeof union_cand);
+    for (int64_t r = 0; r < 60; r++) assert_int_equal(order[r], r);
     sml_free(cand);
-    /* the output grew past nlist entries above; now make each allocation fail */
+    /* share 0.1: list 2 is named by 1 row of list 0 of 20: that row moves
+     * last and alone joins list 2 (19 x 30 rows saved of 20 x 60) */
+    plan(60, 0.1, &nblock, order, block_offset, cand_offset, &cand);
+    const int64_t split_blocks[] = {0, 19, 20, 30, 60}, split_cand_offset[] = {0, 2, 5, 7, 9};
+    const int64_t split_cand[] = {0, 1, 0, 1, 2, 0, 1, 0, 2};
+    assert_int_equal(nblock, 4);
+    assert_memory_equal(block_offset, split_blocks, sizeof split_blocks);
+    assert_memory_equal(cand_offset, split_cand_offset, sizeof split_cand_offset);
+    assert_memory_equal(cand, split_cand, sizeof split_cand);
+    for (int64_t r = 0; r < 19; r++) assert_int_equal(order[r], r < 5 ? r : r + 1);
+    assert_int_equal(order[19], 5);
+    sml_free(cand);
+    /* list 2 of one row: splitting would save 19 of 20 x 31 pairs, too few */
+    plan(31, 0.1, &nblock, order, block_offset, cand_offset, &cand);
+    const int64_t small_blocks[] = {0, 20, 30, 31}, small_cand_offset[] = {0, 3, 5, 7};
+    assert_int_equal(nblock, 3);
+    assert_memory_equal(block_offset, small_blocks, sizeof small_blocks);
+    assert_memory_equal(cand_offset, small_cand_offset, sizeof small_cand_offset);
+    assert_memory_equal(cand, union_cand, sizeof union_cand);
+    sml_free(cand);
+    /* every allocation failing in turn */
     int failures = 0;
-    for (int64_t at = 1; at < 10; at++) {
+    for (int64_t at = 1; at < 20; at++) {
+        int64_t probes[120] = {0}, offset[] = {0, 20, 30, 60};
+        for (int64_t r = 0; r < 60; r++) probes[2 * r + 1] = r % 3, order[r] = r;
         sml_alloc_fail_at(at, 0);
-        simil_status s = sml_knn_join_candidates(3, offset, order, probes, 2, cand_offset, &cand);
+        simil_status s = sml_knn_join_blocks(3, offset, order, probes, 2, 0, &nblock,
+                                             block_offset, cand_offset, &cand);
         sml_alloc_fail_at(0, 0);
         if (s == SIMIL_OK) {
             sml_free(cand);
@@ -55,7 +93,7 @@ static void test_candidates(void **state)
         assert_null(cand);
         failures++;
     }
-    assert_int_equal(failures, 4); /* marks, output, and its two growths */
+    assert_int_equal(failures, 7); /* votes, marks, touched, rows, output, two growths */
 }
 
 static void check_exact(simil_metric metric, const char *index, int64_t nprobe, int64_t dim,
@@ -268,7 +306,7 @@ static void test_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_candidates),
+        cmocka_unit_test(test_blocks),
         cmocka_unit_test(test_exact),
         cmocka_unit_test(test_join_covers_search),
         cmocka_unit_test(test_quality),

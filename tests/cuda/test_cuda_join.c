@@ -1,8 +1,8 @@
 /* test_cuda_join.c: the list join on the GPU against the CPU backend.
  *   - the backend op on hand-made lists: empty lists, lists of fewer rows than
- *     k, candidate blocks from one row to thousands, several calls over list
- *     ranges, L2 and IP, odd dimensions, with the fp16 shadow (tensor cores,
- *     exact re-check) and without (fp32);
+ *     k, lists cut into two blocks, candidates from one row to thousands,
+ *     several calls over block ranges, L2 and IP, odd dimensions, with the
+ *     fp16 shadow (tensor cores, exact re-check) and without (fp32);
  *   - whole graphs: the exact graph (Flat) against the float64 reference, and
  *     IVF joins whose rows are never worse than the GPU's per-query search
  *     with the same index and nprobe, and whose quality is at least its. */
@@ -58,7 +58,7 @@ static void side_close(side *s)
     if (s->norms) b->ops->mem_free(b, s->norms);
 }
 
-/* Run the join of every list in `calls` calls over list ranges. */
+/* Run the join of every block in `calls` calls over block ranges. */
 static void run_join(const side *s, sml_join_args a, int calls, float *dist, int64_t *labels)
 {
     a.x = s->x;
@@ -68,14 +68,15 @@ static void run_join(const side *s, sml_join_args a, int calls, float *dist, int
     a.distances = dist;
     a.labels = labels;
     for (int c = 0; c < calls; c++) {
-        a.list_begin = a.nlist * c / calls;
-        a.list_end = a.nlist * (c + 1) / calls;
+        a.block_begin = a.nblock * c / calls;
+        a.block_end = a.nblock * (c + 1) / calls;
         SML_ASSERT_OK(s->b->ops->knn_join(s->b, &a));
     }
 }
 
 /* nlist lists of random sizes (some empty, some of one row), each joined
- * with itself and up to `extra` random other lists. */
+ * with itself and up to `extra` random other lists; every third list of 4
+ * rows or more is two blocks, its first half joined with itself alone. */
 static void check_op(int64_t nlist, int64_t max_list, int64_t extra, int64_t dim, int64_t k,
                      simil_metric metric, int shadow, uint64_t seed)
 {
@@ -86,9 +87,12 @@ static void check_op(int64_t nlist, int64_t max_list, int64_t extra, int64_t dim
              (long long)dim, (long long)k, shadow, (unsigned long long)seed);
     uint64_t rng = seed;
     int64_t *offset = sml_test_malloc(sizeof(int64_t) * (size_t)(nlist + 1));
-    int64_t *cand_offset = sml_test_malloc(sizeof(int64_t) * (size_t)(nlist + 1));
-    int64_t *cand = sml_test_malloc(sizeof(int64_t) * (size_t)(nlist * (extra + 1)));
+    int64_t *block_offset = sml_test_malloc(sizeof(int64_t) * (size_t)(2 * nlist + 1));
+    int64_t *cand_offset = sml_test_malloc(sizeof(int64_t) * (size_t)(2 * nlist + 1));
+    int64_t *cand = sml_test_malloc(sizeof(int64_t) * (size_t)(2 * nlist * (extra + 1)));
+    int64_t nblock = 0;
     offset[0] = 0;
+    block_offset[0] = 0;
     cand_offset[0] = 0;
     for (int64_t l = 0; l < nlist; l++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -96,16 +100,23 @@ static void check_op(int64_t nlist, int64_t max_list, int64_t extra, int64_t dim
         if (l % 7 == 3) size = 0;
         if (l % 7 == 5) size = 1;
         offset[l + 1] = offset[l] + size;
+        if (size >= 4 && l % 3 == 0) {
+            block_offset[nblock + 1] = offset[l] + size / 2;
+            cand[cand_offset[nblock]] = l;
+            cand_offset[nblock + 1] = cand_offset[nblock] + 1;
+            nblock++;
+        }
         /* itself, then distinct others */
-        int64_t c = cand_offset[l];
+        int64_t c = cand_offset[nblock];
         cand[c++] = l;
         for (int64_t e = 0; e < extra; e++) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             int64_t o = (int64_t)((rng >> 33) % (uint64_t)nlist), dup = 0;
-            for (int64_t t = cand_offset[l]; t < c; t++) dup |= cand[t] == o;
+            for (int64_t t = cand_offset[nblock]; t < c; t++) dup |= cand[t] == o;
             if (!dup) cand[c++] = o;
         }
-        cand_offset[l + 1] = c;
+        block_offset[nblock + 1] = offset[l + 1];
+        cand_offset[++nblock] = c;
     }
     int64_t n = offset[nlist];
     float *x = sml_test_blobs(n, dim, 5, 0.5f, seed);
@@ -116,6 +127,7 @@ static void check_op(int64_t nlist, int64_t max_list, int64_t extra, int64_t dim
     side_open(&g, gpu, x, n, dim, metric, shadow);
     side_open(&c, cpu, x, n, dim, metric, 0);
     sml_join_args a = {.n = n, .dim = dim, .list_offset = offset, .nlist = nlist,
+                       .block_offset = block_offset, .nblock = nblock,
                        .cand_offset = cand_offset, .cand_lists = cand, .k = k, .metric = metric};
     size_t out = (size_t)(n * k + 1);
     float *dg = sml_test_malloc(sizeof(float) * out), *dc = sml_test_malloc(sizeof(float) * out);
@@ -135,6 +147,7 @@ static void check_op(int64_t nlist, int64_t max_list, int64_t extra, int64_t dim
     free(x);
     free(cand);
     free(cand_offset);
+    free(block_offset);
     free(offset);
 }
 
