@@ -68,12 +68,15 @@ double sml_knn_join_pairs(const sml_knn_join *j);
  * often come first (order is permuted within the list) and form a block
  * joined with those lists alone, and the other rows a second block joined
  * with everything they probe and those lists, when that saves a tenth of the
- * list's work.  Either way every row meets every row of its nprobe lists.
- * block_offset, cand_offset: room for 2 nlist + 1; *cand_lists: allocated
- * here (sml_free), ascending within a block.  Exposed for tests. */
+ * list's work.  Where that would still cost more than four times the
+ * per-row search over the list's rows, its rows are grouped by probe set
+ * instead, one block per set joined with exactly that set.  Either way every
+ * row meets every row of its nprobe lists.  *block_offset and *cand_offset
+ * (nblock + 1 each) and *cand_lists (ascending within a block) are
+ * allocated here (sml_free).  Exposed for tests. */
 simil_status sml_knn_join_blocks(int64_t nlist, const int64_t *offset, int64_t *order,
                                  const int64_t *probes, int64_t nprobe, double share,
-                                 int64_t *nblock, int64_t *block_offset, int64_t *cand_offset,
+                                 int64_t *nblock, int64_t **block_offset, int64_t **cand_offset,
                                  int64_t **cand_lists);
 
 #endif

@@ -28,8 +28,8 @@ static simil_knn_graph_params join_params(const char *index, int64_t nprobe)
 /* Three lists: 0 (rows 0-19), 1 (20-29), 2 (30-59 or just 30); nprobe 2.
  * Rows of list 0 probe {0, 1}, except row 5, which probes {0, 2}; rows of
  * list 1 probe {1, 0}, rows of list 2 {2, 0}. */
-static void plan(int64_t n, double share, int64_t *nblock, int64_t *order, int64_t *block_offset,
-                 int64_t *cand_offset, int64_t **cand)
+static void plan(int64_t n, double share, int64_t *nblock, int64_t *order, int64_t **block_offset,
+                 int64_t **cand_offset, int64_t **cand)
 {
     int64_t probes[120];
     const int64_t offset[] = {0, 20, 30, n};
@@ -42,58 +42,89 @@ static void plan(int64_t n, double share, int64_t *nblock, int64_t *order, int64
                                       cand_offset, cand));
 }
 
+static void free_plan(int64_t *block_offset, int64_t *cand_offset, int64_t *cand)
+{
+    sml_free(block_offset);
+    sml_free(cand_offset);
+    sml_free(cand);
+}
+
 static void test_blocks(void **state)
 {
     (void)state;
-    int64_t nblock, order[60], block_offset[7], cand_offset[7], *cand = NULL;
+    int64_t nblock, order[520], *bo, *co, *cand;
     /* share 0: each list one block, joined with the union of its probes */
-    plan(60, 0, &nblock, order, block_offset, cand_offset, &cand);
+    plan(60, 0, &nblock, order, &bo, &co, &cand);
     const int64_t union_blocks[] = {0, 20, 30, 60}, union_cand_offset[] = {0, 3, 5, 7};
     const int64_t union_cand[] = {0, 1, 2, 0, 1, 0, 2};
     assert_int_equal(nblock, 3);
-    assert_memory_equal(block_offset, union_blocks, sizeof union_blocks);
-    assert_memory_equal(cand_offset, union_cand_offset, sizeof union_cand_offset);
+    assert_memory_equal(bo, union_blocks, sizeof union_blocks);
+    assert_memory_equal(co, union_cand_offset, sizeof union_cand_offset);
     assert_memory_equal(cand, union_cand, sizeof union_cand);
     for (int64_t r = 0; r < 60; r++) assert_int_equal(order[r], r);
-    sml_free(cand);
+    free_plan(bo, co, cand);
     /* share 0.1: list 2 is named by 1 row of list 0 of 20: that row moves
      * last and alone joins list 2 (19 x 30 rows saved of 20 x 60) */
-    plan(60, 0.1, &nblock, order, block_offset, cand_offset, &cand);
+    plan(60, 0.1, &nblock, order, &bo, &co, &cand);
     const int64_t split_blocks[] = {0, 19, 20, 30, 60}, split_cand_offset[] = {0, 2, 5, 7, 9};
     const int64_t split_cand[] = {0, 1, 0, 1, 2, 0, 1, 0, 2};
     assert_int_equal(nblock, 4);
-    assert_memory_equal(block_offset, split_blocks, sizeof split_blocks);
-    assert_memory_equal(cand_offset, split_cand_offset, sizeof split_cand_offset);
+    assert_memory_equal(bo, split_blocks, sizeof split_blocks);
+    assert_memory_equal(co, split_cand_offset, sizeof split_cand_offset);
     assert_memory_equal(cand, split_cand, sizeof split_cand);
     for (int64_t r = 0; r < 19; r++) assert_int_equal(order[r], r < 5 ? r : r + 1);
     assert_int_equal(order[19], 5);
-    sml_free(cand);
+    free_plan(bo, co, cand);
     /* list 2 of one row: splitting would save 19 of 20 x 31 pairs, too few */
-    plan(31, 0.1, &nblock, order, block_offset, cand_offset, &cand);
+    plan(31, 0.1, &nblock, order, &bo, &co, &cand);
     const int64_t small_blocks[] = {0, 20, 30, 31}, small_cand_offset[] = {0, 3, 5, 7};
     assert_int_equal(nblock, 3);
-    assert_memory_equal(block_offset, small_blocks, sizeof small_blocks);
-    assert_memory_equal(cand_offset, small_cand_offset, sizeof small_cand_offset);
+    assert_memory_equal(bo, small_blocks, sizeof small_blocks);
+    assert_memory_equal(co, small_cand_offset, sizeof small_cand_offset);
     assert_memory_equal(cand, union_cand, sizeof union_cand);
-    sml_free(cand);
+    free_plan(bo, co, cand);
+    /* list 0 of 20 rows whose second probes spread over lists 1-5 of 100 rows,
+     * each named by 4 rows: the union would cost 20 x 520 against the search's
+     * 20 x 120, more than 4 times, so list 0 is cut by probe set */
+    int64_t probes[1040], offset[] = {0, 20, 120, 220, 320, 420, 520};
+    for (int64_t r = 0; r < 520; r++) {
+        probes[2 * r] = r < 20 ? 0 : 1 + (r - 20) / 100;
+        probes[2 * r + 1] = r < 20 ? 1 + r % 5 : 0;
+        order[r] = r;
+    }
+    SML_ASSERT_OK(sml_knn_join_blocks(6, offset, order, probes, 2, 0.02, &nblock, &bo, &co,
+                                      &cand));
+    assert_int_equal(nblock, 10);
+    for (int64_t b = 0; b < 5; b++) {
+        assert_int_equal(bo[b], 4 * b);
+        assert_int_equal(co[b], 2 * b);
+        assert_int_equal(cand[2 * b], 0);
+        assert_int_equal(cand[2 * b + 1], 1 + b);
+        for (int64_t i = 0; i < 4; i++) assert_int_equal(order[4 * b + i], b + 5 * i);
+    }
+    for (int64_t b = 5; b <= 10; b++) assert_int_equal(bo[b], 20 + 100 * (b - 5));
+    free_plan(bo, co, cand);
     /* every allocation failing in turn */
     int failures = 0;
-    for (int64_t at = 1; at < 20; at++) {
-        int64_t probes[120] = {0}, offset[] = {0, 20, 30, 60};
-        for (int64_t r = 0; r < 60; r++) probes[2 * r + 1] = r % 3, order[r] = r;
+    for (int64_t at = 1; at < 30; at++) {
+        for (int64_t r = 0; r < 520; r++) order[r] = r;
         sml_alloc_fail_at(at, 0);
-        simil_status s = sml_knn_join_blocks(3, offset, order, probes, 2, 0, &nblock,
-                                             block_offset, cand_offset, &cand);
+        simil_status s = sml_knn_join_blocks(6, offset, order, probes, 2, 0.02, &nblock, &bo, &co,
+                                             &cand);
         sml_alloc_fail_at(0, 0);
         if (s == SIMIL_OK) {
-            sml_free(cand);
+            free_plan(bo, co, cand);
             break;
         }
         assert_int_equal(s, SIMIL_ERR_OUT_OF_MEMORY);
+        assert_null(bo);
         assert_null(cand);
         failures++;
     }
-    assert_int_equal(failures, 7); /* votes, marks, touched, rows, output, two growths */
+    /* votes, marks, touched, rows, sets x 2, candidates, block offsets x 2,
+     * and the growth of the candidates (6 -> 12 -> 24) and of the blocks
+     * (7 -> 14, two arrays) */
+    assert_int_equal(failures, 13);
 }
 
 static void check_exact(simil_metric metric, const char *index, int64_t nprobe, int64_t dim,
