@@ -10,6 +10,7 @@ packages=(
   libopenblas-openmp-dev zlib1g-dev libhdf5-dev libcmocka-dev
   python3 python3-dev python3-venv python3-numpy python3-pytest python3-setuptools
   python3-wheel python3-faiss dataset-fashion-mnist gnuplot-nox libopenmpi-dev openmpi-bin libpng-dev
+  libjpeg-dev
 )
 [ "${1:-}" = reliability ] && packages+=(clang-14 libclang-rt-14-dev libomp-14-dev llvm-14)
 missing=()

@@ -11,8 +11,17 @@
 static const char knn_graph_usage[] =
     "usage: simil knn-graph --data FILE -k K --index DESC --out GRAPH [OPTIONS]\n"
     "\n"
-    "Build the k-nearest-neighbour graph of the vectors of FILE: every vector is\n"
-    "searched against an index of all of them, and is left out of its own list.\n"
+    "Build the k-nearest-neighbour graph of the vectors of FILE; each vector is\n"
+    "left out of its own list.  Two methods:\n"
+    "  join    the vectors are clustered into the lists of DESC (IVF4096,Flat) and\n"
+    "          each list is compared with the lists that are among the --nprobe\n"
+    "          nearest of any of its vectors, as dense blocks; with Flat, every\n"
+    "          vector with every vector (the exact graph).  Each vector meets all\n"
+    "          of its own --nprobe nearest lists, so the quality is at least that\n"
+    "          of search with the same DESC and --nprobe.  Flat or IVF<n>,Flat on\n"
+    "          one device.\n"
+    "  search  every vector is searched against an index of all of them (any DESC,\n"
+    "          any devices), as the GPU paper does\n"
     "\n"
     "  --data FILE      vectors: .fvecs .bvecs .ivecs .npy, idx[.gz], FILE.hdf5:NAME;\n"
     "                   read in chunks of --batch rows (a gzipped idx file is\n"
@@ -28,6 +37,8 @@ static const char knn_graph_usage[] =
     "                   similarities; empty slots have id -1\n"
     "  --param NAME=VALUE  a search parameter (below); repeatable\n"
     "  --nprobe N       the same as --param nprobe=N\n"
+    "  --method M       auto (default: join where it applies, else search), join\n"
+    "                   or search\n"
     "  --metric M       l2 (default), ip or cosine\n"
     "  --device D       auto (default), cpu, gpu or gpu:N\n"
     "  --batch B        queries per search call, rows per chunk read (default 200000)\n"
@@ -39,11 +50,12 @@ static const char knn_graph_usage[] =
     "  --sample S       vectors sampled by --quality (default 10000)\n"
     "  --seed S         seed of the training and quality samples (default 1234)\n"
     "\n"
-    "The index must fit in the memory of its device (GPU memory with a GPU); the\n"
-    "data need not fit in memory: it is read once per stage, --batch rows at a time.\n";
+    "The index (join: the vectors) must fit in the memory of its device (GPU\n"
+    "memory with a GPU); the data need not fit in host memory: it is read once per\n"
+    "stage, --batch rows at a time.\n";
 
 typedef struct knn_graph_args {
-    const char *data, *desc, *out, *metric, *device, *nprobe, *threads;
+    const char *data, *desc, *out, *metric, *device, *method, *nprobe, *threads;
     int64_t k, batch, max_train, sample, seed;
     int quality;
     cli_list param;
@@ -72,16 +84,21 @@ static void knn_graph_report(const knn_graph_args *a, int64_t n, int64_t dim,
         simil_search_params_get(a->params.params, a->params.given[i], value, sizeof value);
         printf(" %s=%s", a->params.given[i], value);
     }
-    printf(", metric %s, on %s\n", a->metric, s->backend);
-    printf("build %.3f s (train %.3f s, add %.3f s), search %.3f s, total %.3f s\n", build,
-           s->train_seconds, s->add_seconds, s->search_seconds, build + s->search_seconds);
+    printf(", %s, metric %s, on %s\n", s->method, a->metric, s->backend);
+    printf("build %.3f s (train %.3f s, add %.3f s), %s %.3f s, total %.3f s\n", build,
+           s->train_seconds, s->add_seconds, s->method, s->search_seconds,
+           build + s->search_seconds);
+    if (s->pairs > 0)
+        printf("%.4g distances computed, %.2f%% of all pairs\n", s->pairs,
+               100.0 * s->pairs / ((double)n * (double)n));
     if (a->quality)
         printf("quality %.4f (10-intersection over %" PRId64 " sampled vectors, %.3f s)\n",
                s->quality, n < a->sample ? n : a->sample, s->quality_seconds);
     printf("wrote %s (ids) and %s (distances)\n", a->out, dist_path);
 }
 
-static int knn_graph_run(const knn_graph_args *a, simil_metric metric)
+static int knn_graph_run(const knn_graph_args *a, simil_metric metric,
+                         simil_knn_graph_method method)
 {
     char dist_path[4096];
     int64_t n = 0, dim = 0;
@@ -91,6 +108,7 @@ static int knn_graph_run(const knn_graph_args *a, simil_metric metric)
         return cli_usage_error("--out: '%s' is too long", a->out);
     simil_knn_graph_params p;
     simil_knn_graph_params_init(&p);
+    p.method = method;
     p.index = a->desc;
     p.metric = metric;
     p.device = a->device;
@@ -109,8 +127,8 @@ static int knn_graph_run(const knn_graph_args *a, simil_metric metric)
 
 int cmd_knn_graph(int argc, char **argv)
 {
-    knn_graph_args a = {.metric = "l2", .device = "auto", .batch = 200000, .max_train = 500000,
-                        .sample = 10000, .seed = 1234};
+    knn_graph_args a = {.metric = "l2", .device = "auto", .method = "auto", .batch = 200000,
+                        .max_train = 500000, .sample = 10000, .seed = 1234};
     const cli_opt opts[] = {
         {"data", 0, CLI_STRING, &a.data, 1, 0, 0},
         {"k", 'k', CLI_INT, &a.k, 1, 1, INT32_MAX - 1},
@@ -119,6 +137,7 @@ int cmd_knn_graph(int argc, char **argv)
         {"param", 0, CLI_LIST, &a.param, 0, 0, 0},
         {"nprobe", 0, CLI_STRING, &a.nprobe, 0, 0, 0},
         {"metric", 0, CLI_STRING, &a.metric, 0, 0, 0},
+        {"method", 0, CLI_STRING, &a.method, 0, 0, 0},
         {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
         {"batch", 0, CLI_INT, &a.batch, 0, 1, INT32_MAX},
         {"max-train", 0, CLI_INT, &a.max_train, 0, 1, INT64_MAX},
@@ -136,6 +155,15 @@ int cmd_knn_graph(int argc, char **argv)
     if (!cli_parse(argc, argv, opts, usage, NULL, 0, &rc)) return rc;
     if (simil_metric_parse(a.metric, &metric) != SIMIL_OK)
         return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a.metric);
+    simil_knn_graph_method method;
+    if (!strcmp(a.method, "auto"))
+        method = SIMIL_KNN_GRAPH_AUTO;
+    else if (!strcmp(a.method, "join"))
+        method = SIMIL_KNN_GRAPH_JOIN;
+    else if (!strcmp(a.method, "search"))
+        method = SIMIL_KNN_GRAPH_SEARCH;
+    else
+        return cli_usage_error("--method: '%s' is not auto, join or search", a.method);
     if (!cli_check_device("--device", a.device)) return CLI_EXIT_USAGE;
     if (!cli_check_suffix("--out", a.out, out_suffixes)) return CLI_EXIT_USAGE;
     if ((rc = cli_params_init(&a.params))) return rc;
@@ -145,7 +173,7 @@ int cmd_knn_graph(int argc, char **argv)
         rc = CLI_EXIT_USAGE;
     } else {
         cli_progress_install();
-        rc = knn_graph_run(&a, metric);
+        rc = knn_graph_run(&a, metric, method);
     }
     cli_params_free(&a.params);
     return rc;

@@ -1,18 +1,17 @@
 /* tools/cmd_path.c: "simil path" finds the path between two vectors through a
  * k-NN graph written by "simil knn-graph" whose largest step is smallest,
  * prints it, and can draw the images along it as one PNG strip (the GPU
- * paper's Figure 6).  PNG needs libpng at build time (SIMIL_HAVE_PNG). */
+ * paper's Figure 6): the vectors themselves when they are square images, or
+ * the pictures that a list names, one file per vector (image.h; PNG needs
+ * libpng at build time, JPEG libjpeg). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef SIMIL_HAVE_PNG
-#include <png.h>
-#endif
-
 #include "cli.h"
+#include "image.h"
 
 static const char path_usage[] =
     "usage: simil path --graph GRAPH --from A --to B [OPTIONS]\n"
@@ -28,14 +27,20 @@ static const char path_usage[] =
     "  --metric M       the graph's metric: l2 (default: the largest distance is\n"
     "                   minimized), ip or cosine (the smallest similarity is\n"
     "                   maximized)\n"
-    "  --data FILE      the graph's vectors; needed by --png\n"
-    "  --png FILE       draw the vectors along the path as one horizontal strip of\n"
-    "                   square grayscale images, side sqrt(dim) (28 x 28 for\n"
-    "                   Fashion-MNIST), values clamped to 0-255\n";
+    "  --data FILE      the graph's vectors\n"
+    "  --png FILE       draw the path as one horizontal strip of pictures: with\n"
+    "                   --images, the pictures it names; else the vectors of --data\n"
+    "                   as square grayscale images, side sqrt(dim) (28 x 28 for\n"
+    "                   Fashion-MNIST), values clamped to 0-255\n"
+    "  --images LIST    a text file naming one PNG or JPEG file per vector: line i\n"
+    "                   for vector i, relative names from the list's folder; for\n"
+    "                   data whose rows are not images (embeddings)\n"
+    "  --thumb H        with --images: each picture fits an H x H cell (default:\n"
+    "                   the first picture's larger side, at most 128)\n";
 
 typedef struct path_args {
-    const char *graph, *data, *png, *metric;
-    int64_t from, to;
+    const char *graph, *data, *png, *metric, *images;
+    int64_t from, to, thumb;
 } path_args;
 
 typedef struct path_graph {
@@ -154,30 +159,88 @@ static int path_fill_strip(const char *data, const int64_t *path, int64_t len, i
     return st == SIMIL_OK ? CLI_EXIT_OK : cli_fail(st, data);
 }
 
-static int path_write_png(const char *file, const unsigned char *strip, int64_t width,
-                          int64_t height)
+/* ---- pictures named by a list ---- */
+
+/* The file names of the nodes on the path (names[i] for path[i], malloc'd),
+ * from the list of n lines; relative names are taken from the list's folder. */
+static int path_image_names(const char *list, int64_t n, const int64_t *path, int64_t len,
+                            char **names)
 {
-#ifdef SIMIL_HAVE_PNG
-    png_image image;
-    memset(&image, 0, sizeof image);
-    image.version = PNG_IMAGE_VERSION;
-    image.width = (png_uint_32)width;
-    image.height = (png_uint_32)height;
-    image.format = PNG_FORMAT_GRAY;
-    if (!png_image_write_to_file(&image, file, 0, strip, 0, NULL)) {
-        remove(file);
-        return cli_error("%s: cannot write the PNG: %s", file, image.message);
+    FILE *f = fopen(list, "r");
+    if (!f) return cli_error("%s: cannot open the image list", list);
+    const char *slash = strrchr(list, '/');
+    int dir_len = slash ? (int)(slash - list + 1) : 0;
+    char line[4096];
+    int64_t lines = 0;
+    int rc = CLI_EXIT_OK;
+    while (!rc && fgets(line, sizeof line, f)) {
+        size_t m = strlen(line);
+        if (m == sizeof line - 1 && line[m - 1] != '\n') {
+            rc = cli_error("%s:%lld: the line is too long", list, (long long)lines + 1);
+            break;
+        }
+        while (m > 0 && (line[m - 1] == '\n' || line[m - 1] == '\r')) line[--m] = '\0';
+        for (int64_t i = 0; !rc && i < len; i++) {
+            if (path[i] != lines) continue;
+            if (m == 0) {
+                rc = cli_error("%s:%lld: no file named for vector %lld", list,
+                               (long long)lines + 1, (long long)lines);
+                break;
+            }
+            int rel = line[0] != '/';
+            size_t size = (rel ? (size_t)dir_len : 0) + m + 1;
+            if (!(names[i] = malloc(size))) {
+                rc = cli_error("out of memory for the image names");
+                break;
+            }
+            snprintf(names[i], size, "%.*s%s", rel ? dir_len : 0, list, line);
+        }
+        lines++;
     }
-    return CLI_EXIT_OK;
-#else
-    (void)strip;
-    (void)width;
-    (void)height;
-    return cli_error("%s: this simil was built without libpng, so --png is not available; "
-                     "install libpng-dev and rebuild",
-                     file);
-#endif
+    if (!rc && ferror(f)) rc = cli_error("%s: cannot read the image list", list);
+    fclose(f);
+    if (!rc && lines != n)
+        rc = cli_error("%s names %lld pictures, but the graph has %lld nodes: line i must name "
+                       "the picture of vector i",
+                       list, (long long)lines, (long long)n);
+    return rc;
 }
+
+/* The strip of the pictures the list names along the path. */
+static int path_png_images(const path_args *a, int64_t n, const int64_t *path, int64_t len)
+{
+    char **names = calloc((size_t)len, sizeof *names);
+    if (!names) return cli_error("out of memory for the image names");
+    int rc = path_image_names(a->images, n, path, len, names);
+    cli_image img = {0, 0, NULL};
+    unsigned char *strip = NULL;
+    int64_t side = a->thumb;
+    for (int64_t i = 0; !rc && i < len; i++) {
+        rc = cli_image_read(names[i], &img);
+        if (!rc && side == 0) {
+            side = img.width > img.height ? img.width : img.height;
+            if (side > 128) side = 128;
+        }
+        if (!rc && strip == NULL && (double)len * (double)side > 1e6)
+            rc = cli_error("--png: a strip of %" PRId64 " pictures of %" PRId64
+                           " pixels is too wide",
+                           len, side);
+        if (!rc && strip == NULL && !(strip = malloc((size_t)(len * side * side * 3))))
+            rc = cli_error("out of memory for the picture strip");
+        if (!rc) cli_image_fit(&img, side, strip + i * side * 3, len * side * 3);
+        cli_image_free(&img);
+    }
+    if (!rc) rc = cli_png_write(a->png, strip, len * side, side, 3);
+    if (!rc)
+        printf("wrote %s: %" PRId64 " pictures of %" PRId64 " x %" PRId64 " from %s\n", a->png,
+               len, side, side, a->images);
+    free(strip);
+    for (int64_t i = 0; i < len; i++) free(names[i]);
+    free(names);
+    return rc;
+}
+
+/* ---- the vectors as images ---- */
 
 static int path_png(const path_args *a, const int64_t *path, int64_t len)
 {
@@ -196,7 +259,7 @@ static int path_png(const path_args *a, const int64_t *path, int64_t len)
     unsigned char *strip = malloc((size_t)(len * side * side));
     if (!strip) return cli_error("out of memory for the image strip");
     int rc = path_fill_strip(a->data, path, len, side, strip);
-    if (!rc) rc = path_write_png(a->png, strip, len * side, side);
+    if (!rc) rc = cli_png_write(a->png, strip, len * side, side, 1);
     if (!rc) printf("wrote %s: %" PRId64 " images of %" PRId64 " x %" PRId64 "\n", a->png, len,
                     side, side);
     free(strip);
@@ -257,7 +320,7 @@ static int path_run(const path_args *a, simil_metric metric)
         if (st != SIMIL_OK) rc = cli_fail(st, NULL);
     }
     if (!rc) path_print(a, path, steps, len);
-    if (!rc && a->png) rc = path_png(a, path, len);
+    if (!rc && a->png) rc = a->images ? path_png_images(a, g.n, path, len) : path_png(a, path, len);
     free(steps);
     free(path);
     path_graph_free(&g);
@@ -266,7 +329,7 @@ static int path_run(const path_args *a, simil_metric metric)
 
 int cmd_path(int argc, char **argv)
 {
-    path_args a = {NULL, NULL, NULL, "l2", 0, 0};
+    path_args a = {NULL, NULL, NULL, "l2", NULL, 0, 0, 0};
     const cli_opt opts[] = {
         {"graph", 'g', CLI_STRING, &a.graph, 1, 0, 0},
         {"from", 0, CLI_INT, &a.from, 1, 0, INT64_MAX},
@@ -274,6 +337,8 @@ int cmd_path(int argc, char **argv)
         {"metric", 0, CLI_STRING, &a.metric, 0, 0, 0},
         {"data", 0, CLI_STRING, &a.data, 0, 0, 0},
         {"png", 0, CLI_STRING, &a.png, 0, 0, 0},
+        {"images", 0, CLI_STRING, &a.images, 0, 0, 0},
+        {"thumb", 0, CLI_INT, &a.thumb, 0, 1, 4096},
         {NULL, 0, CLI_FLAG, NULL, 0, 0, 0},
     };
     static const char *const graph_suffixes[] = {".ivecs", ".npy", NULL};
@@ -286,6 +351,11 @@ int cmd_path(int argc, char **argv)
     a.metric = simil_metric_name(metric);
     if (!cli_check_suffix("--graph", a.graph, graph_suffixes)) return CLI_EXIT_USAGE;
     if (a.png && !cli_check_suffix("--png", a.png, png_suffixes)) return CLI_EXIT_USAGE;
-    if (a.png && !a.data) return cli_usage_error("--png needs --data, the graph's vectors");
+    if (a.png && !a.data && !a.images)
+        return cli_usage_error("--png needs --data, the graph's vectors, or --images, a list "
+                               "of pictures");
+    if ((a.images || a.thumb) && !a.png)
+        return cli_usage_error("--images and --thumb go with --png");
+    if (a.thumb && !a.images) return cli_usage_error("--thumb goes with --images");
     return path_run(&a, metric);
 }

@@ -3,17 +3,23 @@
  * graph"; docs/knn-graph.md).
  *
  * A k-NN graph has one row per vector of the dataset: the ids (row numbers)
- * and distances of its k nearest other vectors, found by querying every
- * vector against an index of the whole dataset and dropping the vector
- * itself.  With "Flat" the graph is exact; with an approximate index
- * ("IVF4096,Flat" and nprobe) it is faster and its quality is measured by
- * simil_graph_quality().
+ * and distances of its k nearest other vectors.  By default they are found
+ * by joining inverted lists (simil_knn_graph_method JOIN): each list of
+ * vectors is compared with its candidate lists as dense GEMM tiles; or, as
+ * the GPU paper does, by querying every vector against an index of the whole
+ * dataset (SEARCH).  Either way each vector is searched with k + 1
+ * neighbours and itself dropped.  With "Flat" the graph is exact; with
+ * "IVF4096,Flat" and nprobe it is approximate, and its quality is measured
+ * by simil_graph_quality().
  *
- * Memory: the index must fit on its device (GPU memory for a GPU, host
- * memory for the CPU).  The dataset itself need not fit anywhere: the
- * streaming variants read it in chunks of params->batch rows, once to train
- * (a sample), once to add, once to query, and once more to measure quality,
- * and hand the graph out chunk by chunk. */
+ * Memory: the index (JOIN: the vectors, with a half-size fp16 copy on a GPU)
+ * must fit on its device (GPU memory for a GPU, host memory for the CPU).
+ * The dataset itself need not fit in host memory: the streaming variants read
+ * it in chunks of params->batch rows (SEARCH: once to train on a sample,
+ * once to add, once to query; JOIN: once for the sample, once to find each
+ * vector's lists, once to lay the vectors out by list), once more to measure
+ * quality, and hand the graph out chunk by chunk.  JOIN keeps n x (nprobe +
+ * 3 (k + 1) + 2) values of host memory for its lists and results. */
 #ifndef SIMIL_GRAPH_H
 #define SIMIL_GRAPH_H
 
@@ -26,8 +32,28 @@
 extern "C" {
 #endif
 
+/* How a graph build finds each vector's neighbours (docs/knn-graph.md).
+ *   JOIN:   the vectors are clustered into the lists of `index` ("IVF4096,Flat",
+ *           k-means as an IVF index trains), and each list is compared with
+ *           its candidate lists as dense tiles: the lists that are among the
+ *           search.nprobe nearest of any of its vectors.  Every vector is thus
+ *           compared with all vectors of its own nprobe nearest lists, and
+ *           more: the quality is at least that of SEARCH with the same index
+ *           and nprobe.  With "Flat", every vector against every vector (the
+ *           exact graph).  One device only; the index must be Flat or
+ *           IVF<n>,Flat.
+ *   SEARCH: an index of all vectors is built and every vector is searched
+ *           in it, as the GPU paper does: any index, any devices.
+ *   AUTO:   JOIN where it applies, else SEARCH (the default). */
+typedef enum simil_knn_graph_method {
+    SIMIL_KNN_GRAPH_AUTO = 0,
+    SIMIL_KNN_GRAPH_JOIN = 1,
+    SIMIL_KNN_GRAPH_SEARCH = 2
+} simil_knn_graph_method;
+
 /* Fill with simil_knn_graph_params_init(), then change what you need. */
 typedef struct simil_knn_graph_params {
+    simil_knn_graph_method method; /* default SIMIL_KNN_GRAPH_AUTO */
     const char *index;          /* index description; default "Flat" (exact graph) */
     simil_metric metric;        /* default SIMIL_METRIC_L2 */
     const char *device;         /* "auto" (default), "cpu", "gpu" or "gpu:N" */
@@ -48,13 +74,19 @@ SIMIL_API void simil_knn_graph_params_init(simil_knn_graph_params *params);
 /* What a graph build did.  Seconds are wall-clock; when streaming they include
  * reading the chunks and handing out the results. */
 typedef struct simil_knn_graph_stats {
-    double train_seconds;   /* sampling the training rows and training the index */
-    double add_seconds;     /* adding every row to the index */
-    double search_seconds;  /* querying every row and dropping each row's self */
+    double train_seconds;   /* sampling the training rows and training the index
+                               (join: the k-means of its lists) */
+    double add_seconds;     /* adding every row to the index (join: finding each
+                               row's lists and laying the rows out by list) */
+    double search_seconds;  /* querying every row and dropping each row's self
+                               (join: joining the lists, or for Flat searching
+                               every row, and handing out the rows) */
     double quality_seconds; /* 0 unless params->quality */
     double quality;         /* the measure of simil_graph_quality, or -1 if not asked */
     char index[96];         /* the normalized index description */
     char backend[96];       /* what ran, e.g. "cpu (2 threads)" or "cuda:0 (NVIDIA H200)" */
+    char method[16];        /* "join" or "search" */
+    double pairs;           /* join: (vector, candidate) distances computed; 0 for search */
 } simil_knn_graph_stats;
 
 /* Rows [first, first + count) of the dataset into out (count x dim floats).
@@ -79,8 +111,9 @@ typedef simil_status (*simil_graph_rows_fn)(void *user, int64_t first, int64_t c
  * few lists.
  * stats: may be NULL.  With params->quality, stats->quality is measured as
  * simil_graph_quality() does.
- * Progress: stage "knn-graph", one unit per row queried, then with
- * params->quality "knn-graph quality", one unit per row searched. */
+ * Progress: stage "knn-graph", one unit per row queried (JOIN with lists:
+ * joined), then with params->quality "knn-graph quality", one unit per row
+ * searched. */
 SIMIL_API simil_status simil_knn_graph(const simil_knn_graph_params *params, int64_t n,
                                        int64_t dim, const float *x, int64_t k, int64_t *ids,
                                        float *distances, simil_knn_graph_stats *stats);
@@ -89,8 +122,9 @@ SIMIL_API simil_status simil_knn_graph(const simil_knn_graph_params *params, int
  * through read, with the graph handed to sink chunk by chunk.  Host memory
  * holds about batch x (dim + 3 (k + 1)) values besides the index and the
  * samples (max_train x dim for training, quality_sample x (dim + k) for the
- * quality).  Progress: "knn-graph add", one unit per row added, then
- * "knn-graph", one per row queried. */
+ * quality).  Progress: "knn-graph add", one unit per row added (JOIN with
+ * lists: "knn-graph assign" first, one per row given its lists), then
+ * "knn-graph", one per row queried or joined. */
 SIMIL_API simil_status simil_knn_graph_stream(const simil_knn_graph_params *params, int64_t n,
                                               int64_t dim, simil_rows_fn read, void *read_user,
                                               int64_t k, simil_graph_rows_fn sink,
@@ -125,7 +159,8 @@ SIMIL_API simil_status simil_graph_quality(const simil_knn_graph_params *params,
 /* The path from node `from` to node `to` whose largest step is as small as
  * possible (a bottleneck shortest path; the GPU paper's "paths through the
  * graph"), found by a Dijkstra search with a binary heap that keeps, for each
- * node, the smallest largest-step of any path reaching it.
+ * node, the smallest largest-step of any path reaching it, then a second
+ * search for the fewest hops over the edges no larger than that step.
  * The graph is ids and distances, n x k, as simil_knn_graph writes them, and
  * it is taken as UNDIRECTED: an edge u -> v (v in row u) may be walked from v
  * to u as well, at the same distance.  Slots with id -1 are skipped; an id
@@ -136,10 +171,13 @@ SIMIL_API simil_status simil_graph_quality(const simil_knn_graph_params *params,
  * steps: room for n - 1 floats (may be NULL); steps[i] is the stored distance
  *   of the edge path[i] -> path[i + 1].
  * *length: the number of nodes on the path (1 when from == to).
- * Ties between equally good paths are broken deterministically.
+ * Among the paths of that best largest step, the one with the fewest hops is
+ * returned, and among those the one whose steps add up to the least (for IP
+ * and cosine: whose similarities add up to the most); remaining ties are
+ * broken deterministically.
  * Nodes in different components: SIMIL_ERR_INVALID_ARGUMENT, "no path from A
  * to B: they are in different components of the k-NN graph; use a larger k".
- * Memory: about 40 bytes per node and 24 per edge. */
+ * Memory: about 56 bytes per node and 24 per edge. */
 SIMIL_API simil_status simil_graph_path(const int64_t *ids, const float *distances, int64_t n,
                                         int64_t k, simil_metric metric, int64_t from,
                                         int64_t to, int64_t *path, float *steps,

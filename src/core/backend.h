@@ -55,6 +55,38 @@ static inline sml_knn_args sml_knn_of(sml_knn_args stored, const float *queries,
     return stored;
 }
 
+/* Join of inverted lists (algo/knn_join.h): the rows of one stored matrix,
+ * grouped by list, are searched among the rows of lists of the same matrix.
+ * The searched rows come in blocks (parts of lists): for each block b in
+ * [block_begin, block_end) and each of its rows i, the k best rows among those
+ * of the candidate lists cand_lists[cand_offset[b] .. cand_offset[b + 1])
+ * (the block's own list normally among them, and so row i itself), keys and
+ * order as in sml_knn_args, into row i of distances and labels.  Ranks past
+ * the candidates get -1, +-inf. */
+typedef struct sml_join_args {
+    const float *x;              /* mem: n x dim; list l holds rows
+                                    [list_offset[l], list_offset[l + 1]) */
+    const float *norms;          /* mem: n squared norms (L2 only; NULL for IP) */
+    const int64_t *ids;          /* mem: n labels reported for the rows */
+    const void *shadow;          /* the backend's shadow of x (shadow_sync), or NULL */
+    int64_t n;
+    int64_t dim;
+    const int64_t *list_offset;  /* host: nlist + 1 */
+    int64_t nlist;
+    const int64_t *block_offset; /* host: nblock + 1; block b is rows
+                                    [block_offset[b], block_offset[b + 1]) */
+    int64_t nblock;
+    const int64_t *cand_offset;  /* host: nblock + 1 */
+    const int64_t *cand_lists;   /* host: list numbers, no repeats within a block's */
+    int64_t block_begin;
+    int64_t block_end;
+    int64_t k;                   /* >= 1 */
+    simil_metric metric;         /* L2 or IP */
+    float *distances;            /* host: n x k (only the rows of the blocks joined) */
+    int64_t *labels;             /* host: n x k */
+    int threads;                 /* CPU threads, 0 = all */
+} sml_join_args;
+
 /* Scan of inverted lists (ivf.h): for each query, the k best rows among the
  * lists of its probes. */
 typedef struct sml_ivf_scan_args {
@@ -195,6 +227,10 @@ typedef struct sml_backend_ops {
                               float *norms);
 
     simil_status (*knn)(sml_backend *b, const sml_knn_args *args);
+
+    /* k-NN graphs: each row of a list against the rows of its candidate
+     * lists (sml_join_args). */
+    simil_status (*knn_join)(sml_backend *b, const sml_join_args *args);
 
     /* IVF-Flat: exact distances to every row of the probed lists. */
     simil_status (*ivf_flat_scan)(sml_backend *b, const sml_ivf_scan_args *args);

@@ -140,6 +140,7 @@ static const sml_backend_ops sml_cpu_ops = {
     .mem_move_rows = sml_cpu_move_rows,
     .row_norms = sml_cpu_row_norms,
     .knn = sml_cpu_knn_op,
+    .knn_join = sml_cpu_knn_join,
     .ivf_flat_scan = sml_cpu_ivf_flat_scan,
     .ivf_pq_scan = sml_cpu_ivf_pq_scan,
     .pq_encode = sml_cpu_pq_encode,

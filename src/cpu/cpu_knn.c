@@ -20,7 +20,6 @@
 #include "core/alloc.h"
 #include "core/blas.h"
 #include "core/error.h"
-#include "cpu/cpu_select.h"
 
 enum {
     SML_DIRECT_MAX_QUERIES = 16,
@@ -122,17 +121,13 @@ static simil_status sml_knn_direct(const sml_knn_args *a)
     return SIMIL_OK;
 }
 
-/* Queries [q0, q0 + m) against the whole base, tile by tile, with one set of
- * scratch. */
-static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int64_t tile,
-                               float *scores, sml_topk_pair *storage, sml_topk *lists)
+void sml_cpu_knn_block_scan(const sml_knn_args *a, const float *queries, int64_t m,
+                            int64_t first, int64_t count, int64_t tile, float *scores,
+                            sml_topk *lists)
 {
-    int64_t cap = sml_topk_capacity(a->k);
     float alpha = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
-    const float *queries = a->queries + q0 * a->dim;
-    for (int64_t i = 0; i < m; i++) sml_topk_reset(&lists[i], storage + i * cap, a->k);
-    for (int64_t b0 = 0; b0 < a->n; b0 += tile) {
-        int64_t w = a->n - b0 < tile ? a->n - b0 : tile;
+    for (int64_t b0 = first; b0 < first + count; b0 += tile) {
+        int64_t w = first + count - b0 < tile ? first + count - b0 : tile;
         sml_sgemm(0, 1, m, w, a->dim, alpha, queries, a->dim, a->base + b0 * a->dim, a->dim, 0.0f,
                   scores, w);
         const float *norms = a->base_norms ? a->base_norms + b0 : NULL;
@@ -145,11 +140,29 @@ static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int
             sml_topk_push_row(&lists[i], row, w, a->base_ids + b0, 0);
         }
     }
+}
+
+void sml_cpu_knn_block_finish(const sml_knn_args *a, const float *queries, int64_t m,
+                              sml_topk *lists, float *distances, int64_t *labels)
+{
     for (int64_t i = 0; i < m; i++) {
-        float *d = a->distances + (q0 + i) * a->k;
-        sml_topk_finish(&lists[i], d, a->labels + (q0 + i) * a->k);
+        float *d = distances + i * a->k;
+        sml_topk_finish(&lists[i], d, labels + i * a->k);
         sml_keys_to_distances(a, queries + i * a->dim, d);
     }
+}
+
+/* Queries [q0, q0 + m) against the whole base, tile by tile, with one set of
+ * scratch. */
+static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int64_t tile,
+                               float *scores, sml_topk_pair *storage, sml_topk *lists)
+{
+    int64_t cap = sml_topk_capacity(a->k);
+    const float *queries = a->queries + q0 * a->dim;
+    for (int64_t i = 0; i < m; i++) sml_topk_reset(&lists[i], storage + i * cap, a->k);
+    sml_cpu_knn_block_scan(a, queries, m, 0, a->n, tile, scores, lists);
+    sml_cpu_knn_block_finish(a, queries, m, lists, a->distances + q0 * a->k,
+                             a->labels + q0 * a->k);
 }
 
 /* OpenBLAS's pthread build runs every sgemm on one pool of its own threads.
@@ -162,7 +175,7 @@ static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int
  * spreads over its pool, and selects too: the pool's threads spin after each
  * GEMM, and an OpenMP team selecting beside them fought them for the cores
  * (docs/benchmarks.md, "CPU against Faiss CPU", has the figures). */
-static bool sml_blas_needs_one_caller(void)
+bool sml_cpu_blas_one_caller(void)
 {
     return sml_blas_parallel() == 1;
 }
@@ -187,7 +200,7 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
     if (threads > blocks) threads = (int)blocks;
     /* under an address-space limit, as many callers as have room */
     SML_TRY(sml_blas_callers(threads, &threads));
-    if (sml_blas_needs_one_caller()) threads = 1;
+    if (sml_cpu_blas_one_caller()) threads = 1;
 
     float *scores = NULL;
     sml_topk_pair *storage = NULL;

@@ -214,6 +214,7 @@ sml_backend_ops make_ops()
     o.mem_move_rows = mem_move_rows;
     o.row_norms = row_norms;
     o.knn = cuda_knn;
+    o.knn_join = cuda_knn_join;
     o.ivf_flat_scan = cuda_ivf_flat_scan;
     o.ivf_pq_scan = cuda_ivf_pq_scan;
     o.pq_encode = cuda_pq_encode;

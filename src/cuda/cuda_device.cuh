@@ -89,6 +89,7 @@ void shadow_free(sml_backend *b, void *shadow);
 simil_status cuda_knn(sml_backend *b, const sml_knn_args *args);
 // cuda_knn for a caller that holds dev->lock and has joined the caller's stream.
 simil_status knn_locked(Device *dev, const sml_knn_args *args);
+simil_status cuda_knn_join(sml_backend *b, const sml_join_args *args);
 simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *args);
 simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_scan_args *args);
 simil_status cuda_pq_encode(sml_backend *b, const sml_pq_encode_args *args);

@@ -20,6 +20,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "index/graph_build.h"
 #include "simil/dataset.h"
 #include "simil/graph.h"
 
@@ -40,80 +41,7 @@ void simil_knn_graph_params_init(simil_knn_graph_params *params)
     params->seed = 1234;
 }
 
-static double sml_graph_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* ---- where rows come from ---- */
-
-typedef struct sml_source {
-    int64_t n, dim, batch; /* batch: rows per chunk, >= 1 */
-    const float *x;        /* the caller's rows, or NULL to read them */
-    simil_rows_fn read;
-    void *user;
-    float *buf; /* batch x dim when reading */
-} sml_source;
-
-/* Rows [first, first + count) with count <= batch: *rows points into the
- * caller's array or into the chunk buffer, valid until the next call. */
-static simil_status sml_source_rows(sml_source *s, int64_t first, int64_t count,
-                                    const float **rows)
-{
-    if (s->x != NULL) {
-        *rows = s->x + first * s->dim;
-        return SIMIL_OK;
-    }
-    sml_error_clear();
-    simil_status st = s->read(s->user, first, count, s->buf);
-    if (st != SIMIL_OK && simil_last_error()[0] == '\0')
-        return sml_error(st, "the row reader failed on rows %" PRId64 " to %" PRId64 " (%s)",
-                         first, first + count - 1, simil_status_name(st));
-    *rows = s->buf;
-    return st;
-}
-
-/* Copy the rows whose ids are nodes[0..m) (sorted) into out (m x dim), with
- * one pass over the source in chunks. */
-static simil_status sml_source_gather(sml_source *s, int64_t m, const int64_t *nodes, float *out)
-{
-    size_t row = sizeof(float) * (size_t)s->dim;
-    int64_t next = 0;
-    for (int64_t first = 0; first < s->n && next < m; first += s->batch) {
-        int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
-        if (nodes[next] >= first + count) continue;
-        const float *rows = NULL;
-        SML_TRY(sml_source_rows(s, first, count, &rows));
-        for (; next < m && nodes[next] < first + count; next++)
-            memcpy(out + next * s->dim, rows + (nodes[next] - first) * s->dim, row);
-    }
-    return SIMIL_OK;
-}
-
 /* ---- the build ---- */
-
-/* Everything one build holds.  The quality sample (nodes, their vectors and
- * their first r graph neighbours) is captured while the rows are queried. */
-typedef struct sml_graph_build {
-    const simil_knn_graph_params *p;
-    sml_source src;
-    int64_t k;
-    simil_graph_rows_fn sink;
-    void *sink_user;
-    simil_knn_graph_stats *stats;
-    simil_index *index;
-    int64_t *ids;       /* batch: ids of a streamed chunk to add */
-    int64_t *res_ids;   /* batch x (k + 1) search results */
-    float *res_dist;
-    int64_t *out_ids;   /* batch x k graph rows */
-    float *out_dist;
-    int64_t m, r;       /* quality: sample size, neighbours compared */
-    int64_t *nodes;     /* m, sorted */
-    float *sample_x;    /* m x dim */
-    int64_t *sample_ids; /* m x r */
-} sml_graph_build;
 
 static void sml_graph_build_free(sml_graph_build *g)
 {
@@ -229,23 +157,9 @@ static simil_status sml_graph_add(sml_graph_build *g)
     return SIMIL_OK;
 }
 
-/* Keep the vectors and first r neighbours of the sampled nodes in this chunk;
- * *next is the first sampled node not yet seen. */
-static void sml_graph_capture(sml_graph_build *g, int64_t first, int64_t count,
-                              const float *rows, int64_t *next)
-{
-    size_t row = sizeof(float) * (size_t)g->src.dim;
-    for (; *next < g->m && g->nodes[*next] < first + count; ++*next) {
-        int64_t i = g->nodes[*next] - first, j = *next;
-        memcpy(g->sample_x + j * g->src.dim, rows + i * g->src.dim, row);
-        memcpy(g->sample_ids + j * g->r, g->out_ids + i * g->k, sizeof(int64_t) * (size_t)g->r);
-    }
-}
-
 static simil_status sml_graph_query(sml_graph_build *g)
 {
     sml_source *s = &g->src;
-    int64_t next = 0;
     for (int64_t first = 0; first < s->n; first += s->batch) {
         int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
         const float *rows = NULL;
@@ -254,13 +168,11 @@ static simil_status sml_graph_query(sml_graph_build *g)
                                    g->res_ids));
         sml_knn_graph_drop_self(count, first, NULL, g->k, g->res_ids, g->res_dist, g->out_ids,
                                 g->out_dist);
-        if (g->nodes != NULL) sml_graph_capture(g, first, count, rows, &next);
-        sml_error_clear();
-        simil_status st = g->sink(g->sink_user, first, count, g->k, g->out_ids, g->out_dist);
-        if (st != SIMIL_OK && simil_last_error()[0] == '\0')
-            return sml_error(st, "the graph sink failed on rows %" PRId64 " to %" PRId64 " (%s)",
-                             first, first + count - 1, simil_status_name(st));
-        SML_TRY(st);
+        if (g->nodes != NULL) {
+            sml_graph_capture_x(g, first, count, rows);
+            sml_graph_capture_ids(g, first, count);
+        }
+        SML_TRY(sml_graph_deliver(g, first, count));
         sml_progress("knn-graph", first + count, s->n);
     }
     return SIMIL_OK;
@@ -375,7 +287,12 @@ static simil_status sml_graph_stages(sml_graph_build *g)
 {
     const simil_knn_graph_params *p = g->p;
     simil_knn_graph_stats *stats = g->stats;
+    int join;
+    int64_t nlist;
+    SML_TRY(sml_graph_join_applies(p, g->src.dim, &join, &nlist));
     SML_TRY(sml_graph_alloc(g));
+    snprintf(stats->method, sizeof stats->method, "%s", join ? "join" : "search");
+    if (join) return sml_graph_join_stages(g, nlist);
     SML_TRY(simil_index_create(&g->index, g->src.dim, p->index, p->metric, p->device));
     snprintf(stats->index, sizeof stats->index, "%s", simil_index_description(g->index));
     snprintf(stats->backend, sizeof stats->backend, "%s", simil_backend_name(g->index));

@@ -117,6 +117,14 @@ static simil_status sml_ivf_upload_quantizer(sml_backend *b, sml_ivf *ivf)
     return SIMIL_OK;
 }
 
+void sml_ivf_kmeans_params(int64_t nlist, int spherical, simil_kmeans_params *p)
+{
+    simil_kmeans_params_init(p);
+    p->k = nlist;
+    p->iterations = 10; /* as Faiss trains its IVF quantizers */
+    p->spherical = spherical;
+}
+
 simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float *x)
 {
     SML_RETURN_IF(n < ivf->nlist, SIMIL_ERR_INVALID_ARGUMENT,
@@ -124,10 +132,7 @@ simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float 
                   "got %" PRId64 "; train on more vectors or use fewer lists",
                   ivf->nlist, ivf->nlist, n);
     simil_kmeans_params p;
-    simil_kmeans_params_init(&p);
-    p.k = ivf->nlist;
-    p.iterations = 10; /* as Faiss trains its IVF quantizers */
-    p.spherical = ivf->spherical;
+    sml_ivf_kmeans_params(ivf->nlist, ivf->spherical, &p);
     float *centroids;
     SML_TRY(sml_ivf_lists_alloc(ivf));
     SML_TRY(sml_alloc((void **)&centroids, (size_t)(ivf->nlist * ivf->dim), sizeof(float),

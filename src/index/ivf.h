@@ -15,6 +15,7 @@
 
 #include "core/backend.h"
 #include "core/file_io.h"
+#include "simil/kmeans.h"
 
 typedef struct sml_ivf {
     int64_t nlist;
@@ -53,6 +54,10 @@ typedef struct sml_ivf {
 simil_status sml_ivf_init(sml_ivf *ivf, int64_t nlist, int64_t dim, simil_metric metric,
                           int spherical, size_t code_size);
 void sml_ivf_free(sml_backend *b, sml_ivf *ivf);
+
+/* The k-means settings a coarse quantizer of nlist lists trains with (the
+ * list join of k-NN graphs trains with them too). */
+void sml_ivf_kmeans_params(int64_t nlist, int spherical, simil_kmeans_params *p);
 
 /* Train the coarse quantizer with k-means on n vectors (host). */
 simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float *x);

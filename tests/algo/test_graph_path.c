@@ -1,8 +1,9 @@
 /* test_graph_path.c: bottleneck paths through k-NN graphs: optimal against a
  * brute force over every simple path of small random graphs (L2 and IP, ties,
- * empty slots, self-loops, edges that exist in one direction only), hand-made
- * graphs, k-NN graphs of clumped points against a Kruskal oracle, disconnected
- * graphs, bad arguments and allocation failures. */
+ * empty slots, self-loops, edges that exist in one direction only), with ties
+ * of the bottleneck going to the fewest hops, then the smallest sum of steps;
+ * hand-made graphs, k-NN graphs of clumped points against a Kruskal oracle,
+ * disconnected graphs, bad arguments and allocation failures. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +31,28 @@ static uint64_t rng_next(uint64_t *s)
 /* Edge key as the search sees it: smaller is better. */
 static float key_of(float d, simil_metric metric) { return metric == SIMIL_METRIC_L2 ? d : -d; }
 
-/* Best (smallest) largest key over the simple paths from u to `to`, given the
- * nodes already on the path; INFINITY if none. */
-static float brute(const graph *g, simil_metric metric, int64_t u, int64_t to, float so_far,
-                   int *on_path)
+/* The best cost of a path: the largest key, then the hops, then the sum of
+ * the keys (added from the start, in double, as the search adds them). */
+typedef struct cost {
+    float worst;
+    int64_t hops;
+    double sum;
+} cost;
+
+static int cost_less(cost a, cost b)
+{
+    if (a.worst != b.worst) return a.worst < b.worst;
+    if (a.hops != b.hops) return a.hops < b.hops;
+    return a.sum < b.sum;
+}
+
+/* Best cost over the simple paths from u to `to`, given the nodes already on
+ * the path; worst = INFINITY if none. */
+static cost brute(const graph *g, simil_metric metric, int64_t u, int64_t to, cost so_far,
+                  int *on_path)
 {
     if (u == to) return so_far;
-    float best = INFINITY;
+    cost best = {INFINITY, 0, 0};
     on_path[u] = 1;
     for (int64_t a = 0; a < g->n; a++)
         for (int64_t j = 0; j < g->k; j++) {
@@ -47,8 +63,10 @@ static float brute(const graph *g, simil_metric metric, int64_t u, int64_t to, f
             else continue;
             if (on_path[v]) continue;
             float key = key_of(g->dist[a * g->k + j], metric);
-            float c = brute(g, metric, v, to, key > so_far ? key : so_far, on_path);
-            if (c < best) best = c;
+            cost next = {key > so_far.worst ? key : so_far.worst, so_far.hops + 1,
+                         so_far.sum + (double)key};
+            cost c = brute(g, metric, v, to, next, on_path);
+            if (cost_less(c, best)) best = c;
         }
     on_path[u] = 0;
     return best;
@@ -68,7 +86,9 @@ static void check_pair(const graph *g, simil_metric metric, int64_t from, int64_
                        const char *ctx)
 {
     int on_path[MAXN] = {0};
-    float want = from == to ? -INFINITY : brute(g, metric, from, to, -INFINITY, on_path);
+    cost best = {-INFINITY, 0, 0};
+    if (from != to) best = brute(g, metric, from, to, best, on_path);
+    float want = best.worst;
     int64_t path[MAXN], len = -1;
     float steps[MAXN];
     simil_status s = simil_graph_path(g->ids, g->dist, g->n, g->k, metric, from, to, path, steps,
@@ -86,6 +106,7 @@ static void check_pair(const graph *g, simil_metric metric, int64_t from, int64_
         fail_msg("%s: %lld -> %lld: path of %lld nodes from %lld to %lld", ctx, (long long)from,
                  (long long)to, (long long)len, (long long)path[0], (long long)path[len - 1]);
     float worst = -INFINITY;
+    double sum = 0;
     int seen[MAXN] = {0};
     for (int64_t i = 0; i < len; i++) {
         if (seen[path[i]]) fail_msg("%s: node %lld visited twice", ctx, (long long)path[i]);
@@ -96,10 +117,16 @@ static void check_pair(const graph *g, simil_metric metric, int64_t from, int64_
                      (long long)path[i + 1], steps[i]);
         float key = key_of(steps[i], metric);
         if (key > worst) worst = key;
+        sum += (double)key;
     }
     if (worst != want)
         fail_msg("%s: %lld -> %lld: largest step key %g, optimum %g", ctx, (long long)from,
                  (long long)to, worst, want);
+    if (len - 1 != best.hops || sum != best.sum)
+        fail_msg("%s: %lld -> %lld: %lld hops of key sum %.17g; the fewest hops at that "
+                 "bottleneck are %lld, with the smallest sum %.17g",
+                 ctx, (long long)from, (long long)to, (long long)(len - 1), sum,
+                 (long long)best.hops, best.sum);
 }
 
 static void random_graph(graph *g, uint64_t *rng, int ties)
@@ -158,6 +185,67 @@ static void test_hand_made(void **state)
     SML_ASSERT_OK(simil_graph_path(g.ids, g.dist, 4, 2, SIMIL_METRIC_L2, 2, 2, path, NULL, &len));
     assert_int_equal(len, 1);
     assert_int_equal(path[0], 2);
+}
+
+/* A chain of 12 hops whose every step is 1, beside a way of 3 hops through
+ * the same largest step 1 and a way of 3 hops through steps that add up to
+ * less: the second search picks the 3 hops, then the smaller sum.  The ids
+ * are laid so that the bottleneck search alone walks the chain: its nodes
+ * come first by (bottleneck, id). */
+static void test_fewest_hops(void **state)
+{
+    (void)state;
+    enum { n = 17, k = 1 };
+    int64_t ids[n];
+    float dist[n];
+    /* chain 0-1-2-...-12, then 12 is the target */
+    for (int64_t i = 0; i < 12; i++) {
+        ids[i] = i + 1;
+        dist[i] = 1;
+    }
+    /* 0 - 13 - 14, steps 1 and 1, stored as 13 -> 0 and 14 -> 13 */
+    ids[12] = -1;
+    dist[12] = 0;
+    ids[13] = 0;
+    dist[13] = 1;
+    ids[14] = 13;
+    dist[14] = 1;
+    /* 0 - 15 - 16, steps 0.25 and 1 */
+    ids[15] = 0;
+    dist[15] = 0.25f;
+    ids[16] = 15;
+    dist[16] = 1;
+    int64_t path[n], len;
+    float steps[n];
+    /* without the 15-16 way: 14 -> 12 is missing, so the chain is the only way */
+    SML_ASSERT_OK(simil_graph_path(ids, dist, n, k, SIMIL_METRIC_L2, 0, 12, path, steps, &len));
+    assert_int_equal(len, 13);
+    /* join 14 and 16 to 12 (steps 1 and 0.25) through a second column: two ways
+     * of 3 hops at bottleneck 1, the one through 15 and 16 of the smaller sum */
+    enum { k2 = 2 };
+    int64_t ids2[n * k2];
+    float dist2[n * k2];
+    for (int64_t i = 0; i < n; i++) {
+        ids2[i * k2] = ids[i];
+        dist2[i * k2] = dist[i];
+        ids2[i * k2 + 1] = -1;
+        dist2[i * k2 + 1] = 0;
+    }
+    ids2[12 * k2] = 14;
+    dist2[12 * k2] = 1;
+    ids2[12 * k2 + 1] = 16;
+    dist2[12 * k2 + 1] = 0.25f;
+    SML_ASSERT_OK(simil_graph_path(ids2, dist2, n, k2, SIMIL_METRIC_L2, 0, 12, path, steps, &len));
+    int64_t want[] = {0, 15, 16, 12};
+    float want_steps[] = {0.25f, 1, 0.25f};
+    assert_int_equal(len, 4);
+    assert_memory_equal(path, want, sizeof want);
+    assert_memory_equal(steps, want_steps, sizeof want_steps);
+    /* and backwards */
+    SML_ASSERT_OK(simil_graph_path(ids2, dist2, n, k2, SIMIL_METRIC_L2, 12, 0, path, steps, &len));
+    int64_t back[] = {12, 16, 15, 0};
+    assert_int_equal(len, 4);
+    assert_memory_equal(path, back, sizeof back);
 }
 
 static void test_disconnected(void **state)
@@ -299,7 +387,7 @@ static void test_alloc_failures(void **state)
         assert_int_equal(s, SIMIL_ERR_OUT_OF_MEMORY);
         failures++;
     }
-    assert_int_equal(failures, 9); /* 4 for the graph, 5 for the search */
+    assert_int_equal(failures, 11); /* 4 for the graph, 7 for the searches */
     assert_int_equal(len, 4);
 }
 
@@ -308,6 +396,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_brute_force),
         cmocka_unit_test(test_hand_made),
+        cmocka_unit_test(test_fewest_hops),
         cmocka_unit_test(test_disconnected),
         cmocka_unit_test(test_knn_graph_paths),
         cmocka_unit_test(test_bad_arguments),

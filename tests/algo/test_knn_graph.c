@@ -22,29 +22,6 @@ static simil_knn_graph_params cpu_params(const char *index)
     return p;
 }
 
-/* The brute-force graph: the k + 1 nearest in float64, the query's own row
- * dropped (or the last when it is not among them), as floats. */
-static void reference_graph(const float *x, int64_t n, int64_t dim, int64_t k,
-                            simil_metric metric, int64_t *ids, float *dist)
-{
-    double *rd = sml_test_malloc(sizeof *rd * (size_t)(n * (k + 1)));
-    int64_t *rl = sml_test_malloc(sizeof *rl * (size_t)(n * (k + 1)));
-    sml_test_reference_knn(x, n, x, n, dim, k + 1, metric, rd, rl);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t o = 0, dropped = 0;
-        for (int64_t j = 0; j <= k && o < k; j++) {
-            if (!dropped && rl[i * (k + 1) + j] == i) {
-                dropped = 1;
-                continue;
-            }
-            ids[i * k + o] = rl[i * (k + 1) + j];
-            dist[i * k + o++] = (float)rd[i * (k + 1) + j];
-        }
-    }
-    free(rd);
-    free(rl);
-}
-
 static void assert_no_self(const int64_t *ids, int64_t n, int64_t k)
 {
     for (int64_t i = 0; i < n; i++)
@@ -63,7 +40,7 @@ static void check_exact(const char *context, simil_metric metric, int64_t batch)
     p.metric = metric;
     p.batch = batch;
     SML_ASSERT_OK(simil_knn_graph(&p, N, D, x, K, ids, dist, NULL));
-    reference_graph(x, N, D, K, metric, ref_ids, ref_dist);
+    sml_test_reference_graph(x, N, D, K, metric, ref_ids, ref_dist);
     char ctx[128];
     snprintf(ctx, sizeof ctx, "%s (seed 7, n=%d dim=%d k=%d batch=%lld)", context, N, D, K,
              (long long)batch);
@@ -128,7 +105,7 @@ static void test_ivf_all_lists_is_exact(void **state)
     SML_ASSERT_OK(simil_knn_graph(&p, N, D, x, K, ids, dist, &stats));
     assert_string_equal(stats.index, "IVF8,Flat");
     assert_true(stats.quality == -1);
-    reference_graph(x, N, D, K, SIMIL_METRIC_L2, ref_ids, ref_dist);
+    sml_test_reference_graph(x, N, D, K, SIMIL_METRIC_L2, ref_ids, ref_dist);
     sml_test_check_same("IVF8,Flat nprobe=8 graph (seed 11, n=600 dim=13 k=7)", x, N, x, N, D,
                         K, SIMIL_METRIC_L2, dist, ids, ref_dist, ref_ids, 1e-4);
     /* one list: approximate, never itself, and worse quality than exact */
@@ -187,10 +164,11 @@ static void test_stream_equals_memory(void **state)
     sml_test_fill_uniform(x, N * D, 5, -3, 3);
     int64_t mem_ids[N * K], st_ids[N * K];
     float mem_dist[N * K], st_dist[N * K];
-    const char *indexes[] = {"Flat", "IVF4,Flat"};
+    const char *indexes[] = {"Flat", "IVF4,Flat", "Flat", "IVF4,Flat"};
     simil_search_params *two = sml_test_params("nprobe=2");
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < 4; t++) {
         simil_knn_graph_params p = cpu_params(indexes[t]);
+        p.method = t < 2 ? SIMIL_KNN_GRAPH_SEARCH : SIMIL_KNN_GRAPH_JOIN;
         p.batch = 64;
         p.max_train = 250;
         p.search = two;
@@ -202,13 +180,15 @@ static void test_stream_equals_memory(void **state)
         SML_ASSERT_OK(simil_knn_graph_stream(&p, N, D, read_rows, &r, K, sink_rows, &s, &ss));
         assert_int_equal(s.next, N);
         assert_int_equal(r.max_count, 64);
-        /* sample, add, query and quality passes over ceil(600 / 64) = 10 chunks */
-        assert_true(r.calls >= 30);
+        assert_string_equal(ss.method, t < 2 ? "search" : "join");
+        /* passes over ceil(600 / 64) = 10 chunks: search: sample, add, query and
+         * quality; join: add and quality (Flat), sample and assign too (IVF) */
+        assert_true(r.calls >= (t == 2 ? 20 : 30));
         assert_memory_equal(mem_ids, st_ids, sizeof mem_ids);
         assert_memory_equal(mem_dist, st_dist, sizeof mem_dist);
         if (ms.quality != ss.quality)
-            fail_msg("%s: quality %.17g in memory, %.17g streamed", indexes[t], ms.quality,
-                     ss.quality);
+            fail_msg("%s (%s): quality %.17g in memory, %.17g streamed", indexes[t], ss.method,
+                     ms.quality, ss.quality);
     }
     simil_search_params_destroy(two);
     free(x);

@@ -15,6 +15,7 @@ set -u
 
 SIMIL=$1
 GROUP=${2:-all}
+JPEG=$(cd "$(dirname "$0")" && pwd)/data/two-colours.jpg
 TMP=$(mktemp -d)
 trap '[ -n "${KEEP_TMP:-}" ] && echo "kept $TMP" || rm -rf "$TMP"' EXIT
 FAILS=0
@@ -153,13 +154,14 @@ def read_png(path):
             idat += body
         off += 12 + n
     w, h, depth, color = ihdr[:4]
-    check(depth == 8 and color == 0, "not 8-bit grayscale: depth %d color %d" % (depth, color))
-    raw, rows, prev = zlib.decompress(idat), [], [0] * w
+    check(depth == 8 and color in (0, 2), "not 8-bit gray or RGB: depth %d color %d" % (depth, color))
+    bpp = 3 if color == 2 else 1
+    raw, rows, prev, wb = zlib.decompress(idat), [], [0] * (w * bpp), w * bpp
     for y in range(h):
-        f, line = raw[y * (w + 1)], list(raw[y * (w + 1) + 1:(y + 1) * (w + 1)])
-        for i in range(w):
-            a = line[i - 1] if i else 0
-            b, c = prev[i], prev[i - 1] if i else 0
+        f, line = raw[y * (wb + 1)], list(raw[y * (wb + 1) + 1:(y + 1) * (wb + 1)])
+        for i in range(wb):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
             if f == 1: line[i] = (line[i] + a) & 255
             elif f == 2: line[i] = (line[i] + b) & 255
             elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
@@ -170,6 +172,14 @@ def read_png(path):
         rows.append(line)
         prev = line
     return w, h, rows
+
+def write_png(path, w, h, rows):
+    # 8-bit grayscale, filter 0 on every row
+    raw = b"".join(b"\0" + bytes(r) for r in rows)
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+                           + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 '
 
 # Small random data in .fvecs: rand_fvecs FILE N DIM SEED [CLUSTERS SPREAD].
@@ -202,8 +212,20 @@ test_knn() {
     # .ivecs: ids in G.ivecs, distances in G.fvecs
     expect 0 "$SIMIL" knn-graph --data "$TMP/x.fvecs" -k 5 --index Flat --out "$TMP/g.ivecs" --device cpu
     out_has "wrote $TMP/g.ivecs (ids) and $TMP/g.fvecs (distances)"
+    grep -Eq '^build [0-9.]+ s \(train [0-9.]+ s, add [0-9.]+ s\), join [0-9.]+ s, total [0-9.]+ s$' "$TMP/out" ||
+        fail "no timing line: $(cat "$TMP/out")"
+    out_has ", Flat, join, metric l2, on cpu"
+    out_has "distances computed, 100.00% of all pairs"
+    # the per-query search gives the same graph
+    expect 0 "$SIMIL" knn-graph --data "$TMP/x.fvecs" -k 5 --index Flat --out "$TMP/s.ivecs" --device cpu --method search
+    out_has ", Flat, search, metric l2"
     grep -Eq '^build [0-9.]+ s \(train [0-9.]+ s, add [0-9.]+ s\), search [0-9.]+ s, total [0-9.]+ s$' "$TMP/out" ||
         fail "no timing line: $(cat "$TMP/out")"
+    cmp -s "$TMP/g.ivecs" "$TMP/s.ivecs" || fail "join and search give different exact graphs"
+    expect 2 "$SIMIL" knn-graph --data "$TMP/x.fvecs" -k 5 --index Flat --out "$TMP/s.ivecs" --method fast
+    err_has "--method: 'fast' is not auto, join or search"
+    expect 1 "$SIMIL" knn-graph --data "$TMP/x.fvecs" -k 5 --index IVF4,PQ7x4 --out "$TMP/s.ivecs" --method join --device cpu
+    err_has "the list join takes Flat or IVF<n>,Flat"
     py '
 x = read_vecs(sys.argv[1], "f")
 ids, dist = read_graph(sys.argv[2], sys.argv[3])
@@ -330,6 +352,75 @@ for s, node in enumerate(path):
     expect 1 "$SIMIL" path --graph "$TMP/o.ivecs" --data "$TMP/odd.fvecs" --from 0 --to 1 --png "$TMP/o.png"
     err_has "dimension 13 is not a square number"
     [ -e "$TMP/o.png" ] && fail "a failed --png left $TMP/o.png"
+
+    # --images: vectors of 13 dimensions (not images), one 28 x 28 PNG per
+    # vector (vector i: gray level 5 i + y in row y), and for the last one a
+    # JPEG of 24 x 16 (red left, blue right), named by absolute path
+    mkdir -p "$TMP/pics"
+    py '
+for i in range(30):
+    write_png("%s/p%d.png" % (sys.argv[1], i), 28, 28, [[5 * i + y] * 28 for y in range(28)])
+with open(sys.argv[1] + "/list.txt", "w") as f:
+    f.write("".join("p%d.png\n" % i for i in range(29)) + sys.argv[2] + "\n")
+' "$TMP/pics" "$JPEG"
+    rand_fvecs "$TMP/emb.fvecs" 30 13 2
+    expect 0 "$SIMIL" knn-graph --data "$TMP/emb.fvecs" -k 4 --index Flat --out "$TMP/e.ivecs" --device cpu
+    run "$SIMIL" path --graph "$TMP/e.ivecs" --from 0 --to 29 --png "$TMP/pics.png" --images "$TMP/pics/list.txt"
+    if [ "$RC" -ne 0 ] && grep -qF "built without libjpeg" "$TMP/err"; then
+        echo "note: simil was built without libjpeg; skipping the --images checks"
+        SKIPPED=1
+        return
+    fi
+    [ "$RC" -eq 0 ] || { fail "'$LAST' exited $RC: $(head -c 600 "$TMP/err")"; return; }
+    out_has "wrote $TMP/pics.png:"
+    py '
+w, h, pix = read_png(sys.argv[1])
+path = [u for u, _ in parse_path(sys.argv[2])]
+side = int(sys.argv[3])
+check(path[-1] == 29 and len(path) >= 2, "path %r" % path)
+check((w, h) == (side * len(path), side), "PNG is %dx%d, want %dx%d" % (w, h, side * len(path), side))
+def px(s, x, y):
+    return tuple(pix[y][3 * (side * s + x):3 * (side * s + x) + 3])
+for s, node in enumerate(path[:-1]):
+    for y in range(side):
+        # 28 rows scaled to side: each the mean of the rows it covers
+        rows = range(y * 28 // side, max((y + 1) * 28 // side, y * 28 // side + 1))
+        v = (sum(5 * node + r for r in rows) * 28 * 28 // side // side + len(rows) * 28 * 28 // side // side // 2) // (len(rows) * 28 * 28 // side // side)
+        for x in range(side):
+            check(px(s, x, y) == (v, v, v), "picture %d (node %d) at (%d, %d): %r, want gray %d" % (s, node, x, y, px(s, x, y), v))
+# the JPEG: 24 x 16 fitted to side wide, centred; white above and below
+s = len(path) - 1
+red, blue = px(s, side // 5, side // 2), px(s, side - 1 - side // 5, side // 2)
+check(all(abs(a - b) <= 12 for a, b in zip(red, (200, 30, 30))), "red half: %r" % (red,))
+check(all(abs(a - b) <= 12 for a, b in zip(blue, (30, 30, 200))), "blue half: %r" % (blue,))
+check(px(s, side // 2, 0) == (255, 255, 255), "above the JPEG: %r" % (px(s, side // 2, 0),))
+' "$TMP/pics.png" "$TMP/out" 28
+    expect 0 "$SIMIL" path --graph "$TMP/e.ivecs" --from 0 --to 29 --png "$TMP/pics.png" --images "$TMP/pics/list.txt" --thumb 14
+    py '
+w, h, pix = read_png(sys.argv[1])
+path = [u for u, _ in parse_path(sys.argv[2])]
+check((w, h) == (14 * len(path), 14), "--thumb 14: PNG is %dx%d" % (w, h))
+node = path[0]
+for y in range(14):
+    v = (5 * node + 2 * y + 5 * node + 2 * y + 1 + 1) // 2
+    check(pix[y][0:3] == [v, v, v], "--thumb 14: row %d is %r, want %d" % (y, pix[y][0:3], v))
+' "$TMP/pics.png" "$TMP/out"
+
+    # a list of the wrong length, a missing picture, a file that is no picture
+    head -n 29 "$TMP/pics/list.txt" > "$TMP/pics/short.txt"
+    expect 1 "$SIMIL" path --graph "$TMP/e.ivecs" --from 0 --to 29 --png "$TMP/x.png" --images "$TMP/pics/short.txt"
+    err_has "names 29 pictures, but the graph has 30 nodes"
+    sed "s/^p0.png$/gone.png/" "$TMP/pics/list.txt" > "$TMP/pics/gone.txt"
+    expect 1 "$SIMIL" path --graph "$TMP/e.ivecs" --from 0 --to 29 --png "$TMP/x.png" --images "$TMP/pics/gone.txt"
+    err_has "gone.png: cannot open the picture"
+    sed "s|^p0.png$|list.txt|" "$TMP/pics/list.txt" > "$TMP/pics/bad.txt"
+    expect 1 "$SIMIL" path --graph "$TMP/e.ivecs" --from 0 --to 29 --png "$TMP/x.png" --images "$TMP/pics/bad.txt"
+    err_has "list.txt: not a PNG or JPEG file"
+    [ -e "$TMP/x.png" ] && fail "a failed --png left $TMP/x.png"
+    expect 2 "$SIMIL" path --graph "$TMP/e.ivecs" --from 0 --to 29 --images "$TMP/pics/list.txt"
+    err_has "--images and --thumb go with --png"
+    expect 2 "$SIMIL" path --graph "$TMP/e.ivecs" --from 0 --to 29 --png "$TMP/x.png" --data "$TMP/emb.fvecs" --thumb 9
+    err_has "--thumb goes with --images"
 }
 
 # ---------------------------------------------------------------- errors

@@ -59,6 +59,39 @@ static int sml_test_pair_cmp(const void *pa, const void *pb)
     return (a->pos > b->pos) - (a->pos < b->pos);
 }
 
+void sml_test_reference_graph(const float *x, int64_t n, int64_t dim, int64_t k,
+                              simil_metric metric, int64_t *ids, float *distances)
+{
+    double *rd = sml_test_malloc(sizeof *rd * (size_t)(n * (k + 1)));
+    int64_t *rl = sml_test_malloc(sizeof *rl * (size_t)(n * (k + 1)));
+    sml_test_reference_knn(x, n, x, n, dim, k + 1, metric, rd, rl);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t o = 0, dropped = 0;
+        for (int64_t j = 0; j <= k && o < k; j++) {
+            if (!dropped && rl[i * (k + 1) + j] == i) {
+                dropped = 1;
+                continue;
+            }
+            ids[i * k + o] = rl[i * (k + 1) + j];
+            distances[i * k + o++] = (float)rd[i * (k + 1) + j];
+        }
+    }
+    free(rd);
+    free(rl);
+}
+
+float *sml_test_blobs(int64_t n, int64_t dim, int64_t clusters, float spread, uint64_t seed)
+{
+    float *c = sml_test_malloc(sizeof(float) * (size_t)(clusters * dim));
+    float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim + 1));
+    sml_test_fill_uniform(c, clusters * dim, seed, -1, 1);
+    sml_test_fill_uniform(x, n * dim, seed + 1, -spread, spread);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < dim; j++) x[i * dim + j] += c[(i % clusters) * dim + j];
+    free(c);
+    return x;
+}
+
 void sml_test_reference_knn(const float *base, int64_t n, const float *queries, int64_t nq,
                             int64_t dim, int64_t k, simil_metric metric, double *distances,
                             int64_t *labels)

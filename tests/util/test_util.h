@@ -27,6 +27,16 @@ void sml_test_reference_knn(const float *base, int64_t n, const float *queries, 
                             int64_t dim, int64_t k, simil_metric metric, double *distances,
                             int64_t *labels);
 
+/* The float64 k-NN graph of n vectors as the graph build defines it: each
+ * row's k + 1 nearest, the row itself dropped (or the last when it is not
+ * among them); distances rounded to float. */
+void sml_test_reference_graph(const float *x, int64_t n, int64_t dim, int64_t k,
+                              simil_metric metric, int64_t *ids, float *distances);
+
+/* n rows of blobs, malloc'd: `clusters` centres uniform in [-1, 1)^dim, row i
+ * the centre i % clusters plus uniform noise of half-width spread. */
+float *sml_test_blobs(int64_t n, int64_t dim, int64_t clusters, float spread, uint64_t seed);
+
 /* Exact float64 distance between two vectors under metric (L2 or IP). */
 double sml_test_distance(const float *a, const float *b, int64_t dim, simil_metric metric);
 

@@ -1,0 +1,225 @@
+// cuda_join.cu: the join of inverted lists on the GPU (sml_join_args), for
+// k-NN graphs (algo/knn_join.h).
+//
+// Each block (a list, or part of one) is one exact search: its rows are the
+// queries, and the rows of its candidate lists, gathered into one contiguous
+// buffer with their norms, labels and fp16 shadow rows, are the base.  The search is the exact
+// search's own (knn_locked, cuda_knn.cu): fp16 tensor-core GEMM tiles, the
+// fused k-selection, and the exact fp32 re-check with its proven bound, so a
+// row's k best among its candidates are exact, as on the CPU.  The gathered
+// shadow keeps the whole matrix's largest norm, which only loosens the bound.
+//
+// Results stay on the GPU until every block of the call is done, then come
+// back in one copy: the blocks' rows are contiguous in x, and so are theirs.
+#include <vector>
+
+#include "core/alloc.h"
+#include "cuda/cuda_device.cuh"
+#include "cuda/cuda_util.cuh"
+
+namespace sml {
+namespace {
+
+// Rows [src, src + rows) of x go to rows [dst, dst + rows) of the gathered
+// block.
+struct Segment {
+    long long src;
+    long long dst;
+    long long rows;
+};
+
+// One block per segment; its warps copy a row each in turn (lanes stride the
+// row, so each warp's loads and stores are coalesced).
+__global__ void gather_kernel(const Segment *segments, int dim, const float *x, const __half *xh,
+                              const float *norms, const float *inv_scale, const int64_t *ids,
+                              float *out_x, __half *out_h, float *out_norms,
+                              float *out_inv_scale, int64_t *out_ids)
+{
+    const Segment seg = segments[blockIdx.x];
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (long long r = threadIdx.x >> 5; r < seg.rows; r += warps) {
+        const long long s = seg.src + r, d = seg.dst + r;
+        for (int j = lane; j < dim; j += 32) out_x[d * dim + j] = x[s * dim + j];
+        if (xh)
+            for (int j = lane; j < dim; j += 32) out_h[d * dim + j] = xh[s * dim + j];
+        if (lane == 0) {
+            if (norms) out_norms[d] = norms[s];
+            if (xh) out_inv_scale[d] = inv_scale[s];
+            out_ids[d] = ids[s];
+        }
+    }
+}
+
+// The gathered candidates of one block: a base for knn_locked.
+struct Gathered {
+    float *x;
+    __half *h;
+    float *norms;
+    float *inv_scale;
+    int64_t *ids;
+    Segment *segments;  // device: every segment of the call
+    float *dist;        // the call's results, rows x k
+    int64_t *labels;
+};
+
+void gathered_free(Gathered *g)
+{
+    device_free(g->x);
+    device_free(g->h);
+    device_free(g->norms);
+    device_free(g->inv_scale);
+    device_free(g->ids);
+    device_free(g->segments);
+    device_free(g->dist);
+    device_free(g->labels);
+}
+
+// The plan of a call (host): block b's segments are segs[first[i] ..
+// first[i + 1]) and it has cols[i] candidate rows, i = b - block_begin.
+struct Plan {
+    std::vector<Segment> segs;
+    std::vector<long long> first;
+    std::vector<long long> cols;
+    long long max_cols = 0;
+};
+
+simil_status plan_segments(const sml_join_args *a, Plan *p)
+{
+    try {
+        for (int64_t b = a->block_begin; b < a->block_end; ++b) {
+            p->first.push_back((long long)p->segs.size());
+            long long cols = 0;
+            for (int64_t c = a->cand_offset[b]; c < a->cand_offset[b + 1]; ++c) {
+                const int64_t cl = a->cand_lists[c];
+                const long long rows = a->list_offset[cl + 1] - a->list_offset[cl];
+                if (rows == 0) continue;
+                p->segs.push_back(Segment{a->list_offset[cl], cols, rows});
+                cols += rows;
+            }
+            const long long own = a->block_offset[b + 1] - a->block_offset[b];
+            SML_RETURN_IF(own > 0 && cols == 0, SIMIL_ERR_INTERNAL,
+                          "list join: block %lld has rows but no candidates", (long long)b);
+            p->cols.push_back(cols);
+            if (cols > p->max_cols) p->max_cols = cols;
+        }
+        p->first.push_back((long long)p->segs.size());
+    } catch (...) {
+        return sml_error(SIMIL_ERR_OUT_OF_MEMORY, "out of host memory for the list join's plan");
+    }
+    return SIMIL_OK;
+}
+
+simil_status gathered_alloc(const sml_join_args *a, bool fast, long long cols, size_t segments,
+                            long long rows, Gathered *g)
+{
+    const size_t c = (size_t)cols, d = (size_t)a->dim, out = (size_t)rows * (size_t)a->k;
+    SML_CUDA_TRY(device_malloc(&g->x, sizeof(float) * c * d));
+    if (fast) {
+        SML_CUDA_TRY(device_malloc(&g->h, sizeof(__half) * c * d));
+        SML_CUDA_TRY(device_malloc(&g->inv_scale, sizeof(float) * c));
+    }
+    if (a->norms) SML_CUDA_TRY(device_malloc(&g->norms, sizeof(float) * c));
+    SML_CUDA_TRY(device_malloc(&g->ids, sizeof(int64_t) * c));
+    SML_CUDA_TRY(device_malloc(&g->segments, sizeof(Segment) * segments));
+    SML_CUDA_TRY(device_malloc(&g->dist, sizeof(float) * out));
+    SML_CUDA_TRY(device_malloc(&g->labels, sizeof(int64_t) * out));
+    return SIMIL_OK;
+}
+
+// Block b: gather its candidates, then search its rows among them.
+simil_status join_block(Device *dev, const sml_join_args *a, const Shadow *shadow,
+                        const Gathered &g, const Plan &p, int64_t b)
+{
+    const long long rows = a->block_offset[b + 1] - a->block_offset[b];
+    if (rows == 0) return SIMIL_OK;
+    const size_t i = (size_t)(b - a->block_begin);
+    const long long cols = p.cols[i];
+    gather_kernel<<<(unsigned)(p.first[i + 1] - p.first[i]), 256, 0, dev->stream[0]>>>(
+        g.segments + p.first[i], (int)a->dim, a->x, shadow ? shadow->rows : nullptr, a->norms,
+        shadow ? shadow->inv_scale : nullptr, a->ids, g.x, g.h, g.norms, g.inv_scale, g.ids);
+    SML_LAUNCH_TRY("gather_kernel");
+    Shadow gathered{};
+    if (shadow) {
+        gathered.rows = g.h;
+        gathered.inv_scale = g.inv_scale;
+        gathered.max_norm = shadow->max_norm;
+        gathered.n = cols;
+        gathered.capacity = cols;
+        gathered.dim = a->dim;
+    }
+    const long long out = (a->block_offset[b] - a->block_offset[a->block_begin]) * a->k;
+    sml_knn_args k{};
+    k.base = g.x;
+    k.base_norms = g.norms;
+    k.base_ids = g.ids;
+    k.n = cols;
+    k.dim = a->dim;
+    k.queries = a->x + a->block_offset[b] * a->dim;
+    k.nq = rows;
+    k.k = a->k;
+    k.metric = a->metric;
+    k.distances = g.dist + out;
+    k.labels = g.labels + out;
+    k.threads = a->threads;
+    k.base_shadow = shadow ? &gathered : nullptr;
+    return knn_locked(dev, &k);
+}
+
+simil_status join_locked(Device *dev, const sml_join_args *a)
+{
+    SML_RETURN_IF(a->n >= INT32_MAX || a->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
+                  "a GPU list join holds fewer than 2^31 vectors");
+    const Shadow *shadow = static_cast<const Shadow *>(a->shadow);
+    const long long first_row = a->block_offset[a->block_begin];
+    const long long rows = a->block_offset[a->block_end] - first_row;
+    if (rows == 0) return SIMIL_OK;
+    Plan p;
+    SML_TRY(plan_segments(a, &p));
+    Gathered g{};
+    simil_status s = gathered_alloc(a, shadow != nullptr, p.max_cols, p.segs.size(), rows, &g);
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaMemcpyAsync(g.segments, p.segs.data(),
+                                        sizeof(Segment) * p.segs.size(), cudaMemcpyHostToDevice,
+                                        dev->stream[0]),
+                        "list join segments", __FILE__, __LINE__);
+    // knn_locked ends with both streams idle, so the next gather may reuse
+    // the block that the last search read
+    for (int64_t b = a->block_begin; b < a->block_end && s == SIMIL_OK; ++b)
+        s = join_block(dev, a, shadow, g, p, b);
+    const size_t out = (size_t)rows * (size_t)a->k;
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaMemcpyAsync(a->distances + first_row * a->k, g.dist,
+                                        sizeof(float) * out, cudaMemcpyDeviceToHost,
+                                        dev->stream[0]),
+                        "list join results", __FILE__, __LINE__);
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaMemcpyAsync(a->labels + first_row * a->k, g.labels,
+                                        sizeof(int64_t) * out, cudaMemcpyDeviceToHost,
+                                        dev->stream[0]),
+                        "list join results", __FILE__, __LINE__);
+    // wait before freeing, also after a failure (the gathers may still run)
+    const simil_status sync = cuda_status(cudaStreamSynchronize(dev->stream[0]),
+                                          "list join", __FILE__, __LINE__);
+    if (s == SIMIL_OK) s = sync;
+    gathered_free(&g);
+    return s;
+}
+
+}  // namespace
+
+simil_status cuda_knn_join(sml_backend *backend, const sml_join_args *a)
+{
+    Device *dev = device_of(backend);
+    pthread_mutex_lock(&dev->lock);
+    simil_status st = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
+    if (st == SIMIL_OK) st = device_join_caller(dev);
+    if (st == SIMIL_OK) st = join_locked(dev, a);
+    if (st != SIMIL_OK) {
+        cudaStreamSynchronize(dev->stream[1]);
+        cudaGetLastError();
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return st;
+}
+
+}  // namespace sml

@@ -1,0 +1,206 @@
+/* graph_join.c: k-NN graphs by the list join (algo/knn_join.h), driven from
+ * a source of rows to a sink of graph rows as graph_api.c drives the
+ * per-query build.
+ *
+ * Stages, each a pass over the source in chunks of params->batch rows:
+ *   train  (IVF<n>,Flat): k-means on a seeded sample of at most max_train
+ *          rows, with the settings an IVF index trains with, so that the
+ *          lists are those of the per-query build's index;
+ *   add    (IVF<n>,Flat) pass 1: each row's nprobe nearest lists; then
+ *          pass 2: the rows into backend memory, sorted by list (Flat: as
+ *          they come);
+ *   search the join (or for Flat, each chunk against all rows), and the
+ *          graph rows handed to the sink in order.
+ * Rows are checked and, for cosine, normalized chunk by chunk on the way in,
+ * as an index prepares them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "algo/knn_graph.h"
+#include "algo/knn_join.h"
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "core/vectors.h"
+#include "index/graph_build.h"
+#include "index/index_internal.h"
+#include "index/index_spec.h"
+#include "index/ivf.h"
+
+simil_status sml_graph_join_applies(const simil_knn_graph_params *p, int64_t dim, int *join,
+                                    int64_t *nlist)
+{
+    *join = 0;
+    *nlist = 0;
+    SML_RETURN_IF(p->method != SIMIL_KNN_GRAPH_AUTO && p->method != SIMIL_KNN_GRAPH_JOIN &&
+                      p->method != SIMIL_KNN_GRAPH_SEARCH,
+                  SIMIL_ERR_INVALID_ARGUMENT, "k-NN graph: unknown method %d", (int)p->method);
+    if (p->method == SIMIL_KNN_GRAPH_SEARCH) return SIMIL_OK;
+    sml_index_spec spec;
+    sml_placement place;
+    simil_status s = sml_index_spec_parse(p->index, dim, &spec);
+    int fits = s == SIMIL_OK && spec.shards == 0 && spec.opq_m == 0 && !spec.refine &&
+               spec.encoding == SML_ENCODING_FLAT;
+    if (s == SIMIL_OK) s = sml_device_placement(p->device, &place);
+    fits = fits && s == SIMIL_OK && place.count == 1 && place.replicas == 1;
+    if (p->method == SIMIL_KNN_GRAPH_AUTO) {
+        sml_error_clear(); /* the search build reports a bad index or device itself */
+        *join = fits;
+    } else {
+        SML_TRY(s);
+        SML_RETURN_IF(!fits, SIMIL_ERR_INVALID_ARGUMENT,
+                      "k-NN graph: the list join takes Flat or IVF<n>,Flat on one device, not "
+                      "'%s' on '%s'; use the search method for other indexes",
+                      p->index, p->device ? p->device : "auto");
+        *join = 1;
+    }
+    if (*join) *nlist = spec.ivf_nlist;
+    return SIMIL_OK;
+}
+
+/* Everything the join's driver holds besides the build. */
+typedef struct sml_join_build {
+    sml_graph_build *g;
+    sml_backend *b;
+    sml_knn_join *join;
+    int cosine;
+    float *prep; /* batch x dim: a chunk normalized (cosine) */
+} sml_join_build;
+
+/* Rows [first, first + count): *raw as the source gives them, *rows as the
+ * join takes them (checked, and normalized for cosine). */
+static simil_status sml_join_rows(sml_join_build *j, int64_t first, int64_t count,
+                                  const float **raw, const float **rows)
+{
+    sml_source *s = &j->g->src;
+    SML_TRY(sml_source_rows(s, first, count, raw));
+    SML_TRY(sml_vectors_check(*raw, count, s->dim, !j->cosine, "k-NN graph"));
+    *rows = *raw;
+    if (j->cosine) {
+        sml_vectors_normalize(*raw, count, s->dim, j->prep);
+        *rows = j->prep;
+    }
+    return SIMIL_OK;
+}
+
+/* k-means on min(n, max_train) rows drawn with seed + 1, as the per-query
+ * build samples its index's training rows. */
+static simil_status sml_join_train(sml_join_build *j, int64_t nlist)
+{
+    const simil_knn_graph_params *p = j->g->p;
+    sml_source *s = &j->g->src;
+    int64_t m = s->n < p->max_train ? s->n : p->max_train;
+    SML_RETURN_IF(m < nlist, SIMIL_ERR_INVALID_ARGUMENT,
+                  "k-NN graph: IVF%" PRId64 " needs at least %" PRId64
+                  " training vectors (one per list), got %" PRId64
+                  "; raise max_train or use fewer lists",
+                  nlist, nlist, m);
+    int64_t *nodes = NULL;
+    float *x = NULL;
+    simil_status st = sml_alloc((void **)&nodes, (size_t)m, sizeof *nodes, "a training sample");
+    if (st == SIMIL_OK)
+        st = sml_alloc((void **)&x, (size_t)m, sizeof(float) * (size_t)s->dim,
+                       "a training sample");
+    if (st == SIMIL_OK) {
+        sml_knn_graph_sample(s->n, m, p->seed + 1, nodes);
+        st = sml_source_gather(s, m, nodes, x);
+    }
+    if (st == SIMIL_OK) st = sml_vectors_check(x, m, s->dim, !j->cosine, "k-NN graph");
+    if (st == SIMIL_OK && j->cosine) sml_vectors_normalize(x, m, s->dim, x);
+    if (st == SIMIL_OK) {
+        simil_kmeans_params kp;
+        sml_ivf_kmeans_params(nlist, j->cosine, &kp);
+        st = sml_knn_join_train(j->join, &kp, m, x);
+    }
+    sml_free(x);
+    sml_free(nodes);
+    return st;
+}
+
+/* Pass 1 (lists): each row's nearest lists; pass 2: the rows into place. */
+static simil_status sml_join_add(sml_join_build *j, int lists)
+{
+    sml_source *s = &j->g->src;
+    for (int pass = lists ? 1 : 2; pass <= 2; pass++) {
+        for (int64_t first = 0; first < s->n; first += s->batch) {
+            int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
+            const float *raw, *rows;
+            SML_TRY(sml_join_rows(j, first, count, &raw, &rows));
+            if (pass == 1) {
+                SML_TRY(sml_knn_join_assign(j->join, first, count, rows));
+            } else {
+                SML_TRY(sml_knn_join_place(j->join, first, count, rows));
+                /* the quality measure takes the rows as the caller gave them */
+                if (j->g->nodes != NULL) sml_graph_capture_x(j->g, first, count, raw);
+            }
+            sml_progress(pass == 1 ? "knn-graph assign" : "knn-graph add", first + count, s->n);
+        }
+        if (pass == 1) SML_TRY(sml_knn_join_plan(j->join));
+    }
+    return SIMIL_OK;
+}
+
+/* The join, then the graph rows to the sink in order (Flat: each chunk
+ * searched on the way, with its progress). */
+static simil_status sml_join_search(sml_join_build *j, int lists)
+{
+    sml_graph_build *g = j->g;
+    sml_source *s = &g->src;
+    SML_TRY(sml_knn_join_run(j->join, g->k));
+    for (int64_t first = 0; first < s->n; first += s->batch) {
+        int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
+        SML_TRY(sml_knn_join_rows(j->join, first, count, g->out_ids, g->out_dist));
+        if (g->nodes != NULL) sml_graph_capture_ids(g, first, count);
+        SML_TRY(sml_graph_deliver(g, first, count));
+        if (!lists) sml_progress("knn-graph", first + count, s->n);
+    }
+    return SIMIL_OK;
+}
+
+static simil_status sml_join_stages(sml_join_build *j, int64_t nlist)
+{
+    sml_graph_build *g = j->g;
+    const simil_knn_graph_params *p = g->p;
+    simil_knn_graph_stats *stats = g->stats;
+    int64_t nprobe = 1, threads = 0;
+    if (p->search != NULL) {
+        SML_TRY(simil_search_params_get_int(p->search, "nprobe", &nprobe));
+        SML_TRY(simil_search_params_get_int(p->search, "threads", &threads));
+    }
+    if (nprobe > nlist) nprobe = nlist;
+    SML_TRY(sml_device_open(p->device, &j->b));
+    if (nlist > 0)
+        snprintf(stats->index, sizeof stats->index, "IVF%" PRId64 ",Flat", nlist);
+    else
+        snprintf(stats->index, sizeof stats->index, "Flat");
+    snprintf(stats->backend, sizeof stats->backend, "%.95s", j->b->name);
+    if (g->src.n == 0) return SIMIL_OK;
+    if (j->cosine)
+        SML_TRY(sml_alloc((void **)&j->prep, (size_t)g->src.batch,
+                          sizeof(float) * (size_t)g->src.dim, "a chunk of rows"));
+    simil_metric metric = p->metric == SIMIL_METRIC_L2 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP;
+    SML_TRY(sml_knn_join_create(j->b, g->src.n, g->src.dim, metric, nlist, nprobe, g->src.batch,
+                                (int)threads, &j->join));
+    double t0 = sml_graph_now();
+    if (nlist > 0) SML_TRY(sml_join_train(j, nlist));
+    double t1 = sml_graph_now();
+    SML_TRY(sml_join_add(j, nlist > 0));
+    double t2 = sml_graph_now();
+    SML_TRY(sml_join_search(j, nlist > 0));
+    double t3 = sml_graph_now();
+    stats->train_seconds = t1 - t0;
+    stats->add_seconds = t2 - t1;
+    stats->search_seconds = t3 - t2;
+    stats->pairs = sml_knn_join_pairs(j->join);
+    return SIMIL_OK;
+}
+
+simil_status sml_graph_join_stages(sml_graph_build *g, int64_t nlist)
+{
+    sml_join_build j = {.g = g, .cosine = g->p->metric == SIMIL_METRIC_COSINE};
+    simil_status st = sml_join_stages(&j, nlist);
+    sml_knn_join_destroy(j.join);
+    sml_backend_close(j.b);
+    sml_free(j.prep);
+    return st;
+}
