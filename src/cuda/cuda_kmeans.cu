@@ -8,6 +8,7 @@
 #include "core/cluster_order.h"
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_util.cuh"
+#include "cuda/cuda_workspace.cuh"
 
 namespace sml {
 namespace {
@@ -28,15 +29,19 @@ simil_status sums_locked(Device *dev, int64_t n, int64_t dim, const float *x,
 {
     cudaStream_t st = dev->stream[0];
     const size_t off_bytes = sizeof(int64_t) * (size_t)(k + 1);
-    const size_t order_bytes = sizeof(int64_t) * (size_t)(n > 0 ? n : 1);
     const size_t sums_bytes = sizeof(float) * (size_t)(k * dim);
+    int64_t *d_off, *d_order;
+    float *d_sums;
+    const auto carve = [&](void *base) {
+        Carve c(base);
+        d_off = c.take<int64_t>((size_t)(k + 1));
+        d_order = c.take<int64_t>((size_t)(n > 0 ? n : 1));
+        d_sums = c.take<float>((size_t)(k * dim));
+        return c.used();
+    };
     char *ws;
-    SML_TRY(device_workspace(dev, off_bytes + order_bytes + sums_bytes + 512,
-                             reinterpret_cast<void **>(&ws)));
-    int64_t *d_off = reinterpret_cast<int64_t *>(ws);
-    int64_t *d_order = reinterpret_cast<int64_t *>(ws + (off_bytes + 255) / 256 * 256);
-    float *d_sums =
-        reinterpret_cast<float *>(ws + (off_bytes + 255) / 256 * 256 + (order_bytes + 255) / 256 * 256);
+    SML_TRY(device_workspace(dev, carve(nullptr), reinterpret_cast<void **>(&ws)));
+    carve(ws);
     SML_CUDA_TRY(cudaMemcpyAsync(d_off, offsets, off_bytes, cudaMemcpyHostToDevice, st));
     SML_CUDA_TRY(cudaMemcpyAsync(d_order, order, sizeof(int64_t) * (size_t)n,
                                  cudaMemcpyHostToDevice, st));

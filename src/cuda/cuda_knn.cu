@@ -37,6 +37,7 @@
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_kernels.cuh"
 #include "cuda/cuda_util.cuh"
+#include "cuda/cuda_workspace.cuh"
 #include "cuda/select.cuh"
 
 namespace sml {
@@ -51,21 +52,6 @@ constexpr size_t kScoresBudget = (size_t)3 << 30;   // both streams' GEMM tiles
 constexpr size_t kWorkspaceCap = (size_t)12 << 30;
 
 std::atomic<long long> fallback_queries{0};
-
-size_t round_up(size_t x) { return (x + 255) / 256 * 256; }
-
-// Bump allocator over the workspace.
-struct Carver {
-    char *base;
-    size_t used;
-    template <typename T>
-    T *take(size_t count)
-    {
-        T *p = reinterpret_cast<T *>(base ? base + used : nullptr);
-        used += round_up(sizeof(T) * count);
-        return p;
-    }
-};
 
 struct Search {
     Device *dev;
@@ -114,7 +100,7 @@ struct Buffers {
 size_t carve(const Search &s, const Plan &p, char *base, Buffers *b)
 {
     const sml_knn_args *a = s.a;
-    Carver c{base, 0};
+    Carve c(base);
     const size_t qt = (size_t)p.qt, k = (size_t)a->k;
     const bool own_queries = !s.queries_on_device || s.redo;
     b->queries = own_queries ? c.take<float>(qt * a->dim) : nullptr;
@@ -147,7 +133,7 @@ size_t carve(const Search &s, const Plan &p, char *base, Buffers *b)
         b->out_dist = c.take<float>(qt * k);
         b->out_labels = c.take<int64_t>(qt * k);
     }
-    return c.used;
+    return c.used();
 }
 
 // Largest tiles that fit in budget bytes.
@@ -442,7 +428,7 @@ struct Slot {
 size_t carve_slot(const Search &s, int qt, char *base, Slot *slot)
 {
     const sml_knn_args *a = s.a;
-    Carver c{base, 0};
+    Carve c(base);
     const size_t q = (size_t)qt, k = (size_t)a->k;
     slot->queries = s.queries_on_device ? nullptr : c.take<float>(q * a->dim);
     const bool via_slot = !s.outputs_on_device && !s.results_direct;
@@ -450,7 +436,7 @@ size_t carve_slot(const Search &s, int qt, char *base, Slot *slot)
     slot->labels = via_slot ? c.take<int64_t>(q * k) : nullptr;
     slot->ok = c.take<int>(q);
     slot->bad = c.take<int64_t>(q);
-    return c.used;
+    return c.used();
 }
 
 // Largest query tile whose two slots fit in kPinnedCap.

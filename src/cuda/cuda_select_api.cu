@@ -3,6 +3,7 @@
 // (k <= 2048) or radix selection (any k).
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_util.cuh"
+#include "cuda/cuda_workspace.cuh"
 #include "cuda/select.cuh"
 
 namespace sml {
@@ -20,8 +21,6 @@ __global__ void select_output_kernel(long long count, bool largest, float *keys,
     keys[i] = largest ? -key : key;
 }
 
-size_t up(size_t x) { return (x + 255) / 256 * 256; }
-
 // Columns below which a row is not worth splitting into pieces.
 constexpr int kPieceMin = 8192;
 
@@ -30,7 +29,6 @@ simil_status select_locked(Device *dev, int rows, int cols, const float *values,
 {
     cudaStream_t st = dev->stream[0];
     const bool on_device = is_device_pointer(values);
-    const size_t in_bytes = on_device ? 0 : up(sizeof(float) * (size_t)rows * cols);
     const size_t out_count = (size_t)rows * k;
     const bool radix = k > kMaxWarpSelectK;
     const int ksel = k < cols ? k : cols;  // past cols: empty slots
@@ -46,27 +44,31 @@ simil_status select_locked(Device *dev, int rows, int cols, const float *values,
         split = (cols + piece - 1) / piece;
     }
     const size_t piece_count = split > 1 ? (size_t)rows * split * k : 0;
-    const size_t need = in_bytes + up(4 * out_count) * 2 + up(8 * out_count) + up(radix_bytes) +
-                        2 * up(4 * piece_count);
+    // the workspace: a copy of host values, the outputs, radix and piece scratch
+    float *values_copy, *keys, *piece_keys;
+    int *idx, *piece_idx;
+    int64_t *wide;
+    void *radix_ws;
+    const auto carve = [&](void *base) {
+        Carve c(base);
+        values_copy = c.take<float>(on_device ? 0 : (size_t)rows * cols);
+        keys = c.take<float>(out_count);
+        idx = c.take<int>(out_count);
+        wide = c.take<int64_t>(out_count);
+        radix_ws = c.take<char>(radix_bytes);
+        piece_keys = c.take<float>(piece_count);
+        piece_idx = c.take<int>(piece_count);
+        return c.used();
+    };
     char *ws;
-    SML_TRY(device_workspace(dev, need, reinterpret_cast<void **>(&ws)));
+    SML_TRY(device_workspace(dev, carve(nullptr), reinterpret_cast<void **>(&ws)));
+    carve(ws);
     const float *d_values = values;
     if (!on_device) {
-        SML_CUDA_TRY(cudaMemcpyAsync(ws, values, sizeof(float) * (size_t)rows * cols,
+        SML_CUDA_TRY(cudaMemcpyAsync(values_copy, values, sizeof(float) * (size_t)rows * cols,
                                      cudaMemcpyHostToDevice, st));
-        d_values = reinterpret_cast<float *>(ws);
+        d_values = values_copy;
     }
-    char *next = ws + in_bytes;
-    float *keys = reinterpret_cast<float *>(next);
-    next += up(4 * out_count);
-    int *idx = reinterpret_cast<int *>(next);
-    next += up(4 * out_count);
-    int64_t *wide = reinterpret_cast<int64_t *>(next);
-    next += up(8 * out_count);
-    void *radix_ws = next;
-    next += up(radix_bytes);
-    float *piece_keys = reinterpret_cast<float *>(next);
-    int *piece_idx = reinterpret_cast<int *>(next + up(4 * piece_count));
     SML_CUDA_TRY(cudaMemsetAsync(idx, 0xff, 4 * out_count, st));
     SelectJob job{};
     job.scores = d_values;
