@@ -87,45 +87,71 @@ typedef struct sml_join_args {
     int threads;                 /* CPU threads, 0 = all */
 } sml_join_args;
 
-/* Scan of inverted lists (ivf.h): for each query, the k best rows among the
- * lists of its probes. */
+/* ---- Scans of inverted lists ----
+ *
+ * Every IVF scan (IVF-Flat, IVF-PQ, XFBQ) takes an sml_ivf_scan_args: the
+ * queries, the lists as one view (sml_ivf_lists), which lists each query
+ * probes (sml_ivf_probes), k and the outputs.  A code type with parameters of
+ * its own wraps it (sml_ivf_pq_scan_args, sml_xfbq_scan_args) and gets an op
+ * of its own in sml_backend_ops.  A new code type (a scalar quantizer, say)
+ * is one more such wrapper and op; the backends' shared parts (cpu_ivf.h,
+ * cuda/cuda_ivf.cuh) find the probes, plan and select for it. */
+
+/* The lists of an inverted file as a scan reads them (index/ivf.h): list l
+ * holds size[l] rows from row offset[l]; row r's code is code_stride bytes
+ * at codes + r * code_stride and its label ids[r].  Flat XFBQ is one list of
+ * every row. */
+typedef struct sml_ivf_lists {
+    const int64_t *offset;       /* host: per list, its first row */
+    const int64_t *size;         /* host: per list, its rows */
+    int64_t nlist;
+    const void *codes;           /* mem */
+    size_t code_stride;          /* bytes per row, a multiple of 4 */
+    const int64_t *ids;          /* mem: per row */
+} sml_ivf_lists;
+
+/* The lists each query scans: nprobe per query, given or found. */
+typedef struct sml_ivf_probes {
+    int64_t nprobe;              /* 1 to nlist */
+    const int64_t *lists;        /* host: nq x nprobe list numbers, nearest first, -1
+                                    for none; or NULL: the backend finds them */
+    const float *keys;           /* host, beside lists: nq x nprobe coarse keys
+                                    (||x - c||^2 for L2, -<x, c> for IP), or NULL
+                                    where the code type needs none */
+    /* Without lists: the coarse quantizer as a k-NN search (base, base_norms,
+     * base_ids, base_shadow, n, dim, metric; the backend sets the rest).  The
+     * probes are then the nprobe nearest centroids, found where the scan
+     * runs: on a GPU they need not travel through the host. */
+    sml_knn_args coarse_search;
+} sml_ivf_probes;
+
+/* For each query, the k best rows among the lists of its probes.  Keys as
+ * in sml_knn_args; ranks past the candidates get -1 and +-inf. */
 typedef struct sml_ivf_scan_args {
-    const float *queries;        /* any: nq x dim, prepared */
+    const float *queries;        /* any (XFBQ: mem): nq x dim, prepared */
     int64_t nq;
     int64_t dim;
-    const int64_t *probes;       /* host: nq x nprobe list numbers, -1 for none; or
-                                    NULL: the backend finds them (coarse_search) */
-    int64_t nprobe;
-    const int64_t *list_offset;  /* host: per list, its first arena row */
-    const int64_t *list_size;    /* host: per list, its rows */
-    int64_t nlist;
-    const void *codes;           /* mem: arena rows (IVF-Flat: dim floats each) */
-    size_t code_size;            /* bytes per arena row */
-    const int64_t *ids;          /* mem: arena ids */
-    int64_t k;                   /* >= 1; ranks past the candidates get -1, +-inf */
-    simil_metric metric;         /* L2 or IP; keys as in sml_knn_args */
+    sml_ivf_lists lists;
+    sml_ivf_probes probes;
+    int64_t k;                   /* >= 1 */
+    simil_metric metric;         /* L2 or IP */
     float *distances;            /* host: nq x k */
     int64_t *labels;             /* host: nq x k */
     int threads;                 /* CPU threads, 0 = all */
-    /* IVF-PQ only (codes hold pq_m bytes each, then padding) */
-    int64_t pq_m;
-    int64_t pq_ksub;
-    int64_t pq_dsub;
-    const float *pq_codebooks;   /* mem: m x ksub x dsub */
-    const float *coarse;         /* mem: nlist x dim coarse centroids */
-    const float *coarse_keys;    /* host, with probes: nq x nprobe, the coarse
-                                    search's keys (||x - c||^2 for L2, -<x, c> for IP) */
-    size_t pq_term1_at;          /* L2: byte offset in each row of its term 1 (a
-                                    float), for tables of term 3 alone; or 0 to
-                                    compute each (query, list) table from the
-                                    residual x - c */
-    int lut_fp16;                /* GPU: lookup tables in fp16 shared memory */
-    /* Without probes: the coarse quantizer as a k-NN search (base, base_norms,
-     * base_ids, base_shadow, n, dim, metric; the backend sets the rest).  The
-     * probes are then the nprobe nearest centroids, found where the scan runs:
-     * on a GPU they never travel through the host. */
-    sml_knn_args coarse_search;
 } sml_ivf_scan_args;
+
+/* 1 where args keep the promises above; every scan asserts it. */
+static inline int sml_ivf_scan_args_ok(const sml_ivf_scan_args *a)
+{
+    if (a->nq < 0 || a->dim < 1 || a->k < 1 || a->lists.nlist < 1) return 0;
+    if (a->lists.code_stride % 4 != 0) return 0;
+    if (a->probes.nprobe < 1 || a->probes.nprobe > a->lists.nlist) return 0;
+    if (a->metric != SIMIL_METRIC_L2 && a->metric != SIMIL_METRIC_IP) return 0;
+    if (a->probes.lists == NULL && a->probes.coarse_search.n != a->lists.nlist) return 0;
+    for (int64_t l = 0; l < a->lists.nlist; l++)
+        if (a->lists.offset[l] < 0 || a->lists.size[l] < 0) return 0;
+    return 1;
+}
 
 /* The coarse keys of probes that coarse_search found: its distances are the
  * keys for L2; for IP it returns similarities <x, c>, whose keys are -<x, c>. */
@@ -134,6 +160,22 @@ static inline void sml_ivf_keys_of_knn(simil_metric metric, float *keys, size_t 
     if (metric != SIMIL_METRIC_L2)
         for (size_t i = 0; i < n; i++) keys[i] = -keys[i];
 }
+
+/* IVF-PQ (the GPU paper's IVFADC): each row's code is m bytes, then padding
+ * (and, with term1_at, its term 1).  Needs the probes' coarse keys. */
+typedef struct sml_ivf_pq_scan_args {
+    sml_ivf_scan_args scan;
+    int64_t m;
+    int64_t ksub;
+    int64_t dsub;
+    const float *codebooks;      /* mem: m x ksub x dsub */
+    const float *coarse;         /* mem: nlist x dim coarse centroids */
+    size_t term1_at;             /* L2: byte offset in each row of its term 1 (a
+                                    float), for tables of term 3 alone; or 0 to
+                                    compute each (query, list) table from the
+                                    residual x - c */
+    int lut_fp16;                /* GPU: lookup tables in fp16 shared memory */
+} sml_ivf_pq_scan_args;
 
 /* IVF-PQ codes: the residual of each vector (x minus the coarse centroid of
  * its list) coded with the PQ codebooks. */
@@ -151,11 +193,20 @@ typedef struct sml_pq_encode_args {
     size_t code_size;
 } sml_pq_encode_args;
 
-/* XFBQ scan (the XFBQ paper, section 4; docs/papers.md) over a table of
- * lists of rows (src/algo/xfbq.h): flat XFBQ is one list of every row, IVF-XFBQ
- * the lists of the inverted file.  A row is a code and a float vector, each
- * at its own stride (side by side in the IVF arena, apart in flat XFBQ).  For
- * each query:
+static inline int sml_ivf_pq_scan_args_ok(const sml_ivf_pq_scan_args *a)
+{
+    return sml_ivf_scan_args_ok(&a->scan) && (a->scan.probes.lists == NULL ||
+                                               a->scan.probes.keys != NULL) &&
+           a->m >= 1 && a->m * a->dsub == a->scan.dim &&
+           a->ksub >= 1 && a->ksub <= 256 && a->scan.lists.code_stride >= (size_t)a->m &&
+           (a->term1_at == 0 || a->term1_at + sizeof(float) <= a->scan.lists.code_stride);
+}
+
+/* XFBQ scan (the XFBQ paper, section 4; docs/papers.md) over lists of
+ * rows (src/algo/xfbq.h): flat XFBQ is one list of every row, IVF-XFBQ the
+ * lists of the inverted file.  A row is a code (scan.lists.codes, a multiple
+ * of 16 bytes apart) and a float vector (vectors, at a stride of its own;
+ * side by side in the IVF arena, apart in flat XFBQ).  For each query:
  *   1. D of every row of its probed lists, from the codes (XOR, popcount);
  *   2. a histogram of min(D >> bin_shift, nbins - 1) gives b, the bin of the
  *      K-th smallest D (K = min(k, rows scanned));
@@ -163,35 +214,30 @@ typedef struct sml_pq_encode_args {
  *      c = min(b + extra_bins, nbins - 1);
  *   4. their exact keys from the rows' floats (L2: ||x - y||^2, IP: <x, y>)
  *      give the k results, ordered as in sml_knn_args; ranks past the
- *      candidates get -1 and +-inf. */
+ *      candidates get -1 and +-inf.
+ * The probes' coarse keys are not used. */
 typedef struct sml_xfbq_scan_args {
-    const float *queries;        /* mem: nq x dim, prepared (what re-ranking uses) */
+    sml_ivf_scan_args scan;      /* queries in mem (what re-ranking uses); metric
+                                    of re-ranking */
     const uint64_t *query_codes; /* mem: nq x (query_bits x words) */
-    int64_t nq;
-    int64_t dim;
     int query_bits;
     int base_bits;
     int64_t words;               /* 64-bit words per bit plane */
-    const int64_t *probes;       /* host: nq x nprobe list numbers, -1 for none */
-    int64_t nprobe;
-    const int64_t *list_offset;  /* host: per list, its first row */
-    const int64_t *list_size;    /* host: per list, its rows */
-    int64_t nlist;
-    const void *codes;           /* mem: row r's base code at codes + r * code_stride */
-    size_t code_stride;          /* bytes, a multiple of 16 */
     const float *vectors;        /* mem: row r's dim floats at (const char *)vectors +
                                     r * vector_stride */
     size_t vector_stride;        /* bytes, a multiple of 4 */
-    const int64_t *ids;          /* mem: per row, its label */
-    int64_t k;
-    simil_metric metric;         /* of re-ranking: L2 or IP */
     int bin_shift;
     int64_t nbins;               /* <= 4096 */
     int64_t extra_bins;
-    float *distances;            /* host: nq x k */
-    int64_t *labels;             /* host: nq x k */
-    int threads;                 /* CPU threads, 0 = all */
 } sml_xfbq_scan_args;
+
+static inline int sml_xfbq_scan_args_ok(const sml_xfbq_scan_args *a)
+{
+    return sml_ivf_scan_args_ok(&a->scan) && a->scan.lists.code_stride % 16 == 0 &&
+           a->vector_stride % 4 == 0 && a->query_bits >= 1 && a->query_bits <= 8 &&
+           a->base_bits >= 1 && a->base_bits <= 8 && a->words * 64 >= a->scan.dim &&
+           a->nbins >= 1 && a->nbins <= 4096 && a->bin_shift >= 0 && a->extra_bins >= 0;
+}
 
 /* XFBQ codes of n vectors with `bits` sign planes each, bit for bit those of
  * the host encoder (core/xfbq_code.h, algo/xfbq.h). */
@@ -237,7 +283,7 @@ typedef struct sml_backend_ops {
     /* IVF-PQ: asymmetric distances through lookup tables (the GPU paper's
      * IVFADC); with pq_term1_at (L2) or for IP, a query's table is term 3
      * and a row's key is term 2 (the coarse key) + its term 1 + m entries. */
-    simil_status (*ivf_pq_scan)(sml_backend *b, const sml_ivf_scan_args *args);
+    simil_status (*ivf_pq_scan)(sml_backend *b, const sml_ivf_pq_scan_args *args);
     simil_status (*pq_encode)(sml_backend *b, const sml_pq_encode_args *args);
     /* XFBQ: histogram selection and exact re-ranking (sml_xfbq_scan_args). */
     simil_status (*xfbq_scan)(sml_backend *b, const sml_xfbq_scan_args *args);

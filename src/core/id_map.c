@@ -69,3 +69,13 @@ void sml_ids_sort(int64_t *ids, int64_t n)
 {
     if (n > 1) qsort(ids, (size_t)n, sizeof *ids, sml_id_cmp);
 }
+
+int sml_sorted_ids_contain(const int64_t *sorted, int64_t n, int64_t id)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (sorted[mid] < id) lo = mid + 1; else hi = mid;
+    }
+    return lo < n && sorted[lo] == id;
+}

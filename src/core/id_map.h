@@ -31,6 +31,9 @@ void sml_id_map_free(sml_id_map *map);
 /* Sort n ids ascending. */
 void sml_ids_sort(int64_t *ids, int64_t n);
 
+/* 1 if id is among sorted[0..n) (ascending): the ids a remove names. */
+int sml_sorted_ids_contain(const int64_t *sorted, int64_t n, int64_t id);
+
 #ifdef __cplusplus
 }
 #endif

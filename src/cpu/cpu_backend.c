@@ -3,6 +3,7 @@
  * in the other cpu_*.c files. */
 #include "core/backend.h"
 
+#include <assert.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@ static simil_status sml_cpu_move_rows(sml_backend *b, void *dst, const int64_t *
 {
     char *d = dst;
     const char *s = src;
+    assert(row_bytes % 4 == 0 && (n == 0 || d != s));
 #pragma omp parallel for schedule(static) if (n * (int64_t)row_bytes > (1 << 20))
     for (int64_t i = 0; i < n; i++) {
         int64_t to = dst_rows ? dst_rows[i] : i, from = src_rows ? src_rows[i] : i;
@@ -55,6 +57,8 @@ static simil_status sml_cpu_row_norms(sml_backend *b, int64_t n, int64_t dim, co
 
 static simil_status sml_cpu_knn_op(sml_backend *b, const sml_knn_args *args)
 {
+    assert(args->k >= 1 && args->n >= 0 && args->nq >= 0);
+    assert(args->metric == SIMIL_METRIC_L2 || args->metric == SIMIL_METRIC_IP);
     return sml_cpu_knn(args);
 }
 

@@ -1,7 +1,7 @@
 /* cpu_pq.c: IVF-PQ on the CPU: encoding residuals, and scanning lists with
  * lookup tables (the GPU paper's IVFADC).  Threads take vectors (encode) or
  * queries (scan). */
-#include <math.h>
+#include <assert.h>
 #include <omp.h>
 #include <string.h>
 
@@ -75,23 +75,23 @@ simil_status sml_cpu_pq_encode(sml_backend *b, const sml_pq_encode_args *a)
 }
 
 /* Residual tables (L2 without term 1 in the rows): ||(x - c_l)_i - q_ij||^2. */
-static void sml_pq_residual_table(const sml_ivf_scan_args *a, const float *by_dim,
+static void sml_pq_residual_table(const sml_ivf_pq_scan_args *a, const float *by_dim,
                                   const float *x, int64_t l, float *res, float *lut)
 {
-    const int64_t m = a->pq_m, ksub = a->pq_ksub, dsub = a->pq_dsub;
-    const float *c = a->coarse + l * a->dim;
-    for (int64_t t = 0; t < a->dim; t++) res[t] = x[t] - c[t];
+    const int64_t m = a->m, ksub = a->ksub, dsub = a->dsub, dim = a->scan.dim;
+    const float *c = a->coarse + l * dim;
+    for (int64_t t = 0; t < dim; t++) res[t] = x[t] - c[t];
     for (int64_t i = 0; i < m; i++)
         sml_pq_codeword_distances(by_dim, i, ksub, dsub, res + i * dsub, lut + i * ksub);
 }
 
 /* term3 of a query: -2 <x_i, q_ij> (L2, with term 1 in the rows) or
  * -<x_i, q_ij> (IP). */
-static void sml_pq_term3(const sml_ivf_scan_args *a, const float *by_dim, const float *x,
+static void sml_pq_term3(const sml_ivf_pq_scan_args *a, const float *by_dim, const float *x,
                          float *term3)
 {
-    const int64_t m = a->pq_m, ksub = a->pq_ksub, dsub = a->pq_dsub;
-    const float scale = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
+    const int64_t m = a->m, ksub = a->ksub, dsub = a->dsub;
+    const float scale = a->scan.metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
     for (int64_t i = 0; i < m; i++) {
         float *out = term3 + i * ksub;
         for (int64_t j = 0; j < ksub; j++) out[j] = 0.0f;
@@ -105,23 +105,25 @@ static void sml_pq_term3(const sml_ivf_scan_args *a, const float *by_dim, const 
 }
 
 /* A row's key: base + term 1 + its m entries of tab, added in code order. */
-static inline float sml_pq_row_start(const sml_ivf_scan_args *a, const uint8_t *code, float base)
+static inline float sml_pq_row_start(const sml_ivf_pq_scan_args *a, const uint8_t *code,
+                                     float base)
 {
     float t1 = 0.0f;
-    if (a->pq_term1_at) memcpy(&t1, code + a->pq_term1_at, sizeof t1);
-    return a->pq_term1_at ? base + t1 : base;
+    if (a->term1_at) memcpy(&t1, code + a->term1_at, sizeof t1);
+    return a->term1_at ? base + t1 : base;
 }
 
 /* Push rows [r, end) of one list, four at a time, so that the four chains of
  * dependent additions overlap.  The four sums are separate scalars: as an
  * array, gcc packed them into one vector kept on the stack, and a store per
  * lookup slowed the scan (docs/benchmarks.md, "Tried and dropped"). */
-static void sml_pq_scan_rows(const sml_ivf_scan_args *a, const float *tab, float base, int64_t r,
-                             int64_t end, sml_topk *top)
+static void sml_pq_scan_rows(const sml_ivf_pq_scan_args *a, const float *tab, float base,
+                             int64_t r, int64_t end, sml_topk *top)
 {
-    const int64_t m = a->pq_m, ksub = a->pq_ksub;
-    const uint8_t *codes = a->codes;
-    const size_t cs = a->code_size;
+    const int64_t m = a->m, ksub = a->ksub;
+    const uint8_t *codes = a->scan.lists.codes;
+    const int64_t *ids = a->scan.lists.ids;
+    const size_t cs = a->scan.lists.code_stride;
     for (; r + 4 <= end; r += 4) {
         const uint8_t *c0 = codes + (size_t)r * cs, *c1 = c0 + cs, *c2 = c1 + cs, *c3 = c2 + cs;
         float d0 = sml_pq_row_start(a, c0, base), d1 = sml_pq_row_start(a, c1, base);
@@ -133,87 +135,77 @@ static void sml_pq_scan_rows(const sml_ivf_scan_args *a, const float *tab, float
             d2 += row[c2[i]];
             d3 += row[c3[i]];
         }
-        sml_topk_push(top, d0, a->ids[r]);
-        sml_topk_push(top, d1, a->ids[r + 1]);
-        sml_topk_push(top, d2, a->ids[r + 2]);
-        sml_topk_push(top, d3, a->ids[r + 3]);
+        sml_topk_push(top, d0, ids[r]);
+        sml_topk_push(top, d1, ids[r + 1]);
+        sml_topk_push(top, d2, ids[r + 2]);
+        sml_topk_push(top, d3, ids[r + 3]);
     }
     for (; r < end; r++) {
         const uint8_t *c = codes + (size_t)r * cs;
         float d = sml_pq_row_start(a, c, base);
         for (int64_t i = 0; i < m; i++) d += tab[i * ksub + c[i]];
-        sml_topk_push(top, d, a->ids[r]);
+        sml_topk_push(top, d, ids[r]);
     }
 }
 
-simil_status sml_cpu_ivf_pq_scan(sml_backend *b, const sml_ivf_scan_args *a)
+simil_status sml_cpu_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
 {
-    if (a->probes == NULL) return sml_cpu_ivf_scan_probed(b, a, sml_cpu_ivf_pq_scan);
-    const int threads = a->threads > 0 ? a->threads : omp_get_max_threads();
-    const int64_t table = a->pq_m * a->pq_ksub;
-    int64_t kept = a->k, most = 0;
-    for (int64_t q = 0; q < a->nq; q++) {
-        int64_t c = 0;
-        for (int64_t p = 0; p < a->nprobe; p++) {
-            int64_t l = a->probes[q * a->nprobe + p];
-            if (l >= 0) c += a->list_size[l];
-        }
-        most = c > most ? c : most;
-    }
-    if (kept > most) kept = most > 0 ? most : 1;
+    assert(sml_ivf_pq_scan_args_ok(a));
+    const sml_ivf_scan_args *sc = &a->scan;
+    sml_ivf_probes probes;
+    SML_TRY(sml_cpu_ivf_probes(b, sc, &probes));
+    assert(probes.keys != NULL);
+    const int threads = sc->threads > 0 ? sc->threads : omp_get_max_threads();
+    const int64_t table = a->m * a->ksub;
+    const int64_t kept = sml_cpu_ivf_kept(sc->k, sml_cpu_ivf_most(sc, &probes));
     const int64_t cap = sml_topk_capacity(kept);
-    const int64_t per_thread = 2 * table + a->dim;
-    sml_topk_pair *storage;
-    float *scratch, *by_dim = NULL;
-    SML_TRY(sml_alloc((void **)&storage, (size_t)(threads * cap), sizeof *storage,
-                      "IVF-PQ candidates"));
-    simil_status s = sml_alloc((void **)&scratch, (size_t)(threads * per_thread), sizeof(float),
-                               "IVF-PQ tables");
+    const int64_t per_thread = 2 * table + sc->dim;
+    sml_topk_pair *storage = NULL;
+    float *scratch = NULL, *by_dim = NULL;
+    simil_status s = sml_alloc((void **)&storage, (size_t)(threads * cap), sizeof *storage,
+                               "IVF-PQ candidates");
     if (s == SIMIL_OK)
-        s = sml_alloc((void **)&by_dim, (size_t)(table * a->pq_dsub), sizeof(float),
+        s = sml_alloc((void **)&scratch, (size_t)(threads * per_thread), sizeof(float),
+                      "IVF-PQ tables");
+    if (s == SIMIL_OK)
+        s = sml_alloc((void **)&by_dim, (size_t)(table * a->dsub), sizeof(float),
                       "IVF-PQ codebooks");
     if (s != SIMIL_OK) {
         sml_free(scratch);
         sml_free(storage);
+        sml_cpu_ivf_probes_free(sc, &probes);
         return s;
     }
-    sml_pq_by_dim(a->pq_codebooks, a->pq_m, a->pq_ksub, a->pq_dsub, by_dim);
+    sml_pq_by_dim(a->codebooks, a->m, a->ksub, a->dsub, by_dim);
+    const int64_t nprobe = probes.nprobe;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 4)
-    for (int64_t q = 0; q < a->nq; q++) {
+    for (int64_t q = 0; q < sc->nq; q++) {
         const int t = omp_get_thread_num();
         float *term3 = scratch + t * per_thread, *lut = term3 + table, *res = lut + table;
-        const float *x = a->queries + q * a->dim;
+        const float *x = sc->queries + q * sc->dim;
         sml_topk top;
         sml_topk_reset(&top, storage + t * cap, kept);
         /* term 3 serves every list; residual tables are rebuilt per list */
-        const int residual = a->metric == SIMIL_METRIC_L2 && a->pq_term1_at == 0;
+        const int residual = sc->metric == SIMIL_METRIC_L2 && a->term1_at == 0;
         if (!residual) sml_pq_term3(a, by_dim, x, term3);
-        for (int64_t p = 0; p < a->nprobe; p++) {
-            const int64_t l = a->probes[q * a->nprobe + p];
-            if (l < 0 || a->list_size[l] == 0) continue;
-            float base = a->coarse_keys[q * a->nprobe + p];
+        for (int64_t p = 0; p < nprobe; p++) {
+            const int64_t l = probes.lists[q * nprobe + p];
+            if (l < 0 || sc->lists.size[l] == 0) continue;
+            float base = probes.keys[q * nprobe + p];
             const float *tab = term3;
             if (residual) {
                 sml_pq_residual_table(a, by_dim, x, l, res, lut);
                 base = 0.0f;
                 tab = lut;
             }
-            sml_pq_scan_rows(a, tab, base, a->list_offset[l], a->list_offset[l] + a->list_size[l],
-                             &top);
+            sml_pq_scan_rows(a, tab, base, sc->lists.offset[l],
+                             sc->lists.offset[l] + sc->lists.size[l], &top);
         }
-        float *dist = a->distances + q * a->k;
-        int64_t *lab = a->labels + q * a->k;
-        sml_topk_finish(&top, dist, lab);
-        for (int64_t j = 0; j < a->k; j++) {
-            if (j >= kept) {
-                dist[j] = INFINITY;
-                lab[j] = -1;
-            }
-            if (a->metric == SIMIL_METRIC_IP) dist[j] = -dist[j];
-        }
+        sml_cpu_ivf_finish(sc, q, kept, &top);
     }
     sml_free(by_dim);
     sml_free(scratch);
     sml_free(storage);
+    sml_cpu_ivf_probes_free(sc, &probes);
     return SIMIL_OK;
 }

@@ -15,13 +15,13 @@
  *     CPUs without POPCNT run its generic clone). */
 #include "cpu/cpu_xfbq.h"
 
-#include <math.h>
+#include <assert.h>
 #include <omp.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "cpu/cpu_select.h"
+#include "cpu/cpu_ivf.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SML_XFBQ_X86 1
@@ -156,23 +156,12 @@ static float sml_xfbq_key(const float *x, const float *y, int64_t dim, int l2)
     return l2 ? acc[0] : -acc[0];
 }
 
-/* Rows the query scans: the sum of its probed lists' sizes. */
-static int64_t sml_xfbq_scanned(const sml_xfbq_scan_args *a, int64_t q)
-{
-    int64_t c = 0;
-    for (int64_t p = 0; p < a->nprobe; p++) {
-        const int64_t l = a->probes[q * a->nprobe + p];
-        if (l >= 0) c += a->list_size[l];
-    }
-    return c;
-}
-
 /* The largest D a query keeps (see sml_xfbq_scan_args), from its histogram
  * of `scanned` rows. */
 static uint32_t sml_xfbq_threshold(const sml_xfbq_scan_args *a, const uint32_t *hist,
                                    int64_t scanned)
 {
-    const int64_t want = a->k < scanned ? a->k : scanned;
+    const int64_t want = a->scan.k < scanned ? a->scan.k : scanned;
     int64_t b = 0, below = 0;
     while (below + hist[b] < want) below += hist[b++];
     int64_t c = b + a->extra_bins;
@@ -181,21 +170,24 @@ static uint32_t sml_xfbq_threshold(const sml_xfbq_scan_args *a, const uint32_t *
 }
 
 /* One query: D, histogram, threshold, candidates into t. */
-static void sml_xfbq_query(const sml_xfbq_scan_args *a, int64_t q, uint32_t *dist,
-                           uint32_t *hist, sml_topk *t)
+static void sml_xfbq_query(const sml_xfbq_scan_args *a, const sml_ivf_probes *probes, int64_t q,
+                           uint32_t *dist, uint32_t *hist, sml_topk *t)
 {
-    const int64_t code_words = a->query_bits * a->words;
+    const sml_ivf_scan_args *sc = &a->scan;
+    const sml_ivf_lists *lists = &sc->lists;
+    const int64_t code_words = a->query_bits * a->words, nprobe = probes->nprobe;
     const uint64_t *xq = a->query_codes + q * code_words;
-    const float *x = a->queries + q * a->dim;
-    const uint8_t *codes = a->codes, *vectors = (const uint8_t *)a->vectors;
+    const float *x = sc->queries + q * sc->dim;
+    const uint8_t *codes = lists->codes, *vectors = (const uint8_t *)a->vectors;
     int64_t pos = 0;
-    for (int64_t p = 0; p < a->nprobe; p++) {
-        const int64_t l = a->probes[q * a->nprobe + p];
-        if (l < 0 || a->list_size[l] == 0) continue;
+    for (int64_t p = 0; p < nprobe; p++) {
+        const int64_t l = probes->lists[q * nprobe + p];
+        if (l < 0 || lists->size[l] == 0) continue;
         sml_cpu_xfbq_distances(SML_XFBQ_IMPL_AUTO, xq, a->query_bits,
-                               codes + (size_t)a->list_offset[l] * a->code_stride, a->code_stride,
-                               a->base_bits, a->words, a->list_size[l], dist + pos);
-        pos += a->list_size[l];
+                               codes + (size_t)lists->offset[l] * lists->code_stride,
+                               lists->code_stride, a->base_bits, a->words, lists->size[l],
+                               dist + pos);
+        pos += lists->size[l];
     }
     if (pos == 0) return;
     memset(hist, 0, sizeof *hist * (size_t)a->nbins);
@@ -206,60 +198,52 @@ static void sml_xfbq_query(const sml_xfbq_scan_args *a, int64_t q, uint32_t *dis
     }
     const uint32_t limit = sml_xfbq_threshold(a, hist, pos);
     pos = 0;
-    for (int64_t p = 0; p < a->nprobe; p++) {
-        const int64_t l = a->probes[q * a->nprobe + p];
+    for (int64_t p = 0; p < nprobe; p++) {
+        const int64_t l = probes->lists[q * nprobe + p];
         if (l < 0) continue;
-        const int64_t first = a->list_offset[l];
-        for (int64_t r = 0; r < a->list_size[l]; r++, pos++) {
+        const int64_t first = lists->offset[l];
+        for (int64_t r = 0; r < lists->size[l]; r++, pos++) {
             if (dist[pos] > limit) continue;
             const float *y = (const float *)(vectors + (size_t)(first + r) * a->vector_stride);
-            sml_topk_push(t, sml_xfbq_key(x, y, a->dim, a->metric == SIMIL_METRIC_L2),
-                          a->ids[first + r]);
+            sml_topk_push(t, sml_xfbq_key(x, y, sc->dim, sc->metric == SIMIL_METRIC_L2),
+                          lists->ids[first + r]);
         }
     }
 }
 
 simil_status sml_cpu_xfbq_scan(sml_backend *b, const sml_xfbq_scan_args *a)
 {
-    const int threads = a->threads > 0 ? a->threads : omp_get_max_threads();
-    int64_t most = 0;
-    for (int64_t q = 0; q < a->nq; q++) {
-        const int64_t c = sml_xfbq_scanned(a, q);
-        most = c > most ? c : most;
-    }
-    int64_t kept = a->k < most ? a->k : most;
-    if (kept < 1) kept = 1;
+    assert(sml_xfbq_scan_args_ok(a));
+    const sml_ivf_scan_args *sc = &a->scan;
+    sml_ivf_probes probes;
+    SML_TRY(sml_cpu_ivf_probes(b, sc, &probes));
+    const int threads = sc->threads > 0 ? sc->threads : omp_get_max_threads();
+    const int64_t most = sml_cpu_ivf_most(sc, &probes), kept = sml_cpu_ivf_kept(sc->k, most);
     const int64_t cap = sml_topk_capacity(kept);
     const int64_t per_thread = (most > 0 ? most : 1) + a->nbins;
     sml_topk_pair *storage = NULL;
     uint32_t *scratch = NULL;
-    SML_TRY(sml_alloc((void **)&storage, (size_t)(threads * cap), sizeof *storage,
-                      "XFBQ candidates"));
-    simil_status s = sml_alloc((void **)&scratch, (size_t)threads * (size_t)per_thread,
-                               sizeof *scratch, "XFBQ distances");
+    simil_status s = sml_alloc((void **)&storage, (size_t)(threads * cap), sizeof *storage,
+                               "XFBQ candidates");
+    if (s == SIMIL_OK)
+        s = sml_alloc((void **)&scratch, (size_t)threads * (size_t)per_thread, sizeof *scratch,
+                      "XFBQ distances");
     if (s != SIMIL_OK) {
         sml_free(storage);
+        sml_cpu_ivf_probes_free(sc, &probes);
         return s;
     }
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-    for (int64_t q = 0; q < a->nq; q++) {
+    for (int64_t q = 0; q < sc->nq; q++) {
         const int me = omp_get_thread_num();
         uint32_t *dist = scratch + (size_t)me * (size_t)per_thread;
         sml_topk t;
         sml_topk_reset(&t, storage + me * cap, kept);
-        sml_xfbq_query(a, q, dist, dist + (most > 0 ? most : 1), &t);
-        float *d = a->distances + q * a->k;
-        int64_t *l = a->labels + q * a->k;
-        sml_topk_finish(&t, d, l);
-        for (int64_t j = 0; j < a->k; j++) {
-            if (j >= kept) {
-                d[j] = INFINITY;
-                l[j] = -1;
-            }
-            if (a->metric == SIMIL_METRIC_IP) d[j] = -d[j];
-        }
+        sml_xfbq_query(a, &probes, q, dist, dist + (most > 0 ? most : 1), &t);
+        sml_cpu_ivf_finish(sc, q, kept, &t);
     }
     sml_free(scratch);
     sml_free(storage);
+    sml_cpu_ivf_probes_free(sc, &probes);
     return SIMIL_OK;
 }

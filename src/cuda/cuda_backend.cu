@@ -3,6 +3,7 @@
 //
 // The runtime is linked statically, so on a machine without a driver
 // cudaGetDeviceCount fails, simil_gpu_count() is 0 and "auto" picks the CPU.
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -169,6 +170,7 @@ simil_status mem_copy(sml_backend *b, void *dst, const void *src, size_t bytes)
 simil_status mem_move_rows(sml_backend *b, void *dst, const int64_t *dst_rows, const void *src,
                            const int64_t *src_rows, size_t row_bytes, int64_t n)
 {
+    assert(row_bytes % 4 == 0 && (n == 0 || dst != src));
     if (n == 0) return SIMIL_OK;
     Device *dev = device_of(b);
     int64_t *d_index = nullptr;

@@ -1,85 +1,329 @@
-// cuda_ivf.cuh: what the IVF scan driver (cuda_ivf.cu) shares with the
-// IVF-PQ distance kernels (cuda_ivf_pq.cu).
+// cuda_ivf.cuh: the skeleton every inverted-list scan on the GPU is built on
+// (the GPU paper, section 5.2).  Each code type owns its driver and its scan
+// kernels: IVF-Flat in cuda_ivf_flat.cu, IVF-PQ in cuda_ivf_pq.cu (kernels:
+// cuda_ivf_pq_fused.cu, cuda_ivf_pq_pairs.cu), XFBQ in cuda_xfbq.cu; what
+// they share is here (cuda_ivf.cu):
+//   - the frame: the device's lock, the caller's pending work joined
+//     (ivf_locked);
+//   - staging: the search's queries to the device in batches, and for a
+//     scan that reads its probes on the device, the probes (stage_inputs);
+//   - probes on the host, the caller's or found by the coarse search, for
+//     the scans planned on the host (batch_probes);
+//   - planning: a batch's (query, probe) pairs grouped by list with a
+//     counting sort, and each query's segment of scanned positions
+//     (count_pairs, place_pairs, plan_batch_queries);
+//   - the pair scan of IVF-Flat and IVF-PQ: one segment of distances per
+//     pair, its plan and scratch, and the multi-pass selection (PairPlan,
+//     select_pairs);
+//   - selection over ragged rows, and the results to the host
+//     (select_ragged, finish_to_host).
+//
+// Adding a code type (a scalar quantizer, say): in core/backend.h an args
+// wrapper around sml_ivf_scan_args and an op; on the CPU one scan file on
+// cpu_ivf.h; here one file with the scan kernel and a small driver:
+// ivf_locked, then scan_planned with a batch function (for a pair scan:
+// count_pairs, a host block of a PairPlan and the kernel's work in the
+// pinned buffer, fill_pair_plan, pair_workspace, the launch, select_pairs,
+// finish_to_host), or, for a scan that reads its probes on the device,
+// stage_inputs with device probes and one launch per batch.  Nothing here
+// changes.  Scratch comes from the device workspace, carved as
+// cuda_workspace.cuh shows; a batch's host plan is laid out as its device
+// copy, so that it goes to the GPU in one copy.
 #pragma once
 
 #include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
 
+#include "core/alloc.h"
 #include "core/backend.h"
+#include "cuda/cuda_device.cuh"
+#include "cuda/cuda_util.cuh"
+#include "cuda/cuda_workspace.cuh"
 
 namespace sml {
 
-// IVF-Flat work: up to 32 pairs of one list against up to 64 of its vectors.
-struct ScanTile {
-    int list;
-    int pair0;    // first pair (in the list-grouped pair order)
-    int npairs;
-    int vector0;  // first vector of the list
-};
+// ---- the frame ----------------------------------------------------------
 
-// IVF-PQ work: one (query, list) pair against up to kPqItemVectors vectors.
-struct PqItem {
-    int pair;
-    int vector0;
-};
+// scan(dev) on b's GPU under its lock, after the caller's pending work; after
+// a failure the stream is waited for, so that nothing still runs on the
+// shared buffers when the lock is released.
+template <typename Scan>
+simil_status ivf_locked(sml_backend *b, Scan scan)
+{
+    Device *dev = device_of(b);
+    pthread_mutex_lock(&dev->lock);
+    simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
+    if (s == SIMIL_OK) s = device_join_caller(dev);
+    if (s == SIMIL_OK) s = scan(dev);
+    if (s != SIMIL_OK) cudaStreamSynchronize(dev->stream[0]);
+    pthread_mutex_unlock(&dev->lock);
+    return s;
+}
 
-// Large enough that one block usually covers a whole list, so that each
-// pair's table is built once.
-constexpr int kPqItemVectors = 8192;
+// ---- staging ------------------------------------------------------------
 
-// A batch's pairs and work in device memory, for the PQ kernels.
-struct PqBatch {
-    const PqItem *items;
-    int nitems;
-    const int *pair_query;      // query of each pair, within the batch
-    const int *pair_list;
-    const int *pair_cols;       // vectors in the pair's list
-    const int *pair_base;       // first arena row of the list
-    const long long *pair_out;  // where the pair's distances start
-    const float *pair_key;      // coarse key (term 2)
-    int nq;
-    const float *queries;       // the batch's first query (device)
-};
-
-// The fused IVF-PQ scan (one block per query, selection in registers) serves
-// searches with term-3 tables and k up to this.
-constexpr int kPqFusedMaxK = 256;
-
-// A batch of queries for the fused scan; the driver fills the batch's arrays
-// (device memory), launch_pq_fused the rest from the search.
-struct PqQueryScan {
-    const float *queries;        // the batch's first query
-    const int64_t *probes;       // nq x nprobe lists, -1 for none
-    const float *probe_keys;     // nq x nprobe coarse keys (term 2, or -<x, c>) ...
-    float probe_key_sign;        // ... times this (-1: <x, c> from the coarse search)
-    int nprobe;
-    const int64_t *list_offset;  // as the search has them (sml_ivf_scan_args)
+// A batch's inputs in device memory: its queries, and for a scan that reads
+// its probes on the device, those with their coarse keys and the list layout.
+struct Inputs {
+    const float *queries;        // nq x dim
+    const int64_t *probes;       // nq x nprobe (device probes only)
+    const float *keys;           // nq x nprobe: coarse keys ...
+    float key_sign;              // ... times this
+    const int64_t *list_offset;  // nlist each (device probes only), as the search holds them
     const int64_t *list_size;
-    float *out_keys;             // nq x k, ascending
-    int *out_idx;                // nq x k arena rows, -1 past the candidates
-    // from the search
-    int dim;
-    const float *codebooks;
-    int m, ksub, dsub;
-    float term3_scale;
-    const uint8_t *codes;
-    int code_size;
-    int term1_at;
-    int k;
-    float *codebooks_by_codeword;  // pq_fused_scratch_bytes of device memory
 };
 
-bool pq_fused(const sml_ivf_scan_args *a);
-// Device scratch that launch_pq_fused needs beside the batch.
-size_t pq_fused_scratch_bytes(const sml_ivf_scan_args *a);
-simil_status launch_pq_fused(const sml_ivf_scan_args *a, PqQueryScan scan, int nq,
-                             cudaStream_t st);
+// Queries of a batch from q0: as many as keep its inputs within the input
+// budget (and a grid within one launch).
+int input_batch(const sml_ivf_scan_args *a, long long q0, bool host_queries, bool device_probes);
 
-// Scratch floats the PQ distances need for a batch of nq queries.
-size_t pq_scratch_floats(const sml_ivf_scan_args *a, int nq);
+// Queries [q0, q0 + nq) to the device (unless there already), and with
+// device_probes their probes: the caller's, or the coarse search's, which
+// writes them in device memory.
+simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0, int nq,
+                          bool device_probes, Inputs *in);
 
-// Distances of every pair's vectors into distances (and, when rows is not
-// null, their arena rows), through lookup tables.
-simil_status launch_pq_distances(const sml_ivf_scan_args *a, const PqBatch &batch,
-                                 float *scratch, float *distances, int *rows, cudaStream_t st);
+// ---- probes on the host -------------------------------------------------
+
+// Probes that batch_probes found (host memory), freed by their holder.
+struct FoundProbes {
+    int64_t *lists = nullptr;
+    float *keys = nullptr;
+    FoundProbes() = default;
+    FoundProbes(const FoundProbes &) = delete;
+    FoundProbes &operator=(const FoundProbes &) = delete;
+    ~FoundProbes()
+    {
+        sml_free(keys);
+        sml_free(lists);
+    }
+};
+
+// *batch = a for queries [q0, q0 + nq), which are in device memory at
+// queries: its outputs from row q0, and its probes (lists and coarse keys)
+// from q0, or, where a has none, found now by the coarse search into found.
+simil_status batch_probes(Device *dev, const sml_ivf_scan_args *a, const float *queries,
+                          long long q0, int nq, sml_ivf_scan_args *batch, FoundProbes *found);
+
+// ---- planning -----------------------------------------------------------
+
+// How a batch lays out the positions it scans: each query owns a segment;
+// each of its probes with a non-empty list (a run) takes pad(rows, run_pad)
+// positions of it, in probe order, and the segment pad(sum, query_pad).
+struct SegmentShape {
+    int run_pad;
+    int query_pad;
+};
+
+inline long long pad_to(long long x, int pad) { return (x + pad - 1) / pad * pad; }
+
+// The positions query q of a scans, in a segment of this shape.
+long long segment_positions(const sml_ivf_scan_args &a, long long q, SegmentShape shape);
+
+// Queries of a batch from q0 whose segments take at most budget bytes at
+// bytes_per_position each (at least one query), and at most max_queries.
+int plan_batch_queries(const sml_ivf_scan_args &a, long long q0, SegmentShape shape,
+                       size_t bytes_per_position, size_t budget, int max_queries);
+
+// The counting pass over queries [q0, q0 + nq) of a (host probes): the pairs
+// of each list (by_list[l + 1]), the pairs in all, and the positions of all
+// segments (shape).
+struct PairCount {
+    long long *by_list = nullptr;  // nlist + 1
+    long long nlist = 0;
+    long long pairs = 0;
+    long long positions = 0;
+    long long of(int64_t l) const { return by_list[l + 1]; }
+    PairCount() = default;
+    PairCount(const PairCount &) = delete;
+    PairCount &operator=(const PairCount &) = delete;
+    ~PairCount() { sml_free(by_list); }
+};
+
+simil_status count_pairs(const sml_ivf_scan_args &a, long long q0, int nq, SegmentShape shape,
+                         PairCount *count);
+
+// Per query, what place_pairs writes: its segment's start and length (its
+// runs' positions, before query_pad), and where the runs are null, its first
+// run and their count.
+struct Segments {
+    long long *start;
+    int *length;
+    int *run_start;  // or null
+    int *run_count;  // or null
+};
+
+// A pair as place_pairs hands it out.
+struct PlacedPair {
+    long long slot;  // its place among the pairs grouped by list
+    int run;         // its place among the runs in query order
+    int query;       // within the batch
+    int probe;       // j: the pair is probe j of its query
+    int64_t list;
+    int pos0;        // where the list starts in the query's segment
+};
+
+// The placing pass: lays out the segments, and hands visit every pair, in
+// query order.  Pairs of one list take consecutive slots, in query order:
+// after it, count->by_list[l] is where list l's pairs end (they start at
+// by_list[l - 1], or 0).  Returns the largest segment length.
+template <typename Visit>
+int place_pairs(const sml_ivf_scan_args &a, long long q0, int nq, SegmentShape shape,
+                PairCount *count, const Segments &seg, Visit visit)
+{
+    long long *next = count->by_list;  // per list: where its next pair goes
+    for (long long l = 0; l < count->nlist; ++l) next[l + 1] += next[l];
+    const int64_t np = a.probes.nprobe;
+    long long at = 0;
+    int most = 0, run = 0;
+    for (int q = 0; q < nq; ++q) {
+        seg.start[q] = at;
+        if (seg.run_start) seg.run_start[q] = run;
+        long long pos = 0;
+        for (int64_t j = 0; j < np; ++j) {
+            const int64_t l = a.probes.lists[(q0 + q) * np + j];
+            if (l < 0 || a.lists.size[l] == 0) continue;
+            visit(PlacedPair{next[l]++, run++, q, (int)j, l, (int)pos});
+            pos += pad_to(a.lists.size[l], shape.run_pad);
+        }
+        if (seg.run_count) seg.run_count[q] = run - seg.run_start[q];
+        seg.length[q] = (int)pos;
+        most = (int)pos > most ? (int)pos : most;
+        at += pad_to(pos, shape.query_pad);
+    }
+    return most;
+}
+
+// ---- the frame of a scan planned on the host ---------------------------
+
+// How a planned scan cuts its batches (plan_batch_queries).
+struct BatchLimits {
+    SegmentShape shape;
+    size_t bytes_per_position;
+    size_t budget;
+    int max_queries;
+};
+
+// The queries of a in batches: staged (stage_inputs), their probes on the
+// host (batch_probes), then cut to the limits; batch(args, first, sub, n)
+// scans queries [sub, sub + n) of args, a's queries from first on.  Caller
+// holds the device (ivf_locked).
+template <typename Batch>
+simil_status scan_planned(Device *dev, const sml_ivf_scan_args *a, const BatchLimits &limits,
+                          Batch batch)
+{
+    const bool host_queries = !is_device_pointer(a->queries);
+    for (long long q0 = 0; q0 < a->nq;) {
+        const int n = input_batch(a, q0, host_queries, false);
+        Inputs in{};
+        SML_TRY(stage_inputs(dev, a, q0, n, false, &in));
+        sml_ivf_scan_args args;
+        FoundProbes found;
+        SML_TRY(batch_probes(dev, a, in.queries, q0, n, &args, &found));
+        for (long long sub = 0; sub < n;) {
+            const int m = plan_batch_queries(args, sub, limits.shape, limits.bytes_per_position,
+                                             limits.budget, limits.max_queries);
+            SML_TRY(batch(args, q0, sub, m));
+            sub += m;
+        }
+        q0 += n;
+    }
+    return SIMIL_OK;
+}
+
+// ---- the pair scan (IVF-Flat; IVF-PQ with per-pair tables or a large k) ---
+
+// Each pair gets a segment of distances padded to 4 floats, a query's pairs
+// one after another; the code type's kernel fills them (and with radix, each
+// candidate's arena row).
+constexpr SegmentShape kPairShape{4, 1};
+
+// A batch's pairs, grouped by list, in the host block; the same struct
+// mirrored onto the block's device copy (mirror_pair_plan).
+struct PairPlan {
+    int nq;
+    int npairs;
+    long long total;         // floats of distances
+    int most;                // the longest query segment
+    int *pair_query;         // per pair: its query within the batch,
+    long long *pair_out;     //   its segment's start,
+    int *pair_row;           //   its row q x nprobe + j of partial results,
+    int *pair_list;          //   its list (with_lists),
+    int *pair_cols;          //   the list's rows,
+    int *pair_base;          //   the list's first arena row,
+    float *pair_key;         //   its coarse key (with_keys)
+    long long *query_start;  // per query: its segment's start and length
+    int *query_cols;
+};
+
+// Take the plan's arrays for nq queries and npairs pairs from c.
+void carve_pair_plan(Carve &c, int nq, long long npairs, bool with_lists, bool with_keys,
+                     PairPlan *p);
+
+// Fill the plan of queries [q0, q0 + nq) of a (the placing pass).
+void fill_pair_plan(const sml_ivf_scan_args &a, long long q0, int nq, PairCount *count,
+                    PairPlan *p);
+
+// The plan's arrays in the device copy at device of the host block at host.
+PairPlan mirror_pair_plan(const PairPlan &p, void *device, const void *host);
+
+// The pair scan's device scratch beside the plan: distances, (radix) rows,
+// the selection's lists, the results.
+struct PairScratch {
+    float *distances;  // total (+ 4)
+    int *rows;         // k > kMaxWarpSelectK only
+    float *part_keys;  // nq x nprobe x k1
+    int *part_idx;
+    void *radix;
+    size_t radix_bytes;
+    float *final_keys;  // nq x k
+    int *final_idx;
+    float *out_dist;
+    int64_t *out_labels;
+};
+
+void carve_pair_scratch(Carve &c, const sml_ivf_scan_args &a, const PairPlan &host,
+                        PairScratch *s);
+
+// The workspace of a pair-scan batch: the copy of the host block (host_bytes
+// at host, the plan and the code type's work), extra_floats for the code
+// type (*extra), then the pair scratch (*s).  Uploads the block in one copy
+// and, with radix selection, marks every candidate's row empty (the padding
+// between segments must not count).  *dp: the plan in the block's copy.
+simil_status pair_workspace(Device *dev, const sml_ivf_scan_args &a, const void *host,
+                            size_t host_bytes, const PairPlan &plan, size_t extra_floats,
+                            char **ws, float **extra, PairScratch *s, PairPlan *dp);
+
+// Each pair keeps its k1 = min(k, 2048) best into its query's row of
+// nprobe x k1, and one more selection per query merges them (the paper's
+// multi-pass k-selection); past k = 2048, radix selection over each query's
+// whole segment, reading the rows the kernel wrote.  Results: final_keys,
+// final_idx (arena rows).
+simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, const PairPlan &dev,
+                          const PairScratch &s, cudaStream_t st);
+
+// ---- selection and results ----------------------------------------------
+
+// A ragged row per query: rows keys (4-aligned starts offsets[r], cols[r]
+// columns) and their indices idx; the k best of each into out_keys and
+// out_idx (rows of out_ld), with WarpSelect / BlockSelect up to k = 2048
+// and radix selection (radix scratch) past it.  most: the longest row.
+struct RaggedRows {
+    const float *keys;
+    const int *idx;
+    const long long *offsets;
+    const int *cols;
+    int rows;
+    int most;
+};
+simil_status select_ragged(const RaggedRows &in, int k, float *out_keys, int *out_idx,
+                           long long out_ld, void *radix, size_t radix_bytes, cudaStream_t st);
+
+// Results of queries [q0, q0 + nq) of a from their k sorted (key, arena row)
+// pairs: distances and ids into dist and labels (device scratch, nq x k),
+// then to a's host outputs; waits for the stream.
+simil_status finish_to_host(const sml_ivf_scan_args &a, long long q0, int nq, const float *keys,
+                            const int *rows, float *dist, int64_t *labels, cudaStream_t st);
 
 }  // namespace sml

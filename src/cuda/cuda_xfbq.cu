@@ -14,7 +14,10 @@
 //     query's segment (a ballot and one atomic per warp), then re-ranked:
 //     exact keys from their floats;
 //  4. selection of the k best per query (WarpSelect / BlockSelect over ragged
-//     rows, radix past k = 2048; select.cuh) and the ids (launch_finish).
+//     rows, radix past k = 2048; select_ragged) and the ids (finish_to_host).
+// The frame, the probes (the caller's, or the coarse search's on the
+// device, taken to the host), the batches and the grouping of (query, list)
+// pairs by list are the shared IVF skeleton's (cuda_ivf.cuh).
 // The selection arithmetic is the CPU's (cpu_xfbq.c): both take the same
 // candidates, so results differ only by the rounding of the float keys.
 //
@@ -43,13 +46,11 @@
 // Also here: the queries' codes (cuda_xfbq_encode: one thread per vector and
 // word, the host encoder's arithmetic from core/xfbq_code.h): on the host
 // they were a noticeable share of a search (docs/benchmarks.md, "XFBQ").
+#include <assert.h>
 #include <string.h>
 
-#include "core/alloc.h"
 #include "core/xfbq_code.h"
-#include "cuda/cuda_device.cuh"
-#include "cuda/cuda_kernels.cuh"
-#include "cuda/cuda_util.cuh"
+#include "cuda/cuda_ivf.cuh"
 #include "cuda/select.cuh"
 
 namespace sml {
@@ -322,19 +323,17 @@ __global__ void __launch_bounds__(kThreads) xfbq_rerank_kernel(const Batch b)
     }
 }
 
-long long pad4(long long x) { return (x + 3) / 4 * 4; }
-size_t up(size_t x) { return (x + 255) / 256 * 256; }
-
-// The host's plan for a batch of queries [q0, q0 + nq).  It is written into
-// the device's pinned buffer, laid out as its device copy will be, so that it
-// goes to the GPU in one asynchronous copy (fresh heap arrays cost page
-// faults on every search, and copies from pageable memory wait for the
-// driver; docs/benchmarks.md, "Tried and dropped").
+// The host's plan for a batch of queries [q0, q0 + nq) (the planner of
+// cuda_ivf.cuh, segments of kXfbqShape).  It is written into the device's
+// pinned buffer, laid out as its device copy will be, so that it goes to the
+// GPU in one asynchronous copy (fresh heap arrays cost page faults on every
+// search, and copies from pageable memory wait for the driver;
+// docs/benchmarks.md, "Tried and dropped").
 struct Plan {
     int nq;
     int group;         // G of the distance kernel
-    char *base;        // pinned: [0, upload) is copied to the device as it is
-    size_t upload;
+    char *base;        // the block, in the pinned buffer
+    size_t upload;     // [0, upload) of the block goes to the device as it is
     Run *runs;         // per query, in query order
     int nruns;
     int *run_start;    // per query: first run, runs, scanned, first collect item
@@ -354,121 +353,67 @@ struct Plan {
     int most;          // largest scanned
 };
 
-// Offsets of the plan's arrays in its block, the same on the host and the
-// device; those past `upload` stay on the host.
-struct PlanLayout {
-    size_t runs, run_start, dstart, pair_query, items, citems, upload, run_list, cstart, total;
-};
+// A query's D segment: its runs back to back, padded to 8 positions.
+constexpr SegmentShape kXfbqShape{1, 8};
 
-PlanLayout plan_layout(int nq, long long runs, long long items, long long citems)
+size_t carve_plan(void *base, int nq, long long runs, long long items, long long citems, Plan *p)
 {
-    PlanLayout l{};
-    size_t at = 0;
-    auto take = [&](size_t bytes) {
-        const size_t offset = at;
-        at += up(bytes);
-        return offset;
-    };
-    l.runs = take(sizeof(Run) * (size_t)(runs + 1));
-    l.run_start = take(sizeof(int) * 4 * (size_t)nq);
-    l.dstart = take(8 * (size_t)nq);
-    l.pair_query = take(sizeof(int) * 2 * (size_t)(runs + 1));
-    l.items = take(sizeof(DistItem) * (size_t)(items + 1));
-    l.citems = take(sizeof(CollectItem) * (size_t)(citems + 1));
-    l.upload = at;
-    l.run_list = take(sizeof(int) * (size_t)(runs + 1));
-    l.cstart = take((8 + 4) * (size_t)nq);
-    l.total = at;
-    return l;
+    Carve c(base);
+    const size_t q = (size_t)nq;
+    p->runs = c.take<Run>((size_t)(runs + 1));
+    p->run_start = c.take<int>(q);
+    p->run_count = c.take<int>(q);
+    p->scanned = c.take<int>(q);
+    p->citem_start = c.take<int>(q);
+    p->dstart = c.take<long long>(q);
+    p->pair_query = c.take<int>((size_t)(runs + 1));
+    p->pair_pos0 = c.take<int>((size_t)(runs + 1));
+    p->items = c.take<DistItem>((size_t)(items + 1));
+    p->citems = c.take<CollectItem>((size_t)(citems + 1));
+    p->upload = c.used();
+    p->cstart = c.take<long long>(q);
+    p->count = c.take<int>(q);
+    return c.used();
 }
-
-bool probed(const sml_xfbq_scan_args *a, int64_t l) { return l >= 0 && a->list_size[l] > 0; }
 
 // The runs of every query and their D segments; the pairs (query, list)
 // grouped by list, G at a time, cut into chunks of rows; the collect items.
-// A first pass counts them, so that the block is sized before it is filled.
-simil_status plan_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, int nq,
-                        int group, Plan *p)
+// The counting pass sizes the block before it is filled.
+simil_status plan_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq, int group,
+                        Plan *p)
 {
     memset(p, 0, sizeof *p);
     p->nq = nq;
     p->group = group;
-    long long *next = nullptr;  // per list: its pairs, then where its next pair goes
-    SML_TRY(sml_calloc(reinterpret_cast<void **>(&next), (size_t)(a->nlist + 1), sizeof *next,
-                       "XFBQ plan"));
-    long long runs = 0, citems = 0, items = 0;
-    for (int q = 0; q < nq; ++q) {
-        long long pos = 0;
-        for (int64_t j = 0; j < a->nprobe; ++j) {
-            const int64_t l = a->probes[(q0 + q) * a->nprobe + j];
-            if (!probed(a, l)) continue;
-            ++runs;
-            pos += a->list_size[l];
-            next[l + 1]++;
-        }
-        citems += (pos + kChunk - 1) / kChunk;
-    }
-    for (int64_t l = 0; l < a->nlist; ++l) {
-        const long long pairs = next[l + 1];
-        if (pairs > 0)
-            items += (pairs + group - 1) / group * ((a->list_size[l] + kChunk - 1) / kChunk);
-        next[l + 1] += next[l];
-    }
-    const PlanLayout lay = plan_layout(nq, runs, items, citems);
+    PairCount count;
+    SML_TRY(count_pairs(a, q0, nq, kXfbqShape, &count));
+    long long items = 0, citems = 0;
+    for (int64_t l = 0; l < a.lists.nlist; ++l)
+        items += (count.of(l) + group - 1) / group * ((a.lists.size[l] + kChunk - 1) / kChunk);
+    for (long long q = q0; q < q0 + nq; ++q)
+        citems += (segment_positions(a, q, SegmentShape{1, 1}) + kChunk - 1) / kChunk;
     char *base;
-    simil_status s = device_pinned(dev, lay.total, reinterpret_cast<void **>(&base));
-    if (s != SIMIL_OK) {
-        sml_free(next);
-        return s;
-    }
+    SML_TRY(device_pinned(dev, carve_plan(nullptr, nq, count.pairs, items, citems, p),
+                          reinterpret_cast<void **>(&base)));
+    carve_plan(base, nq, count.pairs, items, citems, p);
     p->base = base;
-    p->upload = lay.upload;
-    p->runs = reinterpret_cast<Run *>(base + lay.runs);
-    p->run_start = reinterpret_cast<int *>(base + lay.run_start);
-    p->run_count = p->run_start + nq;
-    p->scanned = p->run_count + nq;
-    p->citem_start = p->scanned + nq;
-    p->dstart = reinterpret_cast<long long *>(base + lay.dstart);
-    p->pair_query = reinterpret_cast<int *>(base + lay.pair_query);
-    p->pair_pos0 = p->pair_query + runs + 1;
-    p->items = reinterpret_cast<DistItem *>(base + lay.items);
-    p->citems = reinterpret_cast<CollectItem *>(base + lay.citems);
-    p->cstart = reinterpret_cast<long long *>(base + lay.cstart);
-    p->count = reinterpret_cast<int *>(p->cstart + nq);
-    int *run_list = reinterpret_cast<int *>(base + lay.run_list);
-    long long at = 0;
-    for (int q = 0; q < nq; ++q) {
-        p->run_start[q] = p->nruns;
-        int pos = 0;
-        for (int64_t j = 0; j < a->nprobe; ++j) {
-            const int64_t l = a->probes[(q0 + q) * a->nprobe + j];
-            if (!probed(a, l)) continue;
-            run_list[p->nruns] = (int)l;
-            p->runs[p->nruns++] = Run{a->list_offset[l], (int)a->list_size[l], pos};
-            pos += (int)a->list_size[l];
-        }
-        p->run_count[q] = p->nruns - p->run_start[q];
-        p->scanned[q] = pos;
-        p->most = pos > p->most ? pos : p->most;
-        p->dstart[q] = at;
-        at += (pos + 7) / 8 * 8;
-    }
-    p->dist_total = at;
-    for (int q = 0; q < nq; ++q)
-        for (int r = p->run_start[q]; r < p->run_start[q] + p->run_count[q]; ++r) {
-            const long long slot = next[run_list[r]]++;
-            p->pair_query[slot] = q;
-            p->pair_pos0[slot] = p->runs[r].pos0;
-        }
-    // next[l] is now where list l's pairs end; they start at next[l - 1]
-    for (int64_t l = 0; l < a->nlist; ++l) {
-        const long long first = l > 0 ? next[l - 1] : 0;
-        const int rows = (int)a->list_size[l];
-        for (long long g = first; g < next[l]; g += group) {
-            const int pairs = (int)(next[l] - g < group ? next[l] - g : group);
+    const Segments seg{p->dstart, p->scanned, p->run_start, p->run_count};
+    p->most = place_pairs(a, q0, nq, kXfbqShape, &count, seg, [&](const PlacedPair &e) {
+        p->runs[e.run] = Run{a.lists.offset[e.list], (int)a.lists.size[e.list], e.pos0};
+        p->pair_query[e.slot] = e.query;
+        p->pair_pos0[e.slot] = e.pos0;
+    });
+    p->nruns = (int)count.pairs;
+    p->dist_total = count.positions;
+    // by_list[l] is now where list l's pairs end; they start at by_list[l - 1]
+    for (int64_t l = 0; l < a.lists.nlist; ++l) {
+        const long long first = l > 0 ? count.by_list[l - 1] : 0, end = count.by_list[l];
+        const int rows = (int)a.lists.size[l];
+        for (long long g = first; g < end; g += group) {
+            const int pairs = (int)(end - g < group ? end - g : group);
             for (int r = 0; r < rows; r += kChunk)
                 p->items[p->nitems++] =
-                    DistItem{a->list_offset[l], r, min(rows, r + kChunk), (int)g, pairs};
+                    DistItem{a.lists.offset[l], r, min(rows, r + kChunk), (int)g, pairs};
         }
     }
     for (int q = 0; q < nq; ++q) {
@@ -476,17 +421,20 @@ simil_status plan_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, 
         for (int c = 0; c < p->scanned[q]; c += kChunk)
             p->citems[p->ncitems++] = CollectItem{q, c, min(p->scanned[q], c + kChunk)};
     }
-    sml_free(next);
+    assert(p->nitems == items && p->ncitems == citems);
     return SIMIL_OK;
 }
 
-// Device memory of a batch, carved from the workspace.
+// Device memory of a batch, carved from the workspace: the plan's copy, then
+// the scratch.
 struct Scratch {
-    char *plan;
     Run *runs;
-    int *run_start;  // run_start, run_count, scanned (nq each)
+    int *run_start;
+    int *run_count;
+    int *scanned;
     long long *dstart;
-    int *pair_query;  // pair_query, pair_pos0
+    int *pair_query;
+    int *pair_pos0;
     DistItem *items;
     CollectItem *citems;
     void *dist;
@@ -504,57 +452,46 @@ struct Scratch {
     int64_t *out_labels;
     void *radix;
     size_t radix_bytes;
-    size_t total;
 };
 
-Scratch carve(const sml_xfbq_scan_args *a, const Plan &p, size_t dsize, long long cand_cap,
-              char *base)
+size_t carve_scratch(void *base, const sml_xfbq_scan_args *a, const Plan &p, size_t dsize,
+                     long long cand_cap, Scratch *s)
 {
-    Scratch s{};
-    size_t at = 0;
-    auto take = [&](size_t bytes) {
-        char *ptr = base ? base + at : nullptr;
-        at += up(bytes);
-        return ptr;
-    };
-    const size_t nq = (size_t)p.nq, k = (size_t)a->k;
+    Carve c(base);
+    const size_t nq = (size_t)p.nq, k = (size_t)a->scan.k;
     // the plan's copy, at the host block's offsets
-    s.plan = take(p.upload);
-    const auto at_plan = [&](const void *host) {
-        return s.plan ? s.plan + (static_cast<const char *>(host) - p.base) : nullptr;
-    };
-    s.runs = reinterpret_cast<Run *>(at_plan(p.runs));
-    s.run_start = reinterpret_cast<int *>(at_plan(p.run_start));
-    s.dstart = reinterpret_cast<long long *>(at_plan(p.dstart));
-    s.pair_query = reinterpret_cast<int *>(at_plan(p.pair_query));
-    s.items = reinterpret_cast<DistItem *>(at_plan(p.items));
-    s.citems = reinterpret_cast<CollectItem *>(at_plan(p.citems));
-    s.dist = take(dsize * (size_t)(p.dist_total + 8));
-    s.hist = reinterpret_cast<unsigned *>(take(4 * nq * (size_t)a->nbins));
-    s.limit = reinterpret_cast<unsigned *>(take(4 * nq));
-    s.count = reinterpret_cast<int *>(take(4 * nq));
-    s.fill = reinterpret_cast<int *>(take(4 * nq));
-    s.cstart = reinterpret_cast<long long *>(take(8 * nq));
-    s.cand_keys = reinterpret_cast<float *>(take(4 * (size_t)cand_cap));
-    s.cand_rows = reinterpret_cast<int *>(take(4 * (size_t)cand_cap));
-    s.cand_query = reinterpret_cast<int *>(take(4 * (size_t)cand_cap));
-    s.final_keys = reinterpret_cast<float *>(take(4 * nq * k));
-    s.final_idx = reinterpret_cast<int *>(take(4 * nq * k));
-    s.out_dist = reinterpret_cast<float *>(take(4 * nq * k));
-    s.out_labels = reinterpret_cast<int64_t *>(take(8 * nq * k));
-    if (a->k > kMaxWarpSelectK) {
-        s.radix_bytes = select_rows_radix_workspace(p.nq, 1, (int)a->k);
-        s.radix = take(s.radix_bytes);
+    c.take<char>(p.upload);
+    s->runs = mirror(base, p.base, p.runs);
+    s->run_start = mirror(base, p.base, p.run_start);
+    s->run_count = mirror(base, p.base, p.run_count);
+    s->scanned = mirror(base, p.base, p.scanned);
+    s->dstart = mirror(base, p.base, p.dstart);
+    s->pair_query = mirror(base, p.base, p.pair_query);
+    s->pair_pos0 = mirror(base, p.base, p.pair_pos0);
+    s->items = mirror(base, p.base, p.items);
+    s->citems = mirror(base, p.base, p.citems);
+    s->dist = c.take<char>(dsize * (size_t)(p.dist_total + 8));
+    s->hist = c.take<unsigned>(nq * (size_t)a->nbins);
+    s->limit = c.take<unsigned>(nq);
+    s->count = c.take<int>(nq);
+    s->fill = c.take<int>(nq);
+    s->cstart = c.take<long long>(nq);
+    s->cand_keys = c.take<float>((size_t)cand_cap);
+    s->cand_rows = c.take<int>((size_t)cand_cap);
+    s->cand_query = c.take<int>((size_t)cand_cap);
+    s->final_keys = c.take<float>(nq * k);
+    s->final_idx = c.take<int>(nq * k);
+    s->out_dist = c.take<float>(nq * k);
+    s->out_labels = c.take<int64_t>(nq * k);
+    s->radix = nullptr;
+    s->radix_bytes = 0;
+    if (a->scan.k > kMaxWarpSelectK) {
+        s->radix_bytes = select_rows_radix_workspace(p.nq, 1, (int)a->scan.k);
+        s->radix = c.take<char>(s->radix_bytes);
     }
-    s.total = at;
-    return s;
+    return c.used();
 }
 
-simil_status upload_plan(const Plan &p, const Scratch &s, cudaStream_t st)
-{
-    SML_CUDA_TRY(cudaMemcpyAsync(s.plan, p.base, p.upload, cudaMemcpyHostToDevice, st));
-    return SIMIL_OK;
-}
 
 template <typename DT, int G, int Q, int B, int W>
 simil_status launch_distances_as(const Batch &b, const DistItem *items, int n, cudaStream_t st)
@@ -588,6 +525,7 @@ simil_status launch_distances(const Batch &b, const DistItem *items, int n, cuda
     return launch_distances_as<DT, G, 0, 0, 0>(b, items, n, st);
 }
 
+
 // Steps 3 and 4 for batch queries [first, first + n), whose candidates fit.
 template <typename DT>
 simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p, Batch &b,
@@ -599,7 +537,7 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p
     int most = 1;
     for (int q = 0; q < n; ++q) {
         cstart[q] = at;
-        at += pad4(count[first + q]);
+        at += pad_to(count[first + q], 4);
         most = count[first + q] > most ? count[first + q] : most;
     }
     // cstart is indexed by batch query: the pass's entries go to its queries
@@ -617,131 +555,80 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p
         xfbq_rerank_kernel<<<(unsigned)(blocks < cap ? blocks : cap), kThreads, 0, st>>>(b);
         SML_LAUNCH_TRY("xfbq_rerank_kernel");
     }
-    SelectJob job{};
-    job.scores = s.cand_keys;
-    job.ld = 4;
-    job.row_scale_const = 1.0f;
-    job.in_idx = s.cand_rows;
-    job.row_offsets = s.cstart + first;
-    job.row_cols = s.count + first;
-    job.rows = n;
-    job.cols = most;
-    job.out_keys = s.final_keys;
-    job.out_idx = s.final_idx;
-    job.out_ld = a->k;
-    if (a->k <= kMaxWarpSelectK) {
-        job.k = (int)a->k;
-        SML_TRY(select_rows(job, ScoreType::f32, st));
-    } else {
-        job.k = (int)a->k < most ? (int)a->k : most;
-        SML_CUDA_TRY(cudaMemsetAsync(s.final_idx, 0xff, 4 * (size_t)n * a->k, st));
-        SML_TRY(select_rows_radix(job, ScoreType::f32, s.radix, s.radix_bytes, st));
-    }
-    SML_TRY(launch_finish(n, (int)a->k, s.final_keys, s.final_idx, b.l2, nullptr, a->ids,
-                          s.out_dist, s.out_labels, st));
-    const long long q = q0 + first;
-    SML_CUDA_TRY(cudaMemcpyAsync(a->distances + q * a->k, s.out_dist, 4 * (size_t)n * a->k,
-                                 cudaMemcpyDeviceToHost, st));
-    SML_CUDA_TRY(cudaMemcpyAsync(a->labels + q * a->k, s.out_labels, 8 * (size_t)n * a->k,
-                                 cudaMemcpyDeviceToHost, st));
-    SML_CUDA_TRY(cudaStreamSynchronize(st));
-    return SIMIL_OK;
+    const RaggedRows rows{s.cand_keys, s.cand_rows, s.cstart + first, s.count + first, n, most};
+    SML_TRY(select_ragged(rows, (int)a->scan.k, s.final_keys, s.final_idx, a->scan.k, s.radix,
+                          s.radix_bytes, st));
+    return finish_to_host(a->scan, q0 + first, n, s.final_keys, s.final_idx, s.out_dist,
+                          s.out_labels, st);
 }
 
+// Queries [q0, q0 + nq) of a (device queries and codes, host probes).
 template <typename DT>
 simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, int nq)
 {
     cudaStream_t st = dev->stream[0];
+    const sml_ivf_scan_args &sc = a->scan;
     const int group = (size_t)8 * a->nbins * 4 <= kSharedHist ? 8 : 4;
     Plan p;
-    SML_TRY(plan_batch(dev, a, q0, nq, group, &p));
+    SML_TRY(plan_batch(dev, sc, q0, nq, group, &p));
     long long cand_cap = kCandBudget > (long long)p.most + 4 ? kCandBudget : (long long)p.most + 4;
-    const Scratch need = carve(a, p, sizeof(DT), cand_cap, nullptr);
+    Scratch s{};
     char *ws = nullptr;
-    simil_status s = device_workspace(dev, need.total, reinterpret_cast<void **>(&ws));
-    Scratch sc{};
+    SML_TRY(device_workspace(dev, carve_scratch(nullptr, a, p, sizeof(DT), cand_cap, &s),
+                             reinterpret_cast<void **>(&ws)));
+    carve_scratch(ws, a, p, sizeof(DT), cand_cap, &s);
+    SML_CUDA_TRY(cudaMemcpyAsync(ws, p.base, p.upload, cudaMemcpyHostToDevice, st));
     Batch b{};
-    if (s == SIMIL_OK) {
-        sc = carve(a, p, sizeof(DT), cand_cap, ws);
-        s = upload_plan(p, sc, st);
-        b.query_codes = a->query_codes + q0 * a->query_bits * a->words;
-        b.queries = a->queries + q0 * a->dim;
-        b.qw = (int)(a->query_bits * a->words);
-        b.qbits = a->query_bits;
-        b.bbits = a->base_bits;
-        b.words = (int)a->words;
-        b.dim = (int)a->dim;
-        b.codes = static_cast<const char *>(a->codes);
-        b.code_stride = (long long)a->code_stride;
-        b.vectors = reinterpret_cast<const char *>(a->vectors);
-        b.vector_stride = (long long)a->vector_stride;
-        b.runs = sc.runs;
-        b.run_start = sc.run_start;
-        b.run_count = sc.run_start + nq;
-        b.scanned = sc.run_start + 2 * nq;
-        b.dstart = sc.dstart;
-        b.pair_query = sc.pair_query;
-        b.pair_pos0 = sc.pair_query + p.nruns + 1;
-        b.dist = sc.dist;
-        b.hist = sc.hist;
-        b.nbins = (int)a->nbins;
-        b.shift = a->bin_shift;
-        b.dclamp = (unsigned)(((unsigned long long)a->nbins << a->bin_shift) - 1);
-        b.extra_bins = (int)a->extra_bins;
-        b.k = (int)a->k;
-        b.limit = sc.limit;
-        b.count = sc.count;
-        b.fill = sc.fill;
-        b.cand_keys = sc.cand_keys;
-        b.cand_rows = sc.cand_rows;
-        b.cand_query = sc.cand_query;
-        b.l2 = a->metric == SIMIL_METRIC_L2;
-        b.codes_in_shared = (size_t)group * b.qw * 8 <= kSharedCodes;
-    }
-    if (s == SIMIL_OK)
-        s = cuda_status(cudaMemsetAsync(sc.hist, 0, 4 * (size_t)nq * a->nbins, st),
-                        "XFBQ histogram", __FILE__, __LINE__);
-    if (s == SIMIL_OK)
-        s = group == 8 ? launch_distances<DT, 8>(b, sc.items, p.nitems, st)
-                       : launch_distances<DT, 4>(b, sc.items, p.nitems, st);
-    if (s == SIMIL_OK) {
-        xfbq_threshold_kernel<<<nq, kThreads, 0, st>>>(b);
-        s = cuda_status(cudaGetLastError(), "xfbq_threshold_kernel", __FILE__, __LINE__);
-    }
-    if (s == SIMIL_OK)
-        s = cuda_status(
-            cudaMemcpyAsync(p.count, sc.count, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st),
-            "XFBQ candidates", __FILE__, __LINE__);
-    if (s == SIMIL_OK) s = cuda_status(cudaStreamSynchronize(st), "XFBQ scan", __FILE__, __LINE__);
+    b.query_codes = a->query_codes + q0 * a->query_bits * a->words;
+    b.queries = sc.queries + q0 * sc.dim;
+    b.qw = (int)(a->query_bits * a->words);
+    b.qbits = a->query_bits;
+    b.bbits = a->base_bits;
+    b.words = (int)a->words;
+    b.dim = (int)sc.dim;
+    b.codes = static_cast<const char *>(sc.lists.codes);
+    b.code_stride = (long long)sc.lists.code_stride;
+    b.vectors = reinterpret_cast<const char *>(a->vectors);
+    b.vector_stride = (long long)a->vector_stride;
+    b.runs = s.runs;
+    b.run_start = s.run_start;
+    b.run_count = s.run_count;
+    b.scanned = s.scanned;
+    b.dstart = s.dstart;
+    b.pair_query = s.pair_query;
+    b.pair_pos0 = s.pair_pos0;
+    b.dist = s.dist;
+    b.hist = s.hist;
+    b.nbins = (int)a->nbins;
+    b.shift = a->bin_shift;
+    b.dclamp = (unsigned)(((unsigned long long)a->nbins << a->bin_shift) - 1);
+    b.extra_bins = (int)a->extra_bins;
+    b.k = (int)sc.k;
+    b.limit = s.limit;
+    b.count = s.count;
+    b.fill = s.fill;
+    b.cand_keys = s.cand_keys;
+    b.cand_rows = s.cand_rows;
+    b.cand_query = s.cand_query;
+    b.l2 = sc.metric == SIMIL_METRIC_L2;
+    b.codes_in_shared = (size_t)group * b.qw * 8 <= kSharedCodes;
+    SML_CUDA_TRY(cudaMemsetAsync(s.hist, 0, 4 * (size_t)nq * a->nbins, st));
+    SML_TRY((group == 8 ? launch_distances<DT, 8>(b, s.items, p.nitems, st)
+                        : launch_distances<DT, 4>(b, s.items, p.nitems, st)));
+    xfbq_threshold_kernel<<<nq, kThreads, 0, st>>>(b);
+    SML_LAUNCH_TRY("xfbq_threshold_kernel");
+    SML_CUDA_TRY(cudaMemcpyAsync(p.count, s.count, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st));
+    SML_CUDA_TRY(cudaStreamSynchronize(st));
     // selection passes over runs of queries whose candidates fit
-    for (int first = 0; s == SIMIL_OK && first < nq;) {
+    for (int first = 0; first < nq;) {
         int n = 0;
         long long total = 0;
-        while (first + n < nq && (n == 0 || total + pad4(p.count[first + n]) <= cand_cap))
-            total += pad4(p.count[first + n++]);
-        s = select_pass<DT>(dev, a, p, b, sc, q0, first, n, st);
+        while (first + n < nq && (n == 0 || total + pad_to(p.count[first + n], 4) <= cand_cap))
+            total += pad_to(p.count[first + n++], 4);
+        SML_TRY(select_pass<DT>(dev, a, p, b, s, q0, first, n, st));
         first += n;
     }
-    return s;
-}
-
-// Queries per batch: their D fit the budget.
-int batch_queries(const sml_xfbq_scan_args *a, long long q0, size_t dsize)
-{
-    size_t bytes = 0;
-    int n = 0;
-    while (q0 + n < a->nq && n < kMaxBatch) {
-        long long c = 0;
-        for (int64_t j = 0; j < a->nprobe; ++j) {
-            const int64_t l = a->probes[(q0 + n) * a->nprobe + j];
-            if (l >= 0) c += a->list_size[l];
-        }
-        const size_t more = (size_t)((c + 7) / 8 * 8) * dsize;
-        if (n > 0 && bytes + more > kDistBudget) break;
-        bytes += more;
-        ++n;
-    }
-    return n;
+    return SIMIL_OK;
 }
 
 // One thread per (vector, word): the vector's scale, then its word of every
@@ -779,30 +666,33 @@ simil_status cuda_xfbq_encode(sml_backend *be, const sml_xfbq_encode_args *a)
 
 simil_status cuda_xfbq_scan(sml_backend *be, const sml_xfbq_scan_args *a)
 {
+    assert(sml_xfbq_scan_args_ok(a));
+    const sml_ivf_scan_args &scan = a->scan;
     long long rows_end = 0;
-    for (int64_t l = 0; l < a->nlist; ++l) {
-        const long long end = a->list_offset[l] + a->list_size[l];
+    for (int64_t l = 0; l < scan.lists.nlist; ++l) {
+        const long long end = scan.lists.offset[l] + scan.lists.size[l];
         rows_end = end > rows_end ? end : rows_end;
     }
-    SML_RETURN_IF(rows_end >= INT32_MAX || a->k >= INT32_MAX || a->nbins > 4096,
+    SML_RETURN_IF(rows_end >= INT32_MAX || scan.k >= INT32_MAX || a->nbins > 4096,
                   SIMIL_ERR_UNSUPPORTED,
                   "XFBQ on the GPU: at most 2^31 - 1 vectors and k below 2^31 (got %lld, k=%" PRId64
                   ")",
-                  rows_end, a->k);
-    if (a->nq == 0) return SIMIL_OK;
+                  rows_end, scan.k);
+    if (scan.nq == 0) return SIMIL_OK;
     const bool small = ((long long)a->nbins << a->bin_shift) <= 65536;  // D fits 16 bits
-    const size_t dsize = small ? 2 : 4;
-    Device *dev = device_of(be);
-    pthread_mutex_lock(&dev->lock);
-    simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
-    for (long long q0 = 0; s == SIMIL_OK && q0 < a->nq;) {
-        const int n = batch_queries(a, q0, dsize);
-        s = small ? run_batch<unsigned short>(dev, a, q0, n) : run_batch<unsigned>(dev, a, q0, n);
-        q0 += n;
-    }
-    if (s != SIMIL_OK) cudaStreamSynchronize(dev->stream[0]);
-    pthread_mutex_unlock(&dev->lock);
-    return s;
+    const BatchLimits limits{kXfbqShape, small ? (size_t)2 : (size_t)4, kDistBudget, kMaxBatch};
+    const long long qw = a->query_bits * a->words;
+    return ivf_locked(be, [&](Device *dev) {
+        return scan_planned(dev, &scan, limits,
+                            [&](const sml_ivf_scan_args &batch, long long first, long long sub,
+                                int n) {
+                                sml_xfbq_scan_args x = *a;
+                                x.scan = batch;
+                                x.query_codes = a->query_codes + first * qw;
+                                return small ? run_batch<unsigned short>(dev, &x, sub, n)
+                                             : run_batch<unsigned>(dev, &x, sub, n);
+                            });
+    });
 }
 
 }  // namespace sml

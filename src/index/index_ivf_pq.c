@@ -215,17 +215,19 @@ static simil_status sml_ivf_pq_search(const simil_index *index, const sml_search
     const int64_t lut_bytes = x->pq.m * x->pq.ksub * (int64_t)sizeof(float);
     /* the backend finds the probes: on a GPU, the queries, probes and
      * coarse keys stay in device memory from the coarse search to the scan */
-    sml_ivf_scan_args args = sml_ivf_scan_of(ivf, call);
-    args.pq_m = x->pq.m;
-    args.pq_ksub = x->pq.ksub;
-    args.pq_dsub = x->pq.dsub;
-    args.pq_codebooks = x->codebooks_mem;
-    args.coarse = ivf->centroids_mem;
-    args.pq_term1_at = ivf->metric == SIMIL_METRIC_L2 && call->params.precomputed_tables
-                           ? sml_pq_code_size(&x->pq)
-                           : 0;
-    args.lut_fp16 = call->params.lut == SML_LUT_FP16 ||
-                    (call->params.lut == SML_LUT_AUTO && lut_bytes > 48 * 1024);
+    const sml_ivf_pq_scan_args args = {
+        .scan = sml_ivf_scan_of(ivf, call),
+        .m = x->pq.m,
+        .ksub = x->pq.ksub,
+        .dsub = x->pq.dsub,
+        .codebooks = x->codebooks_mem,
+        .coarse = ivf->centroids_mem,
+        .term1_at = ivf->metric == SIMIL_METRIC_L2 && call->params.precomputed_tables
+                        ? sml_pq_code_size(&x->pq)
+                        : 0,
+        .lut_fp16 = call->params.lut == SML_LUT_FP16 ||
+                    (call->params.lut == SML_LUT_AUTO && lut_bytes > 48 * 1024),
+    };
     return index->backend->ops->ivf_pq_scan(index->backend, &args);
 }
 

@@ -8,6 +8,7 @@
 #include "algo/kmeans.h"
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/id_map.h"
 #include "core/progress.h"
 #include "index/index_internal.h"
 
@@ -15,6 +16,26 @@ static const uint32_t sml_tag_centroids = SML_TAG('I', 'V', 'F', 'C');
 static const uint32_t sml_tag_sizes = SML_TAG('L', 'S', 'I', 'Z');
 static const uint32_t sml_tag_list_ids = SML_TAG('L', 'I', 'D', 'S');
 static const uint32_t sml_tag_codes = SML_TAG('L', 'C', 'O', 'D');
+
+/* The arena's invariants (ivf.h), in debug builds: rows a multiple of 4
+ * bytes, derived bytes rebuilt on load, and each list's rows inside its room,
+ * the rooms apart and within the arena. */
+static void sml_ivf_check(const sml_ivf *ivf)
+{
+    assert(ivf->code_size % 4 == 0);
+    assert(ivf->file_code_size <= ivf->code_size);
+    assert(ivf->file_code_size == ivf->code_size || ivf->derive != NULL);
+#ifndef NDEBUG
+    int64_t end = 0;
+    for (int64_t l = 0; l < ivf->nlist && ivf->size != NULL; l++) {
+        assert(ivf->size[l] >= 0 && ivf->size[l] <= ivf->cap[l]);
+        if (ivf->cap[l] == 0) continue;
+        assert(ivf->offset[l] >= end);
+        end = ivf->offset[l] + ivf->cap[l];
+    }
+    assert(end <= ivf->capacity);
+#endif
+}
 
 simil_status sml_ivf_init(sml_ivf *ivf, int64_t nlist, int64_t dim, simil_metric metric,
                           int spherical, size_t code_size)
@@ -224,6 +245,19 @@ simil_status sml_ivf_probe(sml_backend *b, const sml_ivf *ivf, int64_t n, const 
     return s;
 }
 
+sml_ivf_lists sml_ivf_lists_of(const sml_ivf *ivf)
+{
+    sml_ivf_check(ivf);
+    return (sml_ivf_lists){
+        .offset = ivf->offset,
+        .size = ivf->size,
+        .nlist = ivf->nlist,
+        .codes = ivf->codes_mem,
+        .code_stride = ivf->code_size,
+        .ids = ivf->ids_mem,
+    };
+}
+
 sml_ivf_scan_args sml_ivf_scan_of(const sml_ivf *ivf, const sml_search_call *call)
 {
     const int64_t nprobe = call->params.nprobe > 0 ? call->params.nprobe : 1;
@@ -231,19 +265,16 @@ sml_ivf_scan_args sml_ivf_scan_of(const sml_ivf *ivf, const sml_search_call *cal
         .queries = call->queries,
         .nq = call->nq,
         .dim = ivf->dim,
-        .nprobe = nprobe < ivf->nlist ? nprobe : ivf->nlist,
-        .list_offset = ivf->offset,
-        .list_size = ivf->size,
-        .nlist = ivf->nlist,
-        .codes = ivf->codes_mem,
-        .code_size = ivf->code_size,
-        .ids = ivf->ids_mem,
+        .lists = sml_ivf_lists_of(ivf),
+        .probes = {
+            .nprobe = nprobe < ivf->nlist ? nprobe : ivf->nlist,
+            .coarse_search = sml_ivf_coarse_search(ivf),
+        },
         .k = call->k,
         .metric = ivf->metric,
         .distances = call->distances,
         .labels = call->labels,
         .threads = call->params.threads,
-        .coarse_search = sml_ivf_coarse_search(ivf),
     };
 }
 
@@ -458,6 +489,7 @@ simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64
 #pragma omp parallel for schedule(static) num_threads((int)counts.slices)
         for (int64_t i = 0; i < n; i++) ivf->host_ids[pos[i]] = ids[i];
         for (int64_t l = 0; l < nlist; l++) ivf->size[l] += add[l];
+        sml_ivf_check(ivf);
     } else {
         sml_ivf_arena_discard(b, &arena);
     }
@@ -466,16 +498,6 @@ simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64
     sml_free(new_cap);
     sml_free(pos);
     return s;
-}
-
-static int sml_ivf_sorted_has(const int64_t *sorted, int64_t n, int64_t id)
-{
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (sorted[mid] < id) lo = mid + 1; else hi = mid;
-    }
-    return lo < n && sorted[lo] == id;
 }
 
 /* The kept rows of every list, copied into a new tight arena. */
@@ -494,7 +516,7 @@ static simil_status sml_ivf_compact(sml_backend *b, sml_ivf *ivf, int64_t n_sort
             off[l] = r;
             for (int64_t j = 0; j < ivf->size[l]; j++) {
                 int64_t at = ivf->offset[l] + j;
-                if (sml_ivf_sorted_has(sorted_ids, n_sorted, ivf->host_ids[at])) continue;
+                if (sml_sorted_ids_contain(sorted_ids, n_sorted, ivf->host_ids[at])) continue;
                 src[r] = at;
                 host_ids[r++] = ivf->host_ids[at];
             }
@@ -531,7 +553,7 @@ simil_status sml_ivf_remove(sml_backend *b, sml_ivf *ivf, int64_t n_sorted,
     for (int64_t l = 0; l < ivf->nlist; l++)
         for (int64_t j = 0; j < ivf->size[l]; j++) {
             total++;
-            kept += !sml_ivf_sorted_has(sorted_ids, n_sorted, ivf->host_ids[ivf->offset[l] + j]);
+            kept += !sml_sorted_ids_contain(sorted_ids, n_sorted, ivf->host_ids[ivf->offset[l] + j]);
         }
     if (kept == total) return SIMIL_OK;
     SML_TRY(sml_ivf_compact(b, ivf, n_sorted, sorted_ids, kept));

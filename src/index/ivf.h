@@ -79,10 +79,14 @@ simil_status sml_ivf_probe(sml_backend *b, const sml_ivf *ivf, int64_t n, const 
 
 struct sml_search_call;
 
+/* The lists as scans read them (backend.h): valid until the next change. */
+sml_ivf_lists sml_ivf_lists_of(const sml_ivf *ivf);
+
 /* The scan of a search call (index_internal.h): its queries, k, outputs and
  * threads, nprobe from its parameters (1 to nlist), the lists, and the coarse
- * quantizer as the k-NN search that finds the probes (coarse_search).  The
- * caller adds what its codes need. */
+ * quantizer as the k-NN search that finds the probes (probes.coarse_search,
+ * no probe lists: the backend finds them).  The caller wraps it with what
+ * its codes need. */
 sml_ivf_scan_args sml_ivf_scan_of(const sml_ivf *ivf, const struct sml_search_call *call);
 
 /* Append n rows: row i goes to list lists[i], with code codes + i * code_size

@@ -1,0 +1,239 @@
+// cuda_ivf_pq_fused.cu: IVF-PQ's fused scan on the GPU (term-3 tables,
+// k <= kPqFusedMaxK; cuda_ivf_pq.cuh).
+//
+// Fused scan (term-3 tables, k <= kPqFusedMaxK): one block of 256 threads per
+// query builds the query's table once, scans every probed list, each warp
+// keeping its k best in a WarpSelect queue, and the block merges its warps'
+// queues.  No distance goes to memory, and no table is built per list.  Each
+// lane adds up its own row.  With the table by sub-quantizer, the 32 lanes of
+// a warp look up 32 random codes of one sub-quantizer at once, which shared
+// memory serves in 2.7 wavefronts on average (bank conflicts).  For m a power
+// of two from 4 to 64 with fp32 tables and k <= 64 (pq_swizzled) the table is
+// laid out by codeword instead, and each lane visits its row's sub-quantizers
+// in an order that puts the 32 lanes in 32 different banks: one wavefront per
+// lookup.  That kernel also keeps its warp queue in
+// registers: the out-of-line merge put the queue in local memory, where every
+// offered pair went.  In both layouts each lane reads its row's code words
+// where they lie in global memory (see pq_query_kernel).
+#include "cuda/cuda_ivf_pq.cuh"
+#include "cuda/warp_select.cuh"
+
+namespace sml {
+namespace {
+
+// ---- the table by codeword (SWZ = m, a power of two from 4 to 64) ----------
+//
+// Columns: W = max(m, 32).  Codeword j of sub-quantizer i sits at j * W + c
+// for every column c with c % m == i (m < 32 repeats each sub-quantizer
+// 32 / m times), so the bank of an entry is its column.  At step (u, b) of
+// its row (u < m / 4 code words, b < 4 bytes) lane l reads column
+// c = l ^ (4u + b): the 32 lanes read 32 different columns, hence banks, and
+// over the steps each lane meets every column of its row's sub-quantizers
+// once: sub-quantizer c % m = (l % m) ^ (4u + b), whose code is byte
+// (l % 4) ^ b of code word (l % m) / 4 ^ u.
+__host__ __device__ constexpr int swizzled_columns(int m) { return m > 32 ? m : 32; }
+
+// codebooks_by_codeword[(j * m + i) * dsub + t] = codebooks[(i * ksub + j) * dsub + t]:
+// the order in which fill_swizzled reads them, so that its loads coalesce.
+__global__ void pq_codebook_by_codeword_kernel(const float *codebooks, int m, int ksub, int dsub,
+                                               float *out)
+{
+    const int total = m * ksub * dsub;
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+        const int t = e % dsub, ij = e / dsub, j = ij / m, i = ij % m;
+        out[e] = codebooks[((long long)i * ksub + j) * dsub + t];
+    }
+}
+
+// The table by codeword: entry (i, j) = scale * <x_i, codeword j of
+// sub-quantizer i>, from the codebooks by codeword.  Consecutive threads take
+// consecutive sub-quantizers of one codeword: their loads coalesce and their
+// writes fall in different banks.
+template <int M>
+__device__ __forceinline__ void fill_swizzled(float *table, int ksub, int dsub, const float *x,
+                                              const float *by_codeword, float scale)
+{
+    constexpr int W = swizzled_columns(M);
+    for (int e = threadIdx.x; e < M * ksub; e += blockDim.x) {
+        const int j = e / M, i = e % M;
+        const float v = scaled_dot(x + i * dsub, by_codeword + (long long)e * dsub, dsub, scale);
+#pragma unroll
+        for (int col = i; col < W; col += M) table[j * W + col] = v;
+    }
+}
+
+// Sum of a row's m entries from the table by codeword (see above); `words`
+// is the row's codes in global memory, one byte per sub-quantizer.  Lane l
+// takes code word (l % m) / 4 ^ u at step u: global loads have no banks, so
+// the lane reads its words in that order (reading them in order and
+// permuting them in registers, as when the rows were staged in shared memory,
+// was slower; docs/benchmarks.md, "Tried and dropped").
+template <int M>
+__device__ __forceinline__ float row_sum_swizzled(const uint32_t *words, const float *table,
+                                                  int lane)
+{
+    constexpr int kPitchShift = M > 32 ? 8 : 7;  // log2 of a codeword's bytes
+    constexpr int kWords = M / 4;
+    const int first = (lane & (M - 1)) >> 2;
+    uint32_t w[kWords];
+#pragma unroll
+    for (int u = 0; u < kWords; ++u) w[u] = __ldg(words + (u ^ first));
+    const int r = lane & 3;  // byte b of the permuted word is byte r ^ b of the code word
+    const uint32_t order = (uint32_t)(r | (r ^ 1) << 4 | (r ^ 2) << 8 | (r ^ 3) << 12);
+    const char *base = reinterpret_cast<const char *>(table);
+    const uint32_t lane4 = (uint32_t)lane << 2;
+    float acc = 0;
+#pragma unroll
+    for (int u = 0; u < kWords; ++u) {
+        const uint32_t word = __byte_perm(w[u], 0, order);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            // byte offset of column lane ^ (4u + b) of the codeword
+            const uint32_t at = ((((word >> (8 * b)) & 0xff) << kPitchShift) | lane4) ^ (16 * u + 4 * b);
+            acc += *reinterpret_cast<const float *>(base + at);
+        }
+    }
+    return acc;
+}
+
+// Bytes of the fused kernel's table, padded to 16.
+__host__ __device__ __forceinline__ int query_table_bytes(int entries, bool fp16)
+{
+    return (entries * (fp16 ? 2 : 4) + 15) / 16 * 16;
+}
+
+// Fused scan: one block per query; out_keys / out_idx get its k best keys
+// and arena rows (-1 past the candidates).  Each warp takes 32 rows at a
+// time, and each lane adds up its own row, reading its code words where
+// they lie: the 32 rows are contiguous in the arena, so a warp's loads stay
+// within 32 x code_size bytes that L1 keeps between them.  The kernel is
+// bound by instruction issue, and copying the rows into shared memory first
+// (coalesced loads, stores, a sync) cost about 75 instructions per 32 rows,
+// a large share of a search (docs/benchmarks.md, "Tried and dropped").
+// The kernel with the table by codeword (K <= 64) keeps its queue in
+// registers; the other, for k up to kPqFusedMaxK, merges out of line.
+template <int SWZ, int K>
+__device__ __forceinline__ void merge_queue(WarpSelect<K> &ws)
+{
+    if constexpr (SWZ > 0)
+        ws.merge_inline();
+    else
+        ws.merge();
+}
+
+// SWZ: 0 for the table by sub-quantizer, else m (fp32, table by codeword).
+template <int K, bool FP16, int SWZ>
+__global__ void __launch_bounds__(kPqThreads, SWZ > 0 ? 5 : 1)
+pq_query_kernel(const __grid_constant__ PqQueryScan a)
+{
+    static_assert(SWZ == 0 || !FP16, "the table by codeword is fp32");
+    extern __shared__ float pq_smem[];  // the table, then the warps' queues
+    __shared__ float reduce[32];
+    const int q = blockIdx.x;
+    const float *x = a.queries + (long long)q * a.dim;
+    const int m = a.m, ksub = a.ksub, dsub = a.dsub;
+    const auto term3 = [&](int e) {
+        return term3_entry(x, a.codebooks, ksub, dsub, a.term3_scale, e);
+    };
+    float inv_scale = 1.0f, offset = 0.0f;
+    if constexpr (SWZ > 0)
+        fill_swizzled<SWZ>(pq_smem, ksub, dsub, x, a.codebooks_by_codeword, a.term3_scale);
+    else
+        fill_table<FP16>(pq_smem, m * ksub, m, term3, reduce, inv_scale, offset);
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    WarpSelect<K> ws;
+    ws.init(a.k, INFINITY, kEmptyIdx);
+    for (int p = 0; p < a.nprobe; ++p) {
+        const int64_t l = a.probes[(long long)q * a.nprobe + p];
+        if (l < 0) continue;
+        const int cols = (int)a.list_size[l];
+        const long long first = a.list_offset[l];
+        const float base = a.probe_key_sign * a.probe_keys[(long long)q * a.nprobe + p] + offset;
+        // every lane of a warp takes the same trips: need_merge is warp-wide
+        for (int r0 = warp * 32; r0 < cols; r0 += kPqThreads) {
+            float key = INFINITY;
+            int idx = kEmptyIdx;
+            if (r0 + lane < cols) {
+                const uint8_t *row = a.codes + (first + r0 + lane) * a.code_size;
+                float sum;
+                if constexpr (SWZ > 0)
+                    sum = row_sum_swizzled<SWZ>(reinterpret_cast<const uint32_t *>(row), pq_smem,
+                                                lane);
+                else
+                    sum = row_sum<FP16>(row, m, ksub, pq_smem) * inv_scale;
+                key = base + row_term1(row, a.term1_at) + sum;
+                idx = (int)(first + r0 + lane);
+            }
+            ws.add(key, idx);
+            if (ws.need_merge()) merge_queue<SWZ>(ws);
+        }
+    }
+    merge_queue<SWZ>(ws);
+    __syncthreads();  // the table is done with: its room takes the queues
+    float *qk = pq_smem;
+    int *qv = reinterpret_cast<int *>(pq_smem + kPqWarps * K);
+#pragma unroll
+    for (int r = 0; r < WarpSelect<K>::N; ++r) {
+        qk[warp * K + r * 32 + lane] = ws.wk[r];
+        qv[warp * K + r * 32 + lane] = ws.wv[r];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    for (int e = K + lane; e < kPqWarps * K; e += 32) {
+        ws.add(qk[e], qv[e]);
+        if (ws.need_merge()) merge_queue<SWZ>(ws);
+    }
+    merge_queue<SWZ>(ws);
+    ws.write(a.out_keys + (long long)q * a.k, a.out_idx + (long long)q * a.k);
+}
+
+template <int K, bool FP16, int SWZ>
+simil_status launch_query(const PqQueryScan &a, int nq, cudaStream_t st)
+{
+    const size_t table = SWZ > 0 ? (size_t)a.ksub * swizzled_columns(SWZ) * 4
+                                 : (size_t)query_table_bytes(a.m * a.ksub, FP16);
+    const size_t queues = (size_t)kPqWarps * K * 8;
+    const size_t smem = table > queues ? table : queues;
+    const auto kernel = pq_query_kernel<K, FP16, SWZ>;
+    SML_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)smem));
+    kernel<<<nq, kPqThreads, smem, st>>>(a);
+    SML_LAUNCH_TRY("pq_query_kernel");
+    return SIMIL_OK;
+}
+
+template <int K>
+simil_status launch_query_k(const PqQueryScan &a, bool fp16, bool swizzled, int nq,
+                            cudaStream_t st)
+{
+    if constexpr (K <= 64) {
+        if (swizzled) switch (a.m) {
+                case 4: return launch_query<K, false, 4>(a, nq, st);
+                case 8: return launch_query<K, false, 8>(a, nq, st);
+                case 16: return launch_query<K, false, 16>(a, nq, st);
+                case 32: return launch_query<K, false, 32>(a, nq, st);
+                default: return launch_query<K, false, 64>(a, nq, st);
+            }
+    }
+    return fp16 ? launch_query<K, true, 0>(a, nq, st) : launch_query<K, false, 0>(a, nq, st);
+}
+
+}  // namespace
+
+simil_status launch_pq_fused(const PqQueryScan &scan, bool fp16, bool swizzled, int nq,
+                             cudaStream_t st)
+{
+    if (nq == 0) return SIMIL_OK;
+    if (swizzled) {
+        pq_codebook_by_codeword_kernel<<<32, 256, 0, st>>>(scan.codebooks, scan.m, scan.ksub,
+                                                           scan.dsub, scan.codebooks_by_codeword);
+        SML_LAUNCH_TRY("pq_codebook_by_codeword_kernel");
+    }
+    if (scan.k <= 32) return launch_query_k<32>(scan, fp16, swizzled, nq, st);
+    if (scan.k <= 64) return launch_query_k<64>(scan, fp16, swizzled, nq, st);
+    if (scan.k <= 128) return launch_query_k<128>(scan, fp16, swizzled, nq, st);
+    return launch_query_k<kPqFusedMaxK>(scan, fp16, swizzled, nq, st);
+}
+
+}  // namespace sml

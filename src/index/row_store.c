@@ -1,0 +1,174 @@
+/* row_store.c: growable arrays of rows in backend memory (row_store.h). */
+#include "index/row_store.h"
+
+#include <assert.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/id_map.h"
+#include "index/index_internal.h"
+
+sml_row_store sml_row_store_empty(size_t width0, size_t width1)
+{
+    assert(width0 % 4 == 0 && width1 % 4 == 0);
+    return (sml_row_store){.width = {width0, width1}};
+}
+
+void sml_row_store_free(sml_backend *b, sml_row_store *s)
+{
+    for (int c = 0; c < SML_ROW_STORE_COLUMNS; c++) {
+        b->ops->mem_free(b, s->column[c]);
+        s->column[c] = NULL;
+    }
+    b->ops->mem_free(b, s->ids);
+    sml_free(s->host_ids);
+    s->ids = NULL;
+    s->host_ids = NULL;
+    s->capacity = 0;
+}
+
+/* A store of s's widths whose blocks are all fresh (none yet). */
+static sml_row_store sml_row_store_fresh(const sml_row_store *s, int64_t capacity)
+{
+    sml_row_store next = sml_row_store_empty(s->width[0], s->width[1]);
+    next.capacity = capacity;
+    return next;
+}
+
+simil_status sml_row_store_reserve(sml_backend *b, const sml_row_store *s, int64_t used,
+                                   int64_t need, sml_row_store *next)
+{
+    assert(used >= 0 && used <= s->capacity);
+    *next = *s;
+    if (need <= s->capacity) return SIMIL_OK;
+    int64_t cap = s->capacity + s->capacity / 2;
+    if (cap < need) cap = need;
+    sml_row_store fresh = sml_row_store_fresh(s, cap);
+    simil_status st = SIMIL_OK;
+    for (int c = 0; c < SML_ROW_STORE_COLUMNS && st == SIMIL_OK; c++)
+        if (s->width[c] > 0)
+            st = sml_mem_clone(b, &fresh.column[c], s->column[c], (size_t)used * s->width[c],
+                               (size_t)cap * s->width[c]);
+    if (st == SIMIL_OK)
+        st = sml_mem_clone(b, (void **)&fresh.ids, s->ids, (size_t)used * sizeof(int64_t),
+                           (size_t)cap * sizeof(int64_t));
+    if (st == SIMIL_OK)
+        st = sml_alloc((void **)&fresh.host_ids, (size_t)cap, sizeof(int64_t), "ids");
+    if (st != SIMIL_OK) {
+        sml_row_store_free(b, &fresh);
+        return st;
+    }
+    if (used > 0) memcpy(fresh.host_ids, s->host_ids, (size_t)used * sizeof(int64_t));
+    *next = fresh;
+    return SIMIL_OK;
+}
+
+void sml_row_store_commit(sml_backend *b, sml_row_store *s, const sml_row_store *next)
+{
+    if (next->host_ids != s->host_ids) sml_row_store_free(b, s);
+    *s = *next;
+}
+
+void sml_row_store_discard(sml_backend *b, const sml_row_store *s, sml_row_store *next)
+{
+    if (next->host_ids != s->host_ids) sml_row_store_free(b, next);
+    *next = *s;
+}
+
+simil_status sml_row_store_put_ids(sml_backend *b, sml_row_store *s, int64_t at, int64_t n,
+                                   const int64_t *ids)
+{
+    assert(at >= 0 && at + n <= s->capacity);
+    SML_TRY(b->ops->mem_upload(b, s->ids + at, ids, (size_t)n * sizeof(int64_t)));
+    memcpy(s->host_ids + at, ids, (size_t)n * sizeof(int64_t));
+    return SIMIL_OK;
+}
+
+/* *out = a new block holding rows keep[0..n) of src. */
+static simil_status sml_row_store_gather(sml_backend *b, void **out, const void *src,
+                                         size_t row_bytes, int64_t n, const int64_t *keep)
+{
+    SML_TRY(b->ops->mem_alloc(b, (size_t)(n > 0 ? n : 1) * row_bytes, out));
+    return b->ops->mem_move_rows(b, *out, NULL, src, keep, row_bytes, n);
+}
+
+simil_status sml_row_store_keep(sml_backend *b, const sml_row_store *s, int64_t used,
+                                int64_t n_sorted, const int64_t *sorted_ids, sml_row_store *next,
+                                int64_t *kept)
+{
+    *next = *s;
+    *kept = used;
+    int64_t *keep;
+    SML_TRY(sml_alloc((void **)&keep, (size_t)(used > 0 ? used : 1), sizeof *keep,
+                      "rows to keep"));
+    int64_t n = 0;
+    for (int64_t i = 0; i < used; i++)
+        if (!sml_sorted_ids_contain(sorted_ids, n_sorted, s->host_ids[i])) keep[n++] = i;
+    simil_status st = SIMIL_OK;
+    if (n < used) {
+        sml_row_store fresh = sml_row_store_fresh(s, n);
+        for (int c = 0; c < SML_ROW_STORE_COLUMNS && st == SIMIL_OK; c++)
+            if (s->width[c] > 0)
+                st = sml_row_store_gather(b, &fresh.column[c], s->column[c], s->width[c], n, keep);
+        if (st == SIMIL_OK)
+            st = sml_row_store_gather(b, (void **)&fresh.ids, s->ids, sizeof(int64_t), n, keep);
+        if (st == SIMIL_OK)
+            st = sml_alloc((void **)&fresh.host_ids, (size_t)(n > 0 ? n : 1), sizeof(int64_t),
+                           "ids");
+        if (st == SIMIL_OK) {
+            for (int64_t i = 0; i < n; i++) fresh.host_ids[i] = s->host_ids[keep[i]];
+            *next = fresh;
+            *kept = n;
+        } else {
+            sml_row_store_free(b, &fresh);
+        }
+    }
+    sml_free(keep);
+    return st;
+}
+
+/* The first of the `used` rows with this id, or -1. */
+static int64_t sml_row_store_find(const sml_row_store *s, int64_t used, int64_t id)
+{
+    for (int64_t i = 0; i < used; i++)
+        if (s->host_ids[i] == id) return i;
+    return -1;
+}
+
+void sml_row_store_ids(const sml_row_store *s, int64_t used, int64_t *out)
+{
+    if (used > 0) memcpy(out, s->host_ids, sizeof(int64_t) * (size_t)used);
+}
+
+simil_status sml_row_store_reconstruct(sml_backend *b, const sml_row_store *s, int64_t used,
+                                       int64_t id, int c, void *out)
+{
+    const int64_t i = sml_row_store_find(s, used, id);
+    SML_RETURN_IF(i < 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "reconstruct: id %" PRId64 " is not in the index", id);
+    return b->ops->mem_download(b, out, sml_row_store_at(s, c, i), s->width[c]);
+}
+
+simil_status sml_row_store_load_ids(sml_backend *b, sml_row_store *s, sml_reader *r,
+                                    uint32_t tag, int64_t n, int64_t next_id,
+                                    uint64_t file_row_bytes)
+{
+    assert(s->capacity == 0 && file_row_bytes > 0);
+    uint64_t bytes;
+    SML_TRY(sml_section_open(r, tag, &bytes));
+    SML_RETURN_IF(bytes != (uint64_t)n * sizeof(int64_t), SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: %" PRId64 " vectors but %llu bytes of ids", r->path, n,
+                  (unsigned long long)bytes);
+    SML_RETURN_IF((uint64_t)n > r->size / file_row_bytes, SIMIL_ERR_CORRUPT,
+                  "'%s' is truncated: %" PRId64 " vectors of %llu bytes cannot fit in %llu "
+                  "bytes", r->path, n, (unsigned long long)file_row_bytes,
+                  (unsigned long long)r->size);
+    sml_row_store next;
+    SML_TRY(sml_row_store_reserve(b, s, 0, n, &next));
+    sml_row_store_commit(b, s, &next);
+    SML_TRY(sml_section_read(r, s->host_ids, (size_t)bytes));
+    SML_TRY(sml_section_close(r));
+    SML_TRY(sml_ids_check(r->path, n, s->host_ids, next_id));
+    return b->ops->mem_upload(b, s->ids, s->host_ids, (size_t)bytes);
+}

@@ -1,0 +1,81 @@
+/* row_store.h: the growable arrays of rows behind the flat index types
+ * (Flat: vectors and norms; flat XFBQ: codes and vectors).
+ *
+ * A store holds up to SML_ROW_STORE_COLUMNS columns of backend memory, each
+ * capacity rows of its own width, the rows' ids in backend memory and a host
+ * copy of them (for remove, reconstruct and save without a download).  The
+ * caller keeps the count of rows in use.  Nothing changes in place that a
+ * failure could leave half done: growing and removing build the new arrays
+ * beside the old ones, and the caller commits them once every later step has
+ * succeeded, or discards them. */
+#ifndef SML_ROW_STORE_H
+#define SML_ROW_STORE_H
+
+#include "core/backend.h"
+#include "core/file_io.h"
+
+#define SML_ROW_STORE_COLUMNS 2
+
+typedef struct sml_row_store {
+    size_t width[SML_ROW_STORE_COLUMNS]; /* bytes per row; 0: the column is unused */
+    void *column[SML_ROW_STORE_COLUMNS]; /* mem: capacity x width */
+    int64_t *ids;                        /* mem: capacity */
+    int64_t *host_ids;                   /* host: capacity */
+    int64_t capacity;
+} sml_row_store;
+
+/* An empty store with columns of these widths (bytes, multiples of 4; 0 for
+ * none). */
+sml_row_store sml_row_store_empty(size_t width0, size_t width1);
+
+void sml_row_store_free(sml_backend *b, sml_row_store *s);
+
+/* *next = a store with room for need rows holding the first `used` of s: s
+ * itself when it has the room, else new blocks growing by half (all or
+ * none; s is left as it is).  The caller fills rows past used, then commits
+ * next or discards it. */
+simil_status sml_row_store_reserve(sml_backend *b, const sml_row_store *s, int64_t used,
+                                   int64_t need, sml_row_store *next);
+
+/* next (from reserve or keep) becomes s; s's old blocks are freed. */
+void sml_row_store_commit(sml_backend *b, sml_row_store *s, const sml_row_store *next);
+
+/* Drop next after a failure; s stays as it was. */
+void sml_row_store_discard(sml_backend *b, const sml_row_store *s, sml_row_store *next);
+
+/* Rows [at, at + n) of s get these ids (host), in backend memory and the
+ * host copy. */
+simil_status sml_row_store_put_ids(sml_backend *b, sml_row_store *s, int64_t at, int64_t n,
+                                   const int64_t *ids);
+
+/* *next = a tight new store of the rows among the first `used` of s whose id
+ * is not in sorted_ids (ascending), in order; *kept its rows.  Where no row
+ * goes, *next is s itself and nothing is allocated. */
+simil_status sml_row_store_keep(sml_backend *b, const sml_row_store *s, int64_t used,
+                                int64_t n_sorted, const int64_t *sorted_ids, sml_row_store *next,
+                                int64_t *kept);
+
+/* The ids of the first `used` rows, into out (host). */
+void sml_row_store_ids(const sml_row_store *s, int64_t used, int64_t *out);
+
+/* Column c of the first of the `used` rows with this id, into out (host,
+ * width[c] bytes): what reconstruct returns; an error where no row has it. */
+simil_status sml_row_store_reconstruct(sml_backend *b, const sml_row_store *s, int64_t used,
+                                       int64_t id, int c, void *out);
+
+/* The address of row r of column c (backend memory). */
+static inline void *sml_row_store_at(const sml_row_store *s, int c, int64_t r)
+{
+    return (char *)s->column[c] + (size_t)r * s->width[c];
+}
+
+/* Loading n rows from a file section of their ids (tag): the ids are
+ * checked against next_id (sml_ids_check), and the store is a fresh one of n rows that
+ * the caller fills from the sections after.  file_row_bytes, the bytes a row
+ * takes in the file, bounds n by the file's size before anything is
+ * allocated. */
+simil_status sml_row_store_load_ids(sml_backend *b, sml_row_store *s, sml_reader *r,
+                                    uint32_t tag, int64_t n, int64_t next_id,
+                                    uint64_t file_row_bytes);
+
+#endif
