@@ -46,7 +46,7 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
     } else if (spec.encoding == SML_ENCODING_PQ) {
         init = sml_ivf_pq_init;
     } else if (spec.encoding == SML_ENCODING_XFBQ) {
-        init = sml_xfbq_index_init;
+        init = spec.ivf_nlist ? sml_ivf_xfbq_init : sml_xfbq_flat_init;
     }
     SML_RETURN_IF(init == NULL, SIMIL_ERR_UNSUPPORTED,
                   "index '%s' is valid, but this version of simil cannot build it",

@@ -123,9 +123,11 @@ simil_status sml_ivf_flat_init(simil_index *index);
 simil_status sml_ivf_pq_init(simil_index *index);
 simil_status sml_opq_init(simil_index *index);
 simil_status sml_refine_init(simil_index *index);
-/* XFBQ and IVFn,XFBQ (index_xfbq_common.c); the scale alpha of such an index (0
- * until chosen, and for other types), for tests. */
-simil_status sml_xfbq_index_init(simil_index *index);
+/* XFBQ (index_xfbq.c) and IVFn,XFBQ (index_ivf_xfbq.c); the scale alpha of
+ * such an index (0 until chosen, and for other types), for tests
+ * (index_xfbq_common.c). */
+simil_status sml_xfbq_flat_init(simil_index *index);
+simil_status sml_ivf_xfbq_init(simil_index *index);
 float sml_xfbq_index_alpha(const simil_index *index);
 simil_status sml_shards_init(simil_index *index);
 

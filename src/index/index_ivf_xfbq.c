@@ -167,7 +167,7 @@ static void sml_ivf_xfbq_destroy(simil_index *index)
     sml_free(index->impl);
 }
 
-const sml_index_vtable sml_ivf_xfbq_vtable = {
+static const sml_index_vtable sml_ivf_xfbq_vtable = {
     .train = sml_ivf_xfbq_train,
     .add = sml_ivf_xfbq_add,
     .search = sml_ivf_xfbq_search,

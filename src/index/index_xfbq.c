@@ -224,7 +224,7 @@ static void sml_xfbq_flat_destroy(simil_index *index)
     sml_free(index->impl);
 }
 
-const sml_index_vtable sml_xfbq_flat_vtable = {
+static const sml_index_vtable sml_xfbq_flat_vtable = {
     .train = sml_xfbq_flat_train,
     .add = sml_xfbq_flat_add,
     .search = sml_xfbq_flat_search,

@@ -12,9 +12,12 @@ static const uint32_t sml_tag_params = SML_TAG('X', 'F', 'B', 'Q');
 
 enum { SML_XFBQ_ALPHA_SET = 1, SML_XFBQ_ALPHA_MANUAL = 2 };
 
+/* Whether the factory made index as one of the two XFBQ types (and not as a
+ * wrapper around one: index_factory.c), whose impl starts with the base. */
 static int sml_xfbq_index_is(const simil_index *index)
 {
-    return index->vt == &sml_xfbq_flat_vtable || index->vt == &sml_ivf_xfbq_vtable;
+    const sml_index_spec *s = &index->spec;
+    return s->encoding == SML_ENCODING_XFBQ && !s->shards && !s->refine && !s->opq_m;
 }
 
 simil_status sml_xfbq_base_init(sml_xfbq_base *base, const simil_index *index,
@@ -184,11 +187,6 @@ simil_status sml_xfbq_load_params(simil_index *index, sml_reader *r)
     x->q.alpha = alpha;
     x->alpha_manual = (flags & SML_XFBQ_ALPHA_MANUAL) != 0;
     return SIMIL_OK;
-}
-
-simil_status sml_xfbq_index_init(simil_index *index)
-{
-    return index->spec.ivf_nlist > 0 ? sml_ivf_xfbq_init(index) : sml_xfbq_flat_init(index);
 }
 
 simil_status simil_index_set_xfbq_alpha(simil_index *index, float alpha)

@@ -68,10 +68,4 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
 simil_status sml_xfbq_save_params(const simil_index *index, sml_writer *w);
 simil_status sml_xfbq_load_params(simil_index *index, sml_reader *r);
 
-/* The two types, each in its own file. */
-extern const sml_index_vtable sml_xfbq_flat_vtable;
-extern const sml_index_vtable sml_ivf_xfbq_vtable;
-simil_status sml_xfbq_flat_init(simil_index *index);
-simil_status sml_ivf_xfbq_init(simil_index *index);
-
 #endif
