@@ -43,13 +43,10 @@
 // the re-ranking is bound by DRAM, scattered rows, not by its L2 requests;
 // docs/benchmarks.md, "Tried and dropped".)
 //
-// Also here: the queries' codes (cuda_xfbq_encode: one thread per vector and
-// word, the host encoder's arithmetic from core/xfbq_code.h): on the host
-// they were a noticeable share of a search (docs/benchmarks.md, "XFBQ").
+// The queries' codes come from cuda_xfbq_encode.cu.
 #include <assert.h>
 #include <string.h>
 
-#include "core/xfbq_code.h"
 #include "cuda/cuda_ivf.cuh"
 #include "cuda/select.cuh"
 
@@ -492,7 +489,6 @@ size_t carve_scratch(void *base, const sml_xfbq_scan_args *a, const Plan &p, siz
     return c.used();
 }
 
-
 template <typename DT, int G, int Q, int B, int W>
 simil_status launch_distances_as(const Batch &b, const DistItem *items, int n, cudaStream_t st)
 {
@@ -524,7 +520,6 @@ simil_status launch_distances(const Batch &b, const DistItem *items, int n, cuda
     }
     return launch_distances_as<DT, G, 0, 0, 0>(b, items, n, st);
 }
-
 
 // Steps 3 and 4 for batch queries [first, first + n), whose candidates fit.
 template <typename DT>
@@ -631,38 +626,7 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     return SIMIL_OK;
 }
 
-// One thread per (vector, word): the vector's scale, then its word of every
-// plane, with the host's arithmetic (core/xfbq_code.h).
-__global__ void xfbq_encode_kernel(const sml_xfbq_encode_args a)
-{
-    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= a.n * a.words) return;
-    const long long r = t / a.words;
-    const float *row = a.x + r * a.dim;
-    const float scale = sml_xfbq_row_scale(row, a.dim, a.alpha, a.normalize);
-    sml_xfbq_encode_word(row, a.dim, scale, a.bits, a.words, t - r * a.words,
-                         a.codes + r * a.bits * a.words);
-}
-
 }  // namespace
-
-simil_status cuda_xfbq_encode(sml_backend *be, const sml_xfbq_encode_args *a)
-{
-    const long long threads = a->n * a->words;
-    if (threads == 0) return SIMIL_OK;
-    Device *dev = device_of(be);
-    pthread_mutex_lock(&dev->lock);
-    simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
-    if (s == SIMIL_OK) s = device_join_caller(dev);
-    if (s == SIMIL_OK) {
-        xfbq_encode_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, dev->stream[0]>>>(*a);
-        s = cuda_status(cudaGetLastError(), "xfbq_encode_kernel", __FILE__, __LINE__);
-    }
-    if (s == SIMIL_OK)
-        s = cuda_status(cudaStreamSynchronize(dev->stream[0]), "XFBQ codes", __FILE__, __LINE__);
-    pthread_mutex_unlock(&dev->lock);
-    return s;
-}
 
 simil_status cuda_xfbq_scan(sml_backend *be, const sml_xfbq_scan_args *a)
 {

@@ -1,0 +1,45 @@
+// cuda_xfbq_encode.cu: the XFBQ codes of vectors on the GPU (the backend op
+// xfbq_encode): one thread per vector and word, the host encoder's
+// arithmetic from core/xfbq_code.h, bit for bit; on the host they were a
+// noticeable share of a search (docs/benchmarks.md, "XFBQ").
+#include "core/xfbq_code.h"
+#include "cuda/cuda_device.cuh"
+#include "cuda/cuda_util.cuh"
+
+namespace sml {
+namespace {
+
+// One thread per (vector, word): the vector's scale, then its word of every
+// plane, with the host's arithmetic (core/xfbq_code.h).
+__global__ void xfbq_encode_kernel(const sml_xfbq_encode_args a)
+{
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= a.n * a.words) return;
+    const long long r = t / a.words;
+    const float *row = a.x + r * a.dim;
+    const float scale = sml_xfbq_row_scale(row, a.dim, a.alpha, a.normalize);
+    sml_xfbq_encode_word(row, a.dim, scale, a.bits, a.words, t - r * a.words,
+                         a.codes + r * a.bits * a.words);
+}
+
+}  // namespace
+
+simil_status cuda_xfbq_encode(sml_backend *be, const sml_xfbq_encode_args *a)
+{
+    const long long threads = a->n * a->words;
+    if (threads == 0) return SIMIL_OK;
+    Device *dev = device_of(be);
+    pthread_mutex_lock(&dev->lock);
+    simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
+    if (s == SIMIL_OK) s = device_join_caller(dev);
+    if (s == SIMIL_OK) {
+        xfbq_encode_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, dev->stream[0]>>>(*a);
+        s = cuda_status(cudaGetLastError(), "xfbq_encode_kernel", __FILE__, __LINE__);
+    }
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaStreamSynchronize(dev->stream[0]), "XFBQ codes", __FILE__, __LINE__);
+    pthread_mutex_unlock(&dev->lock);
+    return s;
+}
+
+}  // namespace sml
