@@ -113,7 +113,7 @@ static void run_graph(const bench_args *a, const char *index, int64_t nprobe, in
     simil_search_params *search = NULL;
     simil_knn_graph_params_init(&p);
     if (simil_search_params_create(&search) ||
-        simil_search_params_set_int(search, "nprobe", nprobe) ||
+        (nprobe > 0 && simil_search_params_set_int(search, "nprobe", nprobe)) ||
         (a->threads && simil_search_params_set_int(search, "threads", a->threads)))
         die("search parameters");
     p.method = method_of(a->method);
@@ -169,6 +169,7 @@ int main(int argc, char **argv)
     printf("%-13s %-6s %-13s %6s %7s %7s %7s %7s %7s %8s %7s %9s %9s  %s\n", "data", "method",
            "index", "nprobe", "train", "add", "build", "search", "total", "quality", "qual_s",
            "pairs", "fp32", "backend");
+    /* nprobe 0: the exact graph has none to set */
     if (fashion && a.exact) run_graph(&a, "Flat", 0, n, dim, x, ids, dist);
     char list[256];
     snprintf(list, sizeof list, "%s", a.nprobe);
