@@ -19,6 +19,7 @@
 #include "algo/knn_graph.h"
 #include "algo/knn_join.h"
 #include "core/alloc.h"
+#include "core/backend.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/vectors.h"
@@ -45,7 +46,15 @@ simil_status sml_graph_join_applies(const simil_knn_graph_params *p, int64_t dim
     fits = fits && s == SIMIL_OK && place.count == 1 && place.replicas == 1;
     if (p->method == SIMIL_KNN_GRAPH_AUTO) {
         sml_error_clear(); /* the search build reports a bad index or device itself */
-        *join = fits;
+        /* On a GPU the per-query search beats the join of lists at equal quality
+         * (H100, 2026-11-25, docs/knn-graph.md: mix10M IVF4096,Flat searched in
+         * 7.2 s at quality 0.958, joined in 21.7 s at 0.996 and 9.0 s at 0.467),
+         * since the GPU join runs one exact search per block of rows.  There AUTO
+         * joins only for the exact graph (Flat: one block, the same search). */
+        const int gpu = fits && (strncmp(place.device[0], "gpu", 3) == 0 ||
+                                 (strcmp(place.device[0], "auto") == 0 &&
+                                  sml_cuda_device_count() > 0));
+        *join = fits && (!gpu || spec.ivf_nlist == 0);
     } else {
         SML_TRY(s);
         SML_RETURN_IF(!fits, SIMIL_ERR_INVALID_ARGUMENT,
