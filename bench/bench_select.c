@@ -14,8 +14,12 @@
  * around the selection kernel alone (select_rows: no output conversion, no
  * copies).  Every design's result must equal the first one's, bit for bit.
  * Prints one CSV line per case, then markdown tables of the share of copy
- * bandwidth and the fastest design per (k, row length).  --quick: k = 10,
- * 100 and 1024 on the 100,000-column rows only.
+ * bandwidth and the fastest design per (k, row length), then those fastest
+ * designs as kMeasuredRules of src/cuda/select_dispatch.cu (C++, ready to
+ * paste), then the sweep's wall time.  Cases past a budget of 150 s are
+ * skipped (and the rules left out), so that the sweep ends within about
+ * 3 minutes whatever a design does.  --quick: k = 10, 100 and 1024 on the
+ * 100,000-column rows only, and no rules (they would not cover every k).
  *
  * Bandwidth: the copy's GB/s count bytes read plus bytes written (2 x the
  * matrix over the copy's time), as bench_gpu_exact and docs/benchmarks.md
@@ -33,10 +37,12 @@
  * Radix select launches one grid row per matrix row, so it is left out of
  * the sweep where rows pass 65,535. */
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda/cuda_backend.h"
 #include "simil/simil.h"
@@ -61,6 +67,10 @@ typedef struct {
 
 static const shape kShapes[] = {{1024, 100000}, {32768, 3000}, {100000, 10000}, {1000000, 300}};
 #define N_SHAPES (sizeof kShapes / sizeof kShapes[0])
+
+/* Seconds after which the sweep times no more cases (a slow design must not
+ * hold the GPU): it is expected to take about a minute on an H100. */
+static const double kBudgetSeconds = 150;
 
 static void die(const char *what)
 {
@@ -233,12 +243,89 @@ static void table_head(const char *first)
     printf("\n");
 }
 
+/* The C++ name of a design in select_dispatch.cu (SelectDesign). */
+static const char *enumerator(int d)
+{
+    switch (d) {
+    case SML_SELECT_BUFFERED_WARP: return "buffered_warp";
+    case SML_SELECT_THRESHOLD_BLOCK: return "threshold_block";
+    case SML_SELECT_QUEUE_WARP: return "queue_warp";
+    case SML_SELECT_QUEUE_BLOCK: return "queue_block";
+    default: return "buffered_block";
+    }
+}
+
+/* Rows per SM from which a measured rule of design d holds: the sweep's rows
+ * of that row length for one warp per row (the designs that idle the GPU
+ * where rows are few), any number for the block designs. */
+static int min_rows_per_sm(int d, int s, int sms)
+{
+    const int one_warp = kSweepDesigns[d].design == SML_SELECT_BUFFERED_WARP ||
+                         kSweepDesigns[d].design == SML_SELECT_QUEUE_WARP;
+    return one_warp ? (int)(kShapes[s].rows / sms) : 0;
+}
+
+/* The fastest design per (k, row length) as kMeasuredRules: for each k of
+ * the sweep, ascending, one rule per row length, ascending, "k <= this k,
+ * cols <= these cols and rows >= min_rows_per_sm x SMs", the longest rows'
+ * rule for any cols and the last k's for any k up to kMaxWarpSelectK.  A k
+ * whose winners are those of the next k gives no rules of its own (the next
+ * k's cover it), nor does a row length whose rule is the next longer one's.
+ * Jobs that no rule takes (fewer rows than measured) go on to
+ * kFallbackRules.  best[s][ki]: index into kSweepDesigns, or -1 where
+ * k > cols. */
+static void print_rules(int best[N_SHAPES][N_KS], double pct[N_SHAPES][N_DESIGNS][N_KS],
+                        const char *device, int sms)
+{
+    printf("\n## Dispatch table (kMeasuredRules in src/cuda/select_dispatch.cu)\n\n");
+    printf("constexpr std::initializer_list<SelectRule> kMeasuredRules = {\n");
+    printf("    // Measured: bench_select sweep on %s (%d SMs).\n", device, sms);
+    for (size_t ki = 0; ki < N_KS; ki++) {
+        int same_as_next = ki + 1 < N_KS;
+        for (size_t s = 0; same_as_next && s < N_SHAPES; s++)
+            same_as_next = best[s][ki] == best[s][ki + 1];
+        if (same_as_next) continue;
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            const int b = best[s][ki];
+            if (b < 0) continue;
+            const int rows = min_rows_per_sm(b, (int)s, sms);
+            size_t next = s + 1;
+            while (next < N_SHAPES && best[next][ki] < 0) next++;
+            if (next < N_SHAPES && best[next][ki] == b &&
+                min_rows_per_sm(b, (int)next, sms) == rows)
+                continue;
+            const design d = kSweepDesigns[b];
+            char max_k[24], max_cols[24];
+            if (ki + 1 == N_KS)
+                snprintf(max_k, sizeof max_k, "kMaxWarpSelectK");
+            else
+                snprintf(max_k, sizeof max_k, "%lld", (long long)kSweepKs[ki]);
+            if (next == N_SHAPES)
+                snprintf(max_cols, sizeof max_cols, "INT_MAX");
+            else
+                snprintf(max_cols, sizeof max_cols, "%lld", (long long)kShapes[s].cols);
+            printf("    {%s, %s, %d, SelectDesign::%s, %d},  // %.0f%% of copy at k=%lld, %lld cols\n",
+                   max_k, max_cols, rows, enumerator(d.design), d.warps, pct[s][b][ki],
+                   (long long)kSweepKs[ki], (long long)kShapes[s].cols);
+        }
+    }
+    printf("};\n");
+}
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static int sweep(int quick)
 {
+    const double start = seconds_now();
     static double pct[N_SHAPES][N_DESIGNS][N_KS];
     static double copy_gbs[N_SHAPES];
     const int64_t quick_ks[] = {10, 100, 1024};
-    int ok = 1;
+    int ok = 1, skipped = 0;
     printf("# bench_select sweep%s\n", quick ? " --quick" : "");
     int dev = 0;
     struct cudaDeviceProp prop;
@@ -269,6 +356,10 @@ static int sweep(int quick)
             for (size_t d = 0; d < N_DESIGNS; d++) {
                 const design ds = kSweepDesigns[d];
                 if (ds.design == SML_SELECT_RADIX && rows > 65535) continue; /* its grid's y */
+                if (seconds_now() - start > kBudgetSeconds) {
+                    skipped++;
+                    continue;
+                }
                 const double ms = time_design(ds, d_v, rows, cols, k, &o);
                 const double gbs = (double)bytes / (ms * 1e-3) / 1e9;
                 pct[s][d][ki] = 100.0 * gbs / copy_gbs[s];
@@ -307,23 +398,33 @@ static int sweep(int quick)
         }
     }
     printf("\n## Fastest design (radix left out: select_rows has no workspace for it)\n\n");
+    static int best[N_SHAPES][N_KS];
     table_head("cols (rows)");
     for (size_t s = 0; s < N_SHAPES; s++) {
+        for (size_t ki = 0; ki < N_KS; ki++) {
+            best[s][ki] = -1;
+            for (size_t d = 0; d < N_DESIGNS; d++)
+                if (kSweepDesigns[d].design != SML_SELECT_RADIX && pct[s][d][ki] >= 0 &&
+                    (best[s][ki] < 0 || pct[s][d][ki] > pct[s][best[s][ki]][ki]))
+                    best[s][ki] = (int)d;
+        }
         if (quick && kShapes[s].cols != 100000) continue;
         printf("| %lld (%lld rows) |", (long long)kShapes[s].cols, (long long)kShapes[s].rows);
         for (size_t ki = 0; ki < N_KS; ki++) {
-            int best = -1;
-            for (size_t d = 0; d < N_DESIGNS; d++)
-                if (kSweepDesigns[d].design != SML_SELECT_RADIX && pct[s][d][ki] >= 0 &&
-                    (best < 0 || pct[s][d][ki] > pct[s][best][ki]))
-                    best = (int)d;
-            if (best < 0)
+            const int b = best[s][ki];
+            if (b < 0)
                 printf(" - |");
             else
-                printf(" %s (%.0f%%) |", label(kSweepDesigns[best]), pct[s][best][ki]);
+                printf(" %s (%.0f%%) |", label(kSweepDesigns[b]), pct[s][b][ki]);
         }
         printf("\n");
     }
+    if (skipped)
+        printf("\n# %d cases skipped: past the sweep's %.0f s budget; no rules printed\n", skipped,
+               kBudgetSeconds);
+    else if (!quick)
+        print_rules(best, pct, prop.name, prop.multiProcessorCount);
+    printf("\n# sweep: %.0f s wall time\n", seconds_now() - start);
     if (!ok) fprintf(stderr, "bench_select: results differ between designs (see MISMATCH)\n");
     return ok ? 0 : 1;
 }

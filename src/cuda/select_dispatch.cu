@@ -2,19 +2,22 @@
 // BlockSelect's launch, the test hook that forces a design, and the entry
 // points of bench/bench_select.c.
 //
-// The table is a list of rules read top-down (kSelectRules).  It is to be
-// filled from bench_select's sweep on one card (docs/k-selection.md); until
-// then it holds the choice select_rows made before the paper's designs were
-// written: WarpSelect keeps its queue in registers and is fastest for small k
-// over many rows; its merges grow with k (a sort of 32 buffered pairs plus a
-// bitonic merge of K pairs, every 32 accepted pairs), while the threshold
-// BlockSelect sorts its shared-memory buffer only a handful of times per row;
-// and when rows are few, one warp per row leaves most of the GPU idle.
+// The table is a list of rules read top-down: the measured ones
+// (kMeasuredRules), filled from bench_select's sweep on one card
+// (docs/k-selection.md), then the fallback (kFallbackRules), the choice
+// select_rows made before the paper's designs were written: WarpSelect keeps
+// its queue in registers and is fastest for small k over many rows; its
+// merges grow with k (a sort of 32 buffered pairs plus a bitonic merge of K
+// pairs, every 32 accepted pairs), while the threshold BlockSelect sorts its
+// shared-memory buffer only a handful of times per row; and when rows are
+// few, one warp per row leaves most of the GPU idle.
 // BlockSelect took k > 128, where it was the faster on an H200; that
 // comparison was not recorded (docs/benchmarks.md, "k-selection").
+#include <assert.h>
 #include <limits.h>
 
 #include <atomic>
+#include <initializer_list>
 
 #include "cuda/cuda_backend.h"
 #include "cuda/select.cuh"
@@ -40,19 +43,32 @@ struct SelectRule {
     int warps;
 };
 
-// NOT YET MEASURED against the paper's designs: today's choice (see the top
-// of this file).  The first rule that matches wins; the last one must match
-// every job.
-constexpr SelectRule kSelectRules[] = {
+// The measured rules: bench_select sweep prints them, ready to paste, from
+// the fastest design per (k, row length) on one card, and
+// bench/select_table.sh pastes them (docs/k-selection.md).  While empty (not
+// yet measured), every job takes kFallbackRules, today's choice.
+constexpr std::initializer_list<SelectRule> kMeasuredRules = {
+};
+
+// Jobs no measured rule takes: the choice select_rows made before the
+// paper's designs were written (see the top of this file).  The last rule
+// must match every job.
+constexpr SelectRule kFallbackRules[] = {
     {128, 4 * kBlockSelectStep - 1, 0, SelectDesign::buffered_warp, 1},  // short rows
     {128, INT_MAX, 8, SelectDesign::buffered_warp, 1},                   // many rows
     {kMaxWarpSelectK, INT_MAX, 0, SelectDesign::threshold_block, 1},     // the rest
 };
-constexpr int kSelectRuleCount = sizeof kSelectRules / sizeof kSelectRules[0];
-static_assert(kSelectRules[kSelectRuleCount - 1].max_k == kMaxWarpSelectK &&
-                  kSelectRules[kSelectRuleCount - 1].max_cols == INT_MAX &&
-                  kSelectRules[kSelectRuleCount - 1].min_rows_per_sm == 0,
+constexpr int kFallbackRuleCount = sizeof kFallbackRules / sizeof kFallbackRules[0];
+static_assert(kFallbackRules[kFallbackRuleCount - 1].max_k == kMaxWarpSelectK &&
+                  kFallbackRules[kFallbackRuleCount - 1].max_cols == INT_MAX &&
+                  kFallbackRules[kFallbackRuleCount - 1].min_rows_per_sm == 0,
               "the last rule takes every job");
+
+bool rule_matches(const SelectRule &r, const SelectJob &job, int sms)
+{
+    return job.k <= r.max_k && job.cols <= r.max_cols &&
+           (long long)job.rows >= (long long)r.min_rows_per_sm * sms;
+}
 
 std::atomic<int> forced_design{0};
 std::atomic<int> forced_warps{0};
@@ -85,11 +101,12 @@ simil_status select_rows_block(const SelectJob &job, ScoreType type, cudaStream_
 
 SelectChoice select_choice(const SelectJob &job, int sms)
 {
-    const long long rows = job.rows;
-    for (const SelectRule &r : kSelectRules)
-        if (job.k <= r.max_k && job.cols <= r.max_cols && rows >= (long long)r.min_rows_per_sm * sms)
-            return SelectChoice{r.design, r.warps};
-    return SelectChoice{SelectDesign::threshold_block, 1};  // not reached: the last rule matches
+    for (const SelectRule &r : kMeasuredRules)
+        if (rule_matches(r, job, sms)) return SelectChoice{r.design, r.warps};
+    for (const SelectRule &r : kFallbackRules)
+        if (rule_matches(r, job, sms)) return SelectChoice{r.design, r.warps};
+    assert(!"the last fallback rule matches every job");
+    return SelectChoice{SelectDesign::threshold_block, 1};
 }
 
 simil_status select_rows_with(const SelectJob &job, ScoreType type, SelectChoice c,
