@@ -138,7 +138,8 @@ static void check(int64_t rows, int64_t cols, int64_t k, int largest, enum patte
 
 /* Every design at every queue size of both instantiation tables (powers of
  * two for the buffered WarpSelect, kQueueSizes of select.cuh for the others),
- * at the top of each size and inside it, both orders; against the CPU. */
+ * at the top of each size and inside it, both orders, with ties and with
+ * NaN; against the CPU. */
 static void test_every_design_every_k(void **state)
 {
     (void)state;
@@ -154,6 +155,8 @@ static void test_every_design_every_k(void **state)
         for (size_t i = 0; i < nk; i++) {
             check_with(rows, 4096, k[i], 0, UNIFORM, 0);   /* aligned: 16-byte loads */
             check_with(rows, 2501, k[i], 1, FEW_VALUES, 0); /* ties; scalar loads */
+            check_with(rows, 3001, k[i], 0, WITH_NAN, 0);   /* NaN as +inf, both orders */
+            check_with(rows, 3001, k[i], 1, WITH_NAN, 0);
         }
     }
     force(kAuto);
