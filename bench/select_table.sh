@@ -8,6 +8,8 @@
 #      working tree's copy; the patched file is kept in OUTDIR), and a rebuild;
 #   4. the new table's choices, the selection tests, k-selection alone on
 #      10,000 x 100,000 floats, and the exact search of uniform1M again.
+# With SELECT_TABLE_IVF=1, steps 1 and 4 also time IVF-Flat and IVF-PQ on
+# Fashion-MNIST at nprobe 16 (their searches select through the table too).
 #   bash bench/select_table.sh [OUTDIR]     (OUTDIR: $OUT, else .)
 set -euo pipefail
 b=build-gpu
@@ -15,8 +17,15 @@ out=${1:-${OUT:-.}}
 src=src/cuda/select_dispatch.cu
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv,noheader
-echo "==== exact search, today's table"
-$b/bench_gpu_exact uniform1M 10 100 1024
+searches() {
+  $b/bench_gpu_exact uniform1M 10 100 1024
+  if [ "${SELECT_TABLE_IVF:-0}" = 1 ]; then
+    $b/bench_gpu_ivf fashion-mnist IVF1024,Flat 16
+    $b/bench_gpu_ivf fashion-mnist IVF256,PQ56 16
+  fi
+}
+echo "==== searches, today's table"
+searches
 echo "==== sweep"
 $b/bench_select sweep | tee "$out/select-sweep.txt"
 # The rules: from the sweep's "constexpr ... kMeasuredRules = {" to "};".
@@ -37,11 +46,12 @@ open(path, "w").write(text.replace(empty, rules))
 EOF
 cp "$src" "$out/select_dispatch.cu"
 echo "==== rebuild with the measured rules"
-cmake --build $b -j 16 --target bench_select bench_gpu_exact test_cuda_select >/dev/null
+cmake --build $b -j 16 --target bench_select bench_gpu_exact bench_gpu_ivf test_cuda_select \
+  >/dev/null
 echo "==== the table's choices"
 $b/bench_select dispatch
 echo "==== selection tests with the measured rules"
 ctest --test-dir $b -R '^test_cuda_select$' --output-on-failure
-echo "==== k-selection alone and exact search, measured table"
+echo "==== k-selection alone and searches, measured table"
 $b/bench_gpu_exact select 10000 100000 10 100 1024 2048
-$b/bench_gpu_exact uniform1M 10 100 1024
+searches
