@@ -4,6 +4,7 @@
 #   bash bench/gpu_report.sh SECTION …
 # Sections:
 #   exact   k-selection alone, uniform1M and uniform10M exact search, PyTorch
+#   select  every k-selection design side by side (bench_select; docs/k-selection.md)
 #   ivf     IVF-Flat and IVF-PQ on Fashion-MNIST and mix10M, k-means
 #   graph   k-NN graphs of Fashion-MNIST and mix10M
 #   xfbq    XFBQ against IVF-Flat and exact search
@@ -25,6 +26,9 @@ for section in "$@"; do
       $b/bench_gpu_exact uniform10M 10 100
       python3 "$torch" 1000000 128 10000 10 100 1024 2048
       python3 "$torch" 10000000 96 10000 10 100 ;;
+    select)
+      $b/bench_select dispatch
+      $b/bench_select sweep ;;
     ivf)
       $b/bench_gpu_ivf fashion-mnist IVF1024,Flat 8 12 16 17 20
       $b/bench_gpu_ivf fashion-mnist IVF256,PQ56 16

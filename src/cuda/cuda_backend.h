@@ -21,9 +21,39 @@ long long sml_cuda_fallback_queries(void);
  * call holds that GPU. */
 long long sml_cuda_live_allocations(void);
 
-/* Tests only: force the GPU k-selection kernel (0 automatic, 1 WarpSelect,
- * 2 BlockSelect).  Not for concurrent use. */
-void sml_cuda_select_force(int which);
+/* The GPU k-selection designs (docs/k-selection.md; src/cuda/select.cuh). */
+enum {
+    SML_SELECT_AUTO = 0,            /* the dispatch table's choice */
+    SML_SELECT_BUFFERED_WARP = 1,   /* WarpSelect with a 32-slot buffer per warp */
+    SML_SELECT_THRESHOLD_BLOCK = 2, /* BlockSelect: threshold and shared buffer */
+    SML_SELECT_QUEUE_WARP = 3,      /* the paper's WarpSelect */
+    SML_SELECT_QUEUE_BLOCK = 4,     /* the paper's BlockSelect */
+    SML_SELECT_BUFFERED_BLOCK = 5,  /* BlockSelect of buffered WarpSelect queues */
+    SML_SELECT_RADIX = 6            /* radix select (any k; not in the table) */
+};
+
+/* Tests only: every k-selection with k <= 2048 runs design (1 to 5; 0 gives
+ * the choice back to the table), with warps per row (1 to 8) for the block
+ * designs 4 and 5.  Not for concurrent use. */
+void sml_cuda_select_force(int design, int warps);
+
+/* Benchmarks only: the name of a design. */
+const char *sml_cuda_select_design_name(int design);
+
+/* Benchmarks only: the design (and, through warps, warps per row) that the
+ * dispatch table picks for rows x cols and k on the current GPU; -1 without
+ * a GPU. */
+int sml_cuda_select_choice(int64_t rows, int64_t cols, int64_t k, int *warps);
+
+/* Benchmarks only: the k smallest of each row of rows x cols floats in GPU
+ * memory (row-major), by one design (SML_SELECT_*; k <= 2048 but radix) with
+ * warps per row for the block designs, into d_keys and d_idx (rows x k, on
+ * the GPU; index -1 for empty slots).  Asynchronous, on the legacy default
+ * stream.  d_workspace: sml_cuda_select_rows_workspace bytes (radix only). */
+simil_status sml_cuda_select_rows(int design, int warps, int64_t rows, int64_t cols,
+                                  const float *d_values, int64_t k, float *d_keys,
+                                  int32_t *d_idx, void *d_workspace, size_t workspace_bytes);
+size_t sml_cuda_select_rows_workspace(int design, int64_t rows, int64_t cols, int64_t k);
 
 #ifdef __cplusplus
 }

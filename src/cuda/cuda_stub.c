@@ -25,4 +25,24 @@ long long sml_cuda_fallback_queries(void) { return 0; }
 
 long long sml_cuda_live_allocations(void) { return 0; }
 
-void sml_cuda_select_force(int which) { (void)which; }
+void sml_cuda_select_force(int design, int warps)
+{
+    (void)design;
+    (void)warps;
+}
+
+const char *sml_cuda_select_design_name(int design) { return "none (built without CUDA)"; }
+
+int sml_cuda_select_choice(int64_t rows, int64_t cols, int64_t k, int *warps) { return -1; }
+
+simil_status sml_cuda_select_rows(int design, int warps, int64_t rows, int64_t cols,
+                                  const float *d_values, int64_t k, float *d_keys,
+                                  int32_t *d_idx, void *d_workspace, size_t workspace_bytes)
+{
+    return sml_error(SIMIL_ERR_NO_DEVICE, "this simil was built without CUDA");
+}
+
+size_t sml_cuda_select_rows_workspace(int design, int64_t rows, int64_t cols, int64_t k)
+{
+    return 0;
+}

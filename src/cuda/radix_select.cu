@@ -37,17 +37,6 @@ struct RadixRow {
     unsigned written_equal;
 };
 
-__device__ __forceinline__ unsigned to_ordered(float f)
-{
-    unsigned u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-__device__ __forceinline__ float from_ordered(unsigned u)
-{
-    return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
-}
-
 template <typename S>
 __device__ __forceinline__ void radix_pair(const RowReader<S, false> &rd, int j, unsigned &key,
                                            int &idx)

@@ -4,12 +4,20 @@
 // One warp streams a row once and keeps the k smallest (key, index) pairs:
 //   - a thread queue per lane: T pairs sorted largest first, filled with
 //     pairs below both its head and the warp's current k-th smallest;
-//   - a warp queue: K pairs (K = k rounded up to a power of two >= 32), sorted,
-//     lane-strided (warp_sort.cuh).
+//   - a warp queue: K pairs (K >= k, a multiple of 32), sorted, lane-strided
+//     (warp_sort.cuh).
 // When a warp vote finds some lane's thread queue full of pairs below the k-th,
 // the thread queues are sorted together and merged into the warp queue (keep
 // the K smallest), and restart empty.  T follows the paper: 2 for K <= 32, 3 for
-// K <= 128, 4 for K <= 256, 8 above.
+// K <= 128, 4 for K <= 256, 8 above.  WarpSelect<K, true> sorts and merges
+// with the paper's odd-size networks (odd_network.cuh): T registers sorted as
+// they are, any multiple of 32 for K.  WarpSelect<K> (the IVF-PQ scan's)
+// pads the thread queues to a power of two and takes K a power of two, with
+// bitonic networks.
+//
+// The paper's WarpSelect over rows is queue_warp_select_kernel: thread
+// queues in registers, keys read four at a time, and one warp vote per step
+// (select_step) before any pair is offered.
 //
 // The selection kernel over rows (warp_select_kernel) departs from the paper
 // in three ways.  Each lane reads 8 keys at a time (two 16-byte loads where the
@@ -110,16 +118,44 @@ struct RowReader {
         row_scale = j.row_scale ? j.row_scale[row] : j.row_scale_const;
     }
 
-    __device__ __forceinline__ void finish(float s, int j, float &key, int &idx) const
+    __device__ __forceinline__ float key_of(float s, int j) const
     {
         s *= row_scale;
         if (scale) s *= scale[j];
-        key = add ? add[j] + s : s;
-        if (key != key) key = INFINITY;
+        const float key = add ? add[j] + s : s;
+        return key != key ? INFINITY : key;
+    }
+
+    __device__ __forceinline__ void finish(float s, int j, float &key, int &idx) const
+    {
+        key = key_of(s, j);
         idx = in_idx ? in_idx[j] : idx_base + j;
         if (idx < 0) {  // an empty slot of an earlier pass
             key = INFINITY;
             idx = kEmptyIdx;
+        }
+    }
+
+    // The score of column j < cols.
+    __device__ __forceinline__ float raw1(int j) const
+    {
+        if constexpr (sizeof(S) == 4)
+            return scores[j];
+        else
+            return __half2float(scores[j]);
+    }
+
+    // The scores of columns j..j+3 in one load (Vec, j a multiple of 4).
+    __device__ __forceinline__ void raw4(int j, float (&s)[4]) const
+    {
+        if constexpr (sizeof(S) == 4) {
+            const float4 v = *reinterpret_cast<const float4 *>(scores + j);
+            s[0] = v.x, s[1] = v.y, s[2] = v.z, s[3] = v.w;
+        } else {
+            const uint2 raw = *reinterpret_cast<const uint2 *>(scores + j);
+            const float2 lo = __half22float2(*reinterpret_cast<const __half2 *>(&raw.x));
+            const float2 hi = __half22float2(*reinterpret_cast<const __half2 *>(&raw.y));
+            s[0] = lo.x, s[1] = lo.y, s[2] = hi.x, s[3] = hi.y;
         }
     }
 
@@ -130,12 +166,7 @@ struct RowReader {
             idx = kEmptyIdx;
             return;
         }
-        float s;
-        if constexpr (sizeof(S) == 4)
-            s = scores[j];
-        else
-            s = __half2float(scores[j]);
-        finish(s, j, key, idx);
+        finish(raw1(j), j, key, idx);
     }
 
     // Columns j..j+3 (j a multiple of 4).
@@ -147,17 +178,38 @@ struct RowReader {
             return;
         }
         float s[4];
-        if constexpr (sizeof(S) == 4) {
-            const float4 v = *reinterpret_cast<const float4 *>(scores + j);
-            s[0] = v.x, s[1] = v.y, s[2] = v.z, s[3] = v.w;
-        } else {
-            const uint2 raw = *reinterpret_cast<const uint2 *>(scores + j);
-            const float2 lo = __half22float2(*reinterpret_cast<const __half2 *>(&raw.x));
-            const float2 hi = __half22float2(*reinterpret_cast<const __half2 *>(&raw.y));
-            s[0] = lo.x, s[1] = lo.y, s[2] = hi.x, s[3] = hi.y;
-        }
+        raw4(j, s);
 #pragma unroll
         for (int u = 0; u < 4; ++u) finish(s[u], j + u, key[u], idx[u]);
+    }
+
+    // The keys alone of columns j..j+3 (j a multiple of 4; +inf past the
+    // row): index() gives a column's index later, so that only the
+    // candidates read in_idx.
+    __device__ __forceinline__ void keys4(int j, float (&key)[4]) const
+    {
+        if (!Vec || j + 4 > cols) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) key[u] = j + u < cols ? key_of(raw1(j + u), j + u) : INFINITY;
+            return;
+        }
+        float s[4];
+        raw4(j, s);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) key[u] = key_of(s[u], j + u);
+    }
+
+    // The index of column j, whose key keys4 gave: kEmptyIdx past the row,
+    // and for an empty slot of an earlier pass, whose key becomes +inf.
+    __device__ __forceinline__ int index(int j, float &key) const
+    {
+        if (j >= cols) return kEmptyIdx;  // its key is +inf already
+        const int idx = in_idx ? in_idx[j] : idx_base + j;
+        if (idx < 0) {
+            key = INFINITY;
+            return kEmptyIdx;
+        }
+        return idx;
     }
 
     // The row's bound, or (+inf, kEmptyIdx).
@@ -181,11 +233,16 @@ struct ThreadQueueLength {
     static constexpr int value = K <= 32 ? 2 : K <= 128 ? 3 : K <= 256 ? 4 : 8;
 };
 
-template <int K>
+// Odd: the odd-size networks (any K that is a multiple of 32, thread queues
+// sorted as they are); otherwise bitonic ones (K a power of two, thread
+// queues sorted as a power of two).
+template <int K, bool Odd = false>
 struct WarpSelect {
+    static_assert(K >= 32 && K % 32 == 0, "the warp queue is whole registers");
+    static_assert(Odd || (K & (K - 1)) == 0, "bitonic networks take powers of two");
     static constexpr int N = K / 32;
     static constexpr int T = ThreadQueueLength<K>::value;
-    static constexpr int TP = T <= 2 ? 2 : T <= 4 ? 4 : 8;  // sorted as a power of two
+    static constexpr int TP = Odd ? T : T <= 2 ? 2 : T <= 4 ? 4 : 8;
 
     float wk[N];
     int wv[N];
@@ -237,7 +294,8 @@ struct WarpSelect {
     {
         // Against the warp queue's tail, the run reversed: elementwise minima of
         // an ascending and a descending sequence are the K smallest of both,
-        // and form a bitonic sequence.
+        // and form a bitonic sequence (the first stage of MERGE-ODD, keeping
+        // only the lower half).
         constexpr int P = M < N ? M : N;
         const int mirror = 31 - lane_id();
 #pragma unroll
@@ -249,8 +307,52 @@ struct WarpSelect {
                 wv[r] = ov;
             }
         }
-        warp_bitonic_merge<N>(wk, wv);
+        sort_bitonic_queue();
         update_kth();
+    }
+
+    // Warp-wide: fold a sorted run of K pairs in shared memory (element e at
+    // sk[e], sv[e]; another warp's queue) into the warp queue.
+    __device__ __forceinline__ void merge_sorted_shared(const float *sk, const int *sv)
+    {
+        const int mirror = 31 - lane_id();
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+            const float ok = sk[(N - 1 - r) * 32 + mirror];
+            const int ov = sv[(N - 1 - r) * 32 + mirror];
+            if (kv_less(ok, ov, wk[r], wv[r])) {
+                wk[r] = ok;
+                wv[r] = ov;
+            }
+        }
+        sort_bitonic_queue();
+        update_kth();
+    }
+
+    // The warp queue holds a bitonic sequence (ascending, then descending):
+    // sort it.  Odd: MERGE-ODD-CONTINUE of a left array.
+    __device__ __forceinline__ void sort_bitonic_queue()
+    {
+        if constexpr (Odd) {
+            RegNet<N> net{wk, wv};
+            odd::merge_continue<0, N, true>(net);
+        } else {
+            warp_bitonic_merge<N>(wk, wv);
+        }
+    }
+
+    // A bound from elsewhere (another warp's k-th): pairs above it can be
+    // dropped at once.
+    __device__ __forceinline__ void tighten(float key, int idx)
+    {
+        if (kv_less(key, idx, bound_k, bound_v)) {
+            bound_k = key;
+            bound_v = idx;
+        }
+        if (kv_less(key, idx, kth_k, kth_v)) {
+            kth_k = key;
+            kth_v = idx;
+        }
     }
 
     // Out of line, which keeps the kernels that call it small (the IVF-PQ
@@ -261,15 +363,21 @@ struct WarpSelect {
 
     __device__ __forceinline__ void merge_inline()
     {
-        float sk[TP];
-        int sv[TP];
+        if constexpr (Odd) {
+            RegNet<T> net{tk, tv};
+            odd::sort<0, T>(net);
+            merge_sorted<T>(tk, tv);
+        } else {
+            float sk[TP];
+            int sv[TP];
 #pragma unroll
-        for (int t = 0; t < TP; ++t) {
-            sk[t] = t < T ? tk[t] : INFINITY;
-            sv[t] = t < T ? tv[t] : kEmptyIdx;
+            for (int t = 0; t < TP; ++t) {
+                sk[t] = t < T ? tk[t] : INFINITY;
+                sv[t] = t < T ? tv[t] : kEmptyIdx;
+            }
+            warp_bitonic_sort<TP>(sk, sv);
+            merge_sorted<TP>(sk, sv);
         }
-        warp_bitonic_sort<TP>(sk, sv);
-        merge_sorted<TP>(sk, sv);
 #pragma unroll
         for (int t = 0; t < T; ++t) {
             tk[t] = INFINITY;
@@ -322,9 +430,9 @@ constexpr int kSelectUnroll = 2;
 // slot); a full buffer is read back one pair per lane, sorted as one register
 // of 32 pairs and merged into the warp queue.  All lanes take part in every
 // call.
-template <int K>
+template <int K, bool Odd = false>
 struct BufferedWarpSelect {
-    WarpSelect<K> q;  // the warp queue, k-th and bound (its thread queue unused)
+    WarpSelect<K, Odd> q;  // the warp queue, k-th and bound (its thread queue unused)
     float *slot_k;    // the warp's 32 slots
     int *slot_v;
     int count;        // slots filled: the same in every lane
@@ -404,6 +512,97 @@ __global__ void __launch_bounds__(128) warp_select_kernel(const __grid_constant_
     ws.flush();
     const long long out = job.out_rows ? job.out_rows[row] : row;
     ws.q.write(job.out_keys + out * job.out_ld, job.out_idx + out * job.out_ld);
+}
+
+// The paper's WarpSelect as a queue for select_step: each offered pair goes
+// into its lane's thread queue, and a warp vote after each decides whether
+// the thread queues must be merged (odd-size networks).  The interface
+// select_step and the block kernel take: init, offer (all lanes, one pair
+// each), flush, and the warp queue q; BufferedWarpSelect has the same.
+template <int K>
+struct QueueWarpSelect {
+    WarpSelect<K, true> q;
+
+    __device__ __forceinline__ void init(int k, float bk, int bv, float *, int *)
+    {
+        q.init(k, bk, bv);
+    }
+
+    __device__ __forceinline__ void offer(float key, int idx)
+    {
+        q.add(key, idx);
+        if (q.need_merge()) q.merge_inline();
+    }
+
+    __device__ __forceinline__ void flush() { q.merge_inline(); }
+};
+
+// float4 loads per lane and step of the queue kernels (select_step).
+constexpr int kQueueUnroll = 2;
+constexpr int kQueueStep = 32 * 4 * kQueueUnroll;  // columns per warp and step
+
+// One step of a warp over kQueueStep columns from j: lane l reads columns
+// j + 4 (32 u + l) .. + 3 for u < kQueueUnroll, and one warp vote on the keys
+// alone asks whether any is at or below the k-th (the paper's "compare to
+// the thread queue heads", made one vote per step).  Only then are pairs
+// offered: in each round every lane offers its next key that was at or below
+// the k-th (a lane with none left offers nothing), so a step costs as many
+// rounds as the busiest lane has candidates, and the merge networks are
+// emitted once (the loop is not unrolled).  A key is picked from the register
+// array by a chain of selects, so the array is only indexed by constants.
+template <class Q, typename S, bool Vec>
+__device__ __forceinline__ void select_step(const RowReader<S, Vec> &rd, Q &sel, int j)
+{
+    constexpr int kKeys = 4 * kQueueUnroll;
+    const int lane = lane_id();
+    float key[kKeys];
+    unsigned pending = 0;  // bit i: key i was at or below the k-th
+#pragma unroll
+    for (int u = 0; u < kQueueUnroll; ++u) {
+        float four[4];
+        rd.keys4(j + (u * 32 + lane) * 4, four);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            key[u * 4 + e] = four[e];
+            pending |= (four[e] <= sel.q.kth_k ? 1u : 0u) << (u * 4 + e);
+        }
+    }
+#pragma unroll 1
+    while (__any_sync(kFullMask, pending != 0)) {
+        float kk = INFINITY;
+        int idx = kEmptyIdx;
+        if (pending != 0) {
+            const int i = __ffs(pending) - 1;
+            pending &= pending - 1;
+            kk = key[0];
+#pragma unroll
+            for (int t = 1; t < kKeys; ++t)
+                if (i == t) kk = key[t];
+            // the k-th may have fallen since the vote: then the pair is
+            // offered without its index and refused
+            if (kk <= sel.q.kth_k) idx = rd.index(j + ((i >> 2) * 32 + lane) * 4 + (i & 3), kk);
+        }
+        sel.offer(kk, idx);
+    }
+}
+
+// The paper's WarpSelect over rows: one warp per row, 4 rows per block of 128
+// threads, no shared memory.
+template <int K, typename S, bool Vec>
+__global__ void __launch_bounds__(128) queue_warp_select_kernel(const __grid_constant__ SelectJob job)
+{
+    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (row >= job.rows) return;  // the whole warp leaves together
+    RowReader<S, Vec> rd(job, row);
+    float bk;
+    int bv;
+    rd.bound(bk, bv);
+    QueueWarpSelect<K> sel;
+    sel.init(job.k, bk, bv, nullptr, nullptr);
+    for (int j0 = 0; j0 < rd.cols; j0 += kQueueStep) select_step(rd, sel, j0);
+    sel.flush();
+    const long long out = job.out_rows ? job.out_rows[row] : row;
+    sel.q.write(job.out_keys + out * job.out_ld, job.out_idx + out * job.out_ld);
 }
 
 }  // namespace sml

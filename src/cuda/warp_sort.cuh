@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_util.cuh"
+#include "cuda/odd_network.cuh"
 
 namespace sml {
 
@@ -23,6 +24,18 @@ __device__ __forceinline__ bool kv_less(float ka, int va, float kb, int vb)
 }
 
 __device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
+
+// Floats as uint32s in the same order (-0 below +0).
+__device__ __forceinline__ unsigned to_ordered(float f)
+{
+    unsigned u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float from_ordered(unsigned u)
+{
+    return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
 
 // Inside one lane: registers a (earlier) and b (later); afterwards a <= b when
 // ascending, a >= b otherwise.
@@ -53,6 +66,51 @@ __device__ __forceinline__ void cas_lanes(float &k, int &v, int stride, bool asc
         v = ov;
     }
 }
+
+// Runs the odd-size networks of odd_network.cuh on N lane-strided registers
+// of pairs.  Register indices are constants once the recursion is inlined, so
+// the arrays stay in registers.
+template <int N>
+struct RegNet {
+    float (&k)[N];
+    int (&v)[N];
+
+    __device__ __forceinline__ void cas_regs(int a, int b)
+    {
+        sml::cas_regs(k[a], v[a], k[b], v[b], true);
+    }
+
+    __device__ __forceinline__ void cas_lanes(int r, int mask)
+    {
+        const float ok = __shfl_xor_sync(kFullMask, k[r], mask);
+        const int ov = __shfl_xor_sync(kFullMask, v[r], mask);
+        // the lane below its partner is the one without mask's top bit
+        const bool lower = (lane_id() & (mask & ~(mask >> 1))) == 0;
+        const bool take = lower ? kv_less(ok, ov, k[r], v[r]) : kv_less(k[r], v[r], ok, ov);
+        if (take) {
+            k[r] = ok;
+            v[r] = ov;
+        }
+    }
+
+    // Lane l holds a@l and b@l; it takes the smaller of a@l and b@(31-l) into
+    // a and the larger of a@(31-l) and b@l into b, from the values before.
+    __device__ __forceinline__ void cas_cross(int a, int b)
+    {
+        const float ka = __shfl_xor_sync(kFullMask, k[a], 31);
+        const int va = __shfl_xor_sync(kFullMask, v[a], 31);
+        const float kb = __shfl_xor_sync(kFullMask, k[b], 31);
+        const int vb = __shfl_xor_sync(kFullMask, v[b], 31);
+        if (kv_less(kb, vb, k[a], v[a])) {
+            k[a] = kb;
+            v[a] = vb;
+        }
+        if (kv_less(k[b], v[b], ka, va)) {
+            k[b] = ka;
+            v[b] = va;
+        }
+    }
+};
 
 template <int N>
 struct Log2 {

@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "util/test_util.h"
 
+#include "cuda/cuda_backend.h"
+
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
@@ -233,6 +235,15 @@ void sml_test_require_gpu(void)
      * for the sanitizers' slow runs (scripts/gpu-sanitize.sh) */
     const char *filter = getenv("SIMIL_TEST_FILTER");
     if (filter != NULL && filter[0] != '\0') cmocka_set_test_filter(filter);
+    /* every k-selection of the program by one design (DESIGN[:WARPS], the
+     * numbers of cuda_backend.h), so that every search path tries it */
+    const char *design = getenv("SIMIL_TEST_SELECT");
+    if (design != NULL && design[0] != '\0') {
+        const char *colon = strchr(design, ':');
+        sml_cuda_select_force(atoi(design), colon ? atoi(colon + 1) : 0);
+        printf("k-selection forced to %s (SIMIL_TEST_SELECT=%s)\n",
+               sml_cuda_select_design_name(atoi(design)), design);
+    }
     if (simil_gpu_count() > 0) return;
     printf("no usable GPU: skipping the GPU tests\n");
     exit(SML_TEST_SKIP);

@@ -67,7 +67,9 @@ void sml_test_check_same(const char *context, const float *base, int64_t n, cons
 int sml_test_quick(void);
 
 /* Exit with SML_TEST_SKIP, saying so, when no GPU is usable.  With
- * SIMIL_TEST_FILTER set, only the test functions it matches will run. */
+ * SIMIL_TEST_FILTER set, only the test functions it matches will run; with
+ * SIMIL_TEST_SELECT=DESIGN[:WARPS], every k-selection runs that design
+ * (sml_cuda_select_force). */
 void sml_test_require_gpu(void);
 
 /* A new search parameters handle with these settings, e.g. "nprobe=8,threads=1"
