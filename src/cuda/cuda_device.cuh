@@ -17,8 +17,9 @@ namespace sml {
 
 struct Device {
     int gpu;
-    int refs;
+    int refs;  // backends open on it; at 0 its buffers are freed, the rest kept
     int sm_count;
+    char name[96];  // cudaDeviceProp::name
     cudaStream_t stream[2];
     cudaEvent_t done[2];
     cudaEvent_t caller;  // see device_join_caller

@@ -47,7 +47,29 @@ struct SelectRule {
 // the fastest design per (k, row length) on one card, and
 // bench/select_table.sh pastes them (docs/k-selection.md).  While empty (not
 // yet measured), every job takes kFallbackRules, today's choice.
+//
+// Filled from bench/select_table.sh on an H100 80GB HBM3 (132 SMs),
+// 2026-11-25, then cut to the rules that won inside the searches too.  The
+// whole sweep's table, in the same run: uniform1M exact search k = 100 44.3 ->
+// 35.3 ms, but k = 10 24.0 -> 25.3 ms, k = 1024 122.8 -> 126.7 ms, and
+// Fashion-MNIST IVF1024,Flat nprobe 16 (k = 10) 9.22 -> 10.13 ms: the sweep
+// times whole fp32 rows, while the searches select over tiles and ragged
+// rows.  So jobs of k <= 32 keep today's choice (the first three rules, the
+// fallback's, restated so that the measured rules below do not take them),
+// and k > 512 falls through to the fallback.
 constexpr std::initializer_list<SelectRule> kMeasuredRules = {
+    {32, 4 * kBlockSelectStep - 1, 0, SelectDesign::buffered_warp, 1},  // today's choice
+    {32, INT_MAX, 8, SelectDesign::buffered_warp, 1},                   // today's choice
+    {32, INT_MAX, 0, SelectDesign::threshold_block, 1},                 // today's choice
+    // Measured: bench_select sweep on NVIDIA H100 80GB HBM3 (132 SMs).
+    {256, 1024, 757, SelectDesign::queue_warp, 1},  // 4% of copy at k=256, 1024 cols
+    {256, 32768, 22, SelectDesign::queue_warp, 1},  // 21% of copy at k=256, 32768 cols
+    {256, 100000, 75, SelectDesign::queue_warp, 1},  // 48% of copy at k=256, 100000 cols
+    {256, INT_MAX, 0, SelectDesign::buffered_block, 8},  // 37% of copy at k=256, 1000000 cols
+    {512, 1024, 757, SelectDesign::queue_warp, 1},  // 2% of copy at k=512, 1024 cols
+    {512, 32768, 22, SelectDesign::queue_warp, 1},  // 9% of copy at k=512, 32768 cols
+    {512, 100000, 75, SelectDesign::queue_warp, 1},  // 22% of copy at k=512, 100000 cols
+    {512, INT_MAX, 0, SelectDesign::threshold_block, 1},  // 28% of copy at k=512, 1000000 cols
 };
 
 // Jobs no measured rule takes: the choice select_rows made before the
