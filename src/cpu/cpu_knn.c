@@ -9,7 +9,10 @@
  *
  * Small batches (a few queries, modest k) skip the GEMM: threads split the
  * base, compute distances directly (exact, no cancellation) with SIMD loops,
- * keep per-thread top-k lists, and merge them. */
+ * keep per-thread top-k lists, and merge them.
+ *
+ * k = 1 against a base of short vectors that fits a core's caches (k-means in
+ * the sub-spaces of a product quantizer) skips it too: cpu_nearest.h. */
 #include "cpu/cpu_knn.h"
 
 #include <math.h>
@@ -20,12 +23,15 @@
 #include "core/alloc.h"
 #include "core/blas.h"
 #include "core/error.h"
+#include "cpu/cpu_nearest.h"
 
 enum {
     SML_DIRECT_MAX_QUERIES = 16,
     SML_DIRECT_MAX_K = 4096,
     SML_QUERY_BLOCK = 512,
-    SML_BASE_TILE = 2048
+    SML_BASE_TILE = 2048,
+    SML_NEAREST_MAX_DIM = 32,
+    SML_NEAREST_MAX_BYTES = 64 << 10
 };
 
 /* Bytes the top-k buffers of one query block may take. */
@@ -232,6 +238,37 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
     return s;
 }
 
+/* k = 1, L2, against a base of short vectors that fits a core's caches (the
+ * centroids of k-means in the sub-spaces of a product quantizer): each query
+ * goes through cpu_nearest.h, which gives exact distances.  It returns the
+ * smallest position among equal distances, which is the smallest label when
+ * the labels ascend (k-means labels its centroids 0..k-1). */
+static bool sml_knn_nearest_fits(const sml_knn_args *a)
+{
+    if (a->k != 1 || a->metric != SIMIL_METRIC_L2 || a->dim > SML_NEAREST_MAX_DIM ||
+        sml_nearest_book_bytes(a->n, a->dim) > SML_NEAREST_MAX_BYTES)
+        return false;
+    for (int64_t i = 1; i < a->n; i++)
+        if (a->base_ids[i] <= a->base_ids[i - 1]) return false;
+    return true;
+}
+
+static simil_status sml_knn_nearest(const sml_knn_args *a)
+{
+    sml_nearest_book book;
+    SML_TRY(sml_nearest_book_init(&book, a->n, a->dim, a->base, a->dim));
+    const int threads = sml_thread_count(a->threads);
+#pragma omp parallel for num_threads(threads) schedule(static) if (a->nq * a->n > (1 << 16))
+    for (int64_t q = 0; q < a->nq; q++) {
+        float d;
+        const int64_t j = sml_nearest(&book, a->queries + q * a->dim, &d);
+        a->distances[q] = d;
+        a->labels[q] = a->base_ids[j];
+    }
+    sml_nearest_book_free(&book);
+    return SIMIL_OK;
+}
+
 simil_status sml_cpu_knn(const sml_knn_args *a)
 {
     SML_RETURN_IF(a->metric != SIMIL_METRIC_L2 && a->metric != SIMIL_METRIC_IP,
@@ -245,6 +282,7 @@ simil_status sml_cpu_knn(const sml_knn_args *a)
         }
         return SIMIL_OK;
     }
+    if (sml_knn_nearest_fits(a)) return sml_knn_nearest(a);
     if (a->nq <= SML_DIRECT_MAX_QUERIES && a->k <= SML_DIRECT_MAX_K) return sml_knn_direct(a);
     return sml_knn_gemm(a);
 }

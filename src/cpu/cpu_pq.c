@@ -8,6 +8,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "cpu/cpu_ivf.h"
+#include "cpu/cpu_nearest.h"
 #include "cpu/cpu_select.h"
 
 /* The codebooks by dimension: by_dim[(i dsub + t) ksub + j] = q_ij[t], so
@@ -39,39 +40,40 @@ static void sml_pq_codeword_distances(const float *by_dim, int64_t i, int64_t ks
     }
 }
 
+/* Each residual sub-vector's nearest codeword through cpu_nearest.h: the
+ * same float sums in the same order as the loop it replaced (distances to
+ * the ksub codewords by dimension, then a scalar arg-min), so the same
+ * codes. */
 simil_status sml_cpu_pq_encode(sml_backend *b, const sml_pq_encode_args *a)
 {
-    int threads = omp_get_max_threads();
-    const int64_t per_thread = a->dim + a->ksub;
-    float *scratch, *by_dim = NULL;
-    SML_TRY(sml_alloc((void **)&scratch, (size_t)(threads * per_thread), sizeof *scratch,
+    const int threads = omp_get_max_threads();
+    float *scratch;
+    sml_nearest_book *books;
+    SML_TRY(sml_alloc((void **)&scratch, (size_t)(threads * a->dim), sizeof *scratch,
                       "residuals"));
-    simil_status s = sml_alloc((void **)&by_dim, (size_t)(a->m * a->ksub * a->dsub),
-                               sizeof *by_dim, "PQ codebooks");
-    if (s != SIMIL_OK) {
-        sml_free(scratch);
-        return s;
-    }
-    sml_pq_by_dim(a->codebooks, a->m, a->ksub, a->dsub, by_dim);
+    simil_status s = sml_calloc((void **)&books, (size_t)a->m, sizeof *books, "PQ codebooks");
+    for (int64_t i = 0; i < a->m && s == SIMIL_OK; i++)
+        s = sml_nearest_book_init(&books[i], a->ksub, a->dsub,
+                                  a->codebooks + i * a->ksub * a->dsub, a->dsub);
+    if (s == SIMIL_OK) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (a->n > 256)
-    for (int64_t r = 0; r < a->n; r++) {
-        float *v = scratch + omp_get_thread_num() * per_thread, *dist = v + a->dim;
-        const float *x = a->x + r * a->dim;
-        const float *c = a->coarse + a->lists[r] * a->dim;
-        for (int64_t t = 0; t < a->dim; t++) v[t] = x[t] - c[t];
-        uint8_t *code = a->codes + (size_t)r * a->code_size;
-        memset(code, 0, a->code_size);
-        for (int64_t i = 0; i < a->m; i++) {
-            sml_pq_codeword_distances(by_dim, i, a->ksub, a->dsub, v + i * a->dsub, dist);
-            int64_t arg = 0;
-            for (int64_t j = 1; j < a->ksub; j++)
-                if (dist[j] < dist[arg]) arg = j;
-            code[i] = (uint8_t)arg;
+        for (int64_t r = 0; r < a->n; r++) {
+            float *v = scratch + omp_get_thread_num() * a->dim;
+            const float *x = a->x + r * a->dim;
+            const float *c = a->coarse + a->lists[r] * a->dim;
+            for (int64_t t = 0; t < a->dim; t++) v[t] = x[t] - c[t];
+            uint8_t *code = a->codes + (size_t)r * a->code_size;
+            memset(code, 0, a->code_size);
+            for (int64_t i = 0; i < a->m; i++) {
+                float d;
+                code[i] = (uint8_t)sml_nearest(&books[i], v + i * a->dsub, &d);
+            }
         }
     }
-    sml_free(by_dim);
+    for (int64_t i = 0; books != NULL && i < a->m; i++) sml_nearest_book_free(&books[i]);
+    sml_free(books);
     sml_free(scratch);
-    return SIMIL_OK;
+    return s;
 }
 
 /* Residual tables (L2 without term 1 in the rows): ||(x - c_l)_i - q_ij||^2. */
