@@ -17,6 +17,9 @@
 #include "cpu/cpu_select.h"
 #include "cpu/cpu_xfbq.h"
 
+/* k x dim doubles that cluster_sums accumulates in one pass (512 KB). */
+enum { SML_CPU_DIRECT_SUMS = 1 << 16 };
+
 static void sml_cpu_close(sml_backend *b) { sml_free(b); }
 
 static simil_status sml_cpu_mem_alloc(sml_backend *b, size_t bytes, void **mem)
@@ -99,12 +102,38 @@ static simil_status sml_cpu_select_k(sml_backend *b, int64_t rows, int64_t cols,
     return SIMIL_OK;
 }
 
+/* Sums of few short centroids (k-means in PQ sub-spaces: 256 x 14): one
+ * pass over the rows in order into k x dim doubles.  Each cluster still adds
+ * its rows in ascending order, so the sums are those of the sorted path
+ * below, without its counting sort and scattered row reads (19% of the CPU
+ * time of an IVF256,PQ56 build on Fashion-MNIST went to them). */
+static simil_status sml_cpu_cluster_sums_direct(int64_t n, int64_t dim, const float *x,
+                                                const int64_t *labels, int64_t k, float *sums,
+                                                int64_t *counts)
+{
+    double *acc;
+    SML_TRY(sml_calloc((void **)&acc, (size_t)(k * dim), sizeof *acc, "cluster sums"));
+    memset(counts, 0, sizeof *counts * (size_t)k);
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t c = labels[r];
+        double *a = acc + c * dim;
+        const float *row = x + r * dim;
+        counts[c]++;
+        for (int64_t j = 0; j < dim; j++) a[j] += row[j];
+    }
+    for (int64_t i = 0; i < k * dim; i++) sums[i] = (float)acc[i];
+    sml_free(acc);
+    return SIMIL_OK;
+}
+
 /* Rows grouped by cluster, then each cluster summed in row order (in double)
  * by whichever thread takes it: the same sums for any thread count. */
 static simil_status sml_cpu_cluster_sums(sml_backend *b, int64_t n, int64_t dim, const float *x,
                                          const int64_t *labels, int64_t k, float *sums,
                                          int64_t *counts)
 {
+    if (k * dim <= SML_CPU_DIRECT_SUMS)
+        return sml_cpu_cluster_sums_direct(n, dim, x, labels, k, sums, counts);
     int threads = omp_get_max_threads();
     int64_t *offsets = NULL, *order = NULL;
     double *acc = NULL;
