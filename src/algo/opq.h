@@ -9,8 +9,8 @@
 simil_status sml_opq_train(sml_backend *b, int64_t n, int64_t d, int64_t dout, int64_t m,
                            const float *x, float *rt);
 
-/* y = x rt (n x dout) and back; they fail only where OpenBLAS cannot be
- * loaded (core/blas.h). */
+/* y = x rt (n x dout) and back, the same bits for any thread count; they
+ * fail only where OpenBLAS cannot be loaded or has no room (core/blas.h). */
 simil_status sml_opq_apply(int64_t n, int64_t d, int64_t dout, const float *rt, const float *x,
                            float *y);
 simil_status sml_opq_unapply(int64_t n, int64_t d, int64_t dout, const float *rt, const float *y,

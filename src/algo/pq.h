@@ -34,10 +34,24 @@ void sml_pq_free(sml_pq *pq);
 size_t sml_pq_code_bytes(int64_t m);
 size_t sml_pq_code_size(const sml_pq *pq);
 
-/* One k-means of `iterations` per sub-space (on the backend), over n vectors
- * (host). */
-simil_status sml_pq_train(sml_backend *b, sml_pq *pq, int64_t n, const float *x, uint64_t seed,
-                          int iterations);
+/* How sml_pq_train runs; fill with sml_pq_train_params_init. */
+typedef struct sml_pq_train_params {
+    int iterations;     /* Lloyd iterations per sub-quantizer */
+    uint64_t seed;      /* sub-quantizer i seeds its k-means with seed + i */
+    const char *stage;  /* progress: one unit per sub-quantizer, after `done` */
+    int64_t done, total;  /* units of `stage` before this call, and in all */
+} sml_pq_train_params;
+
+/* iterations and seed as given, stage "train PQ" of m units. */
+void sml_pq_train_params_init(sml_pq_train_params *p, const sml_pq *pq, int iterations,
+                              uint64_t seed);
+
+/* One k-means per sub-space (on the backend), over n vectors (host), on at
+ * most 256 * ksub of them, as Faiss trains its product quantizers (a sample
+ * drawn by each k-means, kmeans.h).  Fails leaving the codebooks allocated
+ * but of undefined content. */
+simil_status sml_pq_train(sml_backend *b, sml_pq *pq, int64_t n, const float *x,
+                          const sml_pq_train_params *p);
 
 /* The vectors that codes stand for (n x dim floats). */
 void sml_pq_decode(const sml_pq *pq, int64_t n, const uint8_t *codes, size_t code_size,

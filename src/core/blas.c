@@ -29,16 +29,16 @@ enum { SML_CBLAS_ROW_MAJOR = 101, SML_CBLAS_NO_TRANS = 111, SML_CBLAS_TRANS = 11
 
 typedef void (*sml_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                              const float *, int, float, float *, int);
-typedef void (*sml_sgesvd_fn)(const char *, const char *, const int *, const int *, float *,
-                              const int *, float *, float *, const int *, float *, const int *,
-                              float *, const int *, int *);
+typedef void (*sml_sgesdd_fn)(const char *, const int *, const int *, float *, const int *,
+                              float *, float *, const int *, float *, const int *, float *,
+                              const int *, int *, int *);
 
 static struct {
     pthread_mutex_t lock;
     int loaded;          /* 1 once the symbols below are set */
     int callers;         /* the most threads that called it at once so far */
     sml_sgemm_fn sgemm;
-    sml_sgesvd_fn sgesvd;
+    sml_sgesdd_fn sgesdd;
     int (*get_parallel)(void);
 } sml_blas = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -87,12 +87,12 @@ static simil_status sml_blas_load(void)
     SML_RETURN_IF(h == NULL, SIMIL_ERR_UNSUPPORTED, "cannot load OpenBLAS (%s): %s",
                   SIMIL_OPENBLAS_PATH, dlerror());
     sml_blas.sgemm = (sml_sgemm_fn)dlsym(h, "cblas_sgemm");
-    sml_blas.sgesvd = (sml_sgesvd_fn)dlsym(h, "sgesvd_");
+    sml_blas.sgesdd = (sml_sgesdd_fn)dlsym(h, "sgesdd_");
     sml_blas.get_parallel = (int (*)(void))dlsym(h, "openblas_get_parallel");
-    SML_RETURN_IF(sml_blas.sgemm == NULL || sml_blas.sgesvd == NULL ||
+    SML_RETURN_IF(sml_blas.sgemm == NULL || sml_blas.sgesdd == NULL ||
                       sml_blas.get_parallel == NULL,
                   SIMIL_ERR_UNSUPPORTED,
-                  "%s lacks cblas_sgemm, sgesvd_ or openblas_get_parallel", SIMIL_OPENBLAS_PATH);
+                  "%s lacks cblas_sgemm, sgesdd_ or openblas_get_parallel", SIMIL_OPENBLAS_PATH);
     sml_blas.loaded = 1; /* the handle stays open for the process's life */
     return SIMIL_OK;
 }
@@ -140,12 +140,45 @@ void sml_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float 
                    a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
-void sml_sgesvd(const char *jobu, const char *jobvt, const int *m, const int *n, float *a,
-                const int *lda, float *s, float *u, const int *ldu, float *vt, const int *ldvt,
-                float *work, const int *lwork, int *info)
+simil_status sml_sgemm_rows(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, const float *a, int64_t lda, const float *b,
+                            int64_t ldb, float beta, float *c, int64_t ldc, int64_t block)
+{
+    assert(block >= 1);
+    const int64_t blocks = (m + block - 1) / block;
+    int threads = omp_get_max_threads();
+    if (threads > blocks) threads = blocks > 0 ? (int)blocks : 1;
+    SML_TRY(sml_blas_callers(threads, &threads));
+    /* the pthread build serves one caller at a time (cpu_knn.c) */
+    if (sml_blas.get_parallel() == 1) threads = 1;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t i = 0; i < blocks; i++) {
+        /* a team of one is not "in parallel" to OpenBLAS: this task's ICV
+         * keeps each block on its thread */
+        omp_set_num_threads(1);
+        const int64_t r0 = i * block, rows = m - r0 < block ? m - r0 : block;
+        /* row r of op(A): row r of A, or column r of A transposed */
+        const float *ai = trans_a ? a + r0 : a + r0 * lda;
+        sml_sgemm(trans_a, trans_b, rows, n, k, alpha, ai, lda, b, ldb, beta, c + r0 * ldc, ldc);
+    }
+    return SIMIL_OK;
+}
+
+void sml_sgesdd(const char *jobz, const int *m, const int *n, float *a, const int *lda, float *s,
+                float *u, const int *ldu, float *vt, const int *ldvt, float *work,
+                const int *lwork, int *iwork, int *info)
 {
     assert(sml_blas.loaded);
-    sml_blas.sgesvd(jobu, jobvt, m, n, a, lda, s, u, ldu, vt, ldvt, work, lwork, info);
+    /* LAPACK's SVD makes many small BLAS calls.  OpenBLAS's OpenMP build
+     * spreads each over the calling task's threads (omp_get_max_threads()),
+     * and on a loaded machine every one of them waits at a barrier for a
+     * thread the scheduler has set aside, spinning meanwhile: a 784 x 784
+     * SVD took 14.1 s of CPU on 2 threads against 0.20 s on one (2 shared
+     * cores, load average 30).  One thread then, by this task's ICV. */
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    sml_blas.sgesdd(jobz, m, n, a, lda, s, u, ldu, vt, ldvt, work, lwork, iwork, info);
+    omp_set_num_threads(threads);
 }
 
 int sml_blas_parallel(void)

@@ -36,10 +36,23 @@ void sml_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float 
                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                int64_t ldc);
 
-/* LAPACK's sgesvd (column-major, Fortran calling convention). */
-void sml_sgesvd(const char *jobu, const char *jobvt, const int *m, const int *n, float *a,
-                const int *lda, float *s, float *u, const int *ldu, float *vt, const int *ldvt,
-                float *work, const int *lwork, int *info);
+/* sml_sgemm cut into blocks of `block` rows of C (of op(A)), spread over
+ * the OpenMP threads, each block an sgemm on one thread.  OpenBLAS's own
+ * threading splits a product by the number of threads, and its results
+ * change with that number (a 3,000 x 96 x 96 product: 42,101 of 288,000
+ * entries differed between 1 and 2 threads); fixed blocks give the same bits
+ * for any thread count.  Checks the room for its callers (sml_blas_callers)
+ * itself. */
+simil_status sml_sgemm_rows(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, const float *a, int64_t lda, const float *b,
+                            int64_t ldb, float beta, float *c, int64_t ldc, int64_t block);
+
+/* LAPACK's sgesdd, the divide-and-conquer SVD (column-major, Fortran
+ * calling convention; iwork: 8 min(m, n) ints), on the calling thread
+ * alone. */
+void sml_sgesdd(const char *jobz, const int *m, const int *n, float *a, const int *lda, float *s,
+                float *u, const int *ldu, float *vt, const int *ldvt, float *work,
+                const int *lwork, int *iwork, int *info);
 
 /* openblas_get_parallel(): 1 for the pthread build, 2 for the OpenMP one. */
 int sml_blas_parallel(void);

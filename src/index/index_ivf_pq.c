@@ -144,7 +144,9 @@ static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float 
             for (int64_t t = 0; t < index->dim; t++)
                 res[r * index->dim + t] =
                     xs[r * index->dim + t] - next.ivf.centroids[lists[r] * index->dim + t];
-        s = sml_pq_train(b, &next.pq, n, res, 4321, 25);
+        sml_pq_train_params pp;
+        sml_pq_train_params_init(&pp, &next.pq, 25, 4321);
+        s = sml_pq_train(b, &next.pq, n, res, &pp);
     }
     if (s == SIMIL_OK) s = sml_ivf_pq_upload(b, &next);
     if (s == SIMIL_OK) {
@@ -162,14 +164,17 @@ static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float 
 }
 
 /* Each chunk goes to backend memory once, where both the coarse assignment
- * and the encoder read it. */
+ * and the encoder read it.  The CPU takes chunks of 16,384 vectors, a
+ * progress report each (a second or two at 784-d), where one call of 60,000
+ * reported only its end. */
 static simil_status sml_ivf_pq_add(simil_index *index, int64_t n, const float *xs,
                                    const int64_t *ids)
 {
     sml_ivf_pq *x = sml_ivf_pq_of(index);
     sml_backend *b = index->backend;
     const size_t code_size = x->ivf.code_size;
-    const int64_t chunk = n < ((int64_t)1 << 20) ? n : (int64_t)1 << 20;
+    const int64_t most = (int64_t)1 << (b->gpu >= 0 ? 20 : 14);
+    const int64_t chunk = n < most ? n : most;
     int64_t *lists = NULL;
     uint8_t *codes = NULL;
     float *staged = NULL;

@@ -1,9 +1,10 @@
 /* test_ivf_pq.c: product quantization and IVF-PQ on the CPU: PQ beats
  * k-means at the same bits, returned distances are the asymmetric distances
  * to the reconstructed vectors (float64 reference), precomputed and residual
- * tables agree, recall floors on mix data and Fashion-MNIST, ids, remove, and
- * index files. */
+ * tables agree, recall floors on mix data and Fashion-MNIST, the same
+ * training on 1 and 2 threads, ids, remove, and index files. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,6 +317,43 @@ static void test_opq_lowers_the_error(void **state)
     free(z);
 }
 
+/* Every vector's reconstruction from an index trained on 1 thread and on 2:
+ * sub-quantizers train side by side on the CPU, each k-means alone on its
+ * thread, and must give the codebooks a sequential training gives.  Shapes
+ * cover short sub-vectors (cpu_nearest.c), wide ones (GEMM), and OPQ, whose
+ * products of large matrices go through OpenBLAS (core/blas.h,
+ * sml_sgemm_rows). */
+static void test_training_is_the_same_on_any_thread_count(void **state)
+{
+    (void)state;
+    const int64_t n = 3000, dim = 96;
+    const char *descs[] = {"IVF4,PQ12", "IVF4,PQ2", "OPQ4,PQ4"};
+    float *x = sml_test_malloc(4 * n * dim), *a = sml_test_malloc(4 * dim),
+          *b = sml_test_malloc(4 * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 41, x));
+    const int before = omp_get_max_threads();
+    for (size_t d = 0; d < sizeof descs / sizeof descs[0]; d++) {
+        omp_set_num_threads(1);
+        simil_index *one = build(descs[d], dim, SIMIL_METRIC_L2, n, x);
+        omp_set_num_threads(2);
+        simil_index *two = build(descs[d], dim, SIMIL_METRIC_L2, n, x);
+        omp_set_num_threads(before);
+        for (int64_t i = 0; i < n; i++) {
+            SML_ASSERT_OK(simil_index_reconstruct(one, i, a));
+            SML_ASSERT_OK(simil_index_reconstruct(two, i, b));
+            if (memcmp(a, b, 4 * dim) != 0)
+                fail_msg("%s (seed 41, %lld x %lld): vector %lld differs between 1 and 2 "
+                         "threads",
+                         descs[d], (long long)n, (long long)dim, (long long)i);
+        }
+        simil_index_destroy(one);
+        simil_index_destroy(two);
+    }
+    free(x);
+    free(a);
+    free(b);
+}
+
 static void test_refine_gives_exact_distances(void **state)
 {
     (void)state;
@@ -372,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_asymmetric_distances),
         cmocka_unit_test(test_recall_mix),
         cmocka_unit_test(test_recall_fashion),
+        cmocka_unit_test(test_training_is_the_same_on_any_thread_count),
         cmocka_unit_test(test_ids_remove_files),
         cmocka_unit_test(test_code_past_codebook),
         cmocka_unit_test(test_opq_lowers_the_error),
