@@ -289,11 +289,15 @@ double cli_median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* The stage being reported, and where it started, for the rate. */
+/* The stage being reported, and where it started, for the rate; lines: 1
+ * where the reports go to a log (not a terminal) as whole lines, one every
+ * CLI_PROGRESS_LOG_S seconds and each stage's end, printed last at printed. */
+enum { CLI_PROGRESS_LOG_S = 10 };
 static struct {
     char stage[64];
-    double t0;
+    double t0, printed;
     int64_t done0, last;
+    int lines;
 } cli_prog;
 
 static void cli_format_count(char *buf, size_t size, double v)
@@ -328,23 +332,29 @@ static void cli_progress(const char *stage, int64_t done, int64_t total, void *u
         cli_prog.done0 = done;
     }
     cli_prog.last = done;
+    if (cli_prog.lines && done < total && now - cli_prog.printed < CLI_PROGRESS_LOG_S) return;
+    cli_prog.printed = now;
     if (now > cli_prog.t0 && done > cli_prog.done0) {
         double rate = (double)(done - cli_prog.done0) / (now - cli_prog.t0);
         cli_format_count(rate_s, sizeof rate_s, rate);
         cli_format_seconds(eta_s, sizeof eta_s, (double)(total - done) / rate);
     }
-    fprintf(stderr, "\r%s %" PRId64 "/%" PRId64 " (%.0f%%) %s/s ETA %s   ", stage, done, total,
-            total > 0 ? 100.0 * (double)done / (double)total : 100.0, rate_s, eta_s);
+    /* a terminal's line is rewritten in place, a log's lines follow each other */
+    fprintf(stderr, "%s%s %" PRId64 "/%" PRId64 " (%.0f%%) %s/s ETA %s%s",
+            cli_prog.lines ? "" : "\r", stage, done, total,
+            total > 0 ? 100.0 * (double)done / (double)total : 100.0, rate_s, eta_s,
+            cli_prog.lines ? "\n" : "   ");
     if (done >= total) {
-        fputc('\n', stderr);
+        if (!cli_prog.lines) fputc('\n', stderr);
         cli_prog.stage[0] = '\0';
     }
     fflush(stderr);
 }
 
-void cli_progress_install(void)
+void cli_progress_install(int log)
 {
-    if (isatty(STDERR_FILENO)) simil_set_progress(cli_progress, NULL);
+    cli_prog.lines = !isatty(STDERR_FILENO);
+    if (!cli_prog.lines || log) simil_set_progress(cli_progress, NULL);
 }
 
 /* ---- files ---- */

@@ -138,8 +138,10 @@ int cli_fail(simil_status status, const char *path);
 
 /* ---- progress, time ---- */
 
-/* Install the progress line on stderr, if stderr is a terminal. */
-void cli_progress_install(void);
+/* Install the progress line on stderr, if stderr is a terminal; with log
+ * set, progress goes to any stderr, as a line every few seconds and one at
+ * the end of each stage where stderr is not a terminal (a log file). */
+void cli_progress_install(int log);
 
 /* Seconds on a monotonic clock. */
 double cli_now(void);

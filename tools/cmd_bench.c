@@ -486,7 +486,7 @@ int cmd_bench(int argc, char **argv)
     if (!bench_check_args(&a, &metric)) {
         rc = CLI_EXIT_USAGE;
     } else {
-        cli_progress_install();
+        cli_progress_install(0);
         rc = bench_main(&a, metric);
     }
     for (int i = 0; i < a.nsweeps; i++) {

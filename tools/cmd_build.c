@@ -28,12 +28,17 @@ static const char build_usage[] =
     "  --part I/N       add only part I (0-based) of N equal parts of the data, with\n"
     "                   their row numbers as ids: a shard for 'search --distributed'.\n"
     "                   Every part trains on the same vectors, so IVF parts share\n"
-    "                   their quantizer when built on the same kind of device\n";
+    "                   their quantizer when built on the same kind of device\n"
+    "  --progress       report progress on stderr even when it is not a terminal:\n"
+    "                   a line every 10 s and one at the end of each stage\n"
+    "                   (training: kmeans, train OPQ, train PQ; then add).  On a\n"
+    "                   terminal the progress line is always shown\n";
 
 typedef struct build_args {
     const char *data, *desc, *out, *format, *metric, *train, *device, *part;
     int64_t max_train;
     int64_t part_index, parts;
+    int progress;
 } build_args;
 
 /* Train the index unless it needs none; *seconds gets the time taken. */
@@ -109,7 +114,7 @@ static int build_run(const build_args *a, simil_metric metric)
 
 int cmd_build(int argc, char **argv)
 {
-    build_args a = {NULL, NULL, NULL, "simil", "l2", NULL, "auto", NULL, 0, 0, 1};
+    build_args a = {NULL, NULL, NULL, "simil", "l2", NULL, "auto", NULL, 0, 0, 1, 0};
     const cli_opt opts[] = {
         {"data", 0, CLI_STRING, &a.data, 1, 0, 0},
         {"index", 0, CLI_STRING, &a.desc, 1, 0, 0},
@@ -120,6 +125,7 @@ int cmd_build(int argc, char **argv)
         {"max-train", 0, CLI_INT, &a.max_train, 0, 1, INT64_MAX},
         {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
         {"part", 0, CLI_STRING, &a.part, 0, 0, 0},
+        {"progress", 0, CLI_FLAG, &a.progress, 0, 0, 0},
         {NULL, 0, CLI_FLAG, NULL, 0, 0, 0},
     };
     simil_metric metric;
@@ -139,6 +145,6 @@ int cmd_build(int argc, char **argv)
         a.part_index = i;
         a.parts = n;
     }
-    cli_progress_install();
+    cli_progress_install(a.progress);
     return build_run(&a, metric);
 }

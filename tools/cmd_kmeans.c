@@ -118,6 +118,6 @@ int cmd_kmeans(int argc, char **argv)
     if (!cli_check_suffix("--out", a.out, matrix_suffixes)) return CLI_EXIT_USAGE;
     if (a.assign && !cli_check_suffix("--assign", a.assign, assign_suffixes))
         return CLI_EXIT_USAGE;
-    cli_progress_install();
+    cli_progress_install(0);
     return kmeans_run(&a);
 }

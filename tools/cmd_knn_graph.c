@@ -172,7 +172,7 @@ int cmd_knn_graph(int argc, char **argv)
         !cli_params_set_all(&a.params, "--param", &a.param)) {
         rc = CLI_EXIT_USAGE;
     } else {
-        cli_progress_install();
+        cli_progress_install(0);
         rc = knn_graph_run(&a, metric, method);
     }
     cli_params_free(&a.params);

@@ -307,7 +307,7 @@ int cmd_search(int argc, char **argv)
         cli_params_free(&a.params);
         return rc;
     }
-    cli_progress_install();
+    cli_progress_install(0);
     if ((st = simil_index_load(&index, a.index, a.device)) != SIMIL_OK) {
         cli_params_free(&a.params);
         return cli_fail(st, a.index);

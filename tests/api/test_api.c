@@ -137,6 +137,60 @@ static void test_progress_callback(void **state)
     free(x);
 }
 
+/* The stages of a long IVF-PQ build, each reported on the caller's thread
+ * with done rising to total: where the time goes shows while it runs, also
+ * when the sub-quantizers train side by side on other threads. */
+typedef struct {
+    pthread_t caller;
+    int64_t calls, last_done;
+    char stage[32];
+    char ended[8][32]; /* stages that reached done == total, in order */
+    int nended;
+    char wrong[160];   /* the first broken rule, if any */
+} stage_record;
+
+static void record_stages(const char *stage, int64_t done, int64_t total, void *user)
+{
+    stage_record *r = user;
+    r->calls++;
+    const int same = strcmp(stage, r->stage) == 0;
+    if (r->wrong[0] == '\0') {
+        if (!pthread_equal(pthread_self(), r->caller))
+            snprintf(r->wrong, sizeof r->wrong, "%s reported on another thread", stage);
+        else if (done < 1 || done > total)
+            snprintf(r->wrong, sizeof r->wrong, "%s: done %lld of %lld", stage, (long long)done,
+                     (long long)total);
+        else if (same && done < r->last_done)
+            snprintf(r->wrong, sizeof r->wrong, "%s: done went from %lld to %lld", stage,
+                     (long long)r->last_done, (long long)done);
+    }
+    snprintf(r->stage, sizeof r->stage, "%s", stage);
+    r->last_done = done;
+    if (done == total && r->nended < 8) snprintf(r->ended[r->nended++], 32, "%s", stage);
+}
+
+static void test_build_progress_stages(void **state)
+{
+    (void)state;
+    const int64_t n = 3000, dim = 16;
+    const char *want[] = {"train OPQ", "kmeans", "train PQ", "add"};
+    float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 7, x));
+    stage_record rec = {.caller = pthread_self()};
+    simil_set_progress(record_stages, &rec);
+    simil_index *index;
+    SML_ASSERT_OK(simil_index_create(&index, dim, "OPQ4,IVF16,PQ4", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_train(index, n, x));
+    SML_ASSERT_OK(simil_index_add(index, n, x, NULL));
+    simil_set_progress(NULL, NULL);
+    if (rec.wrong[0] != '\0') fail_msg("OPQ4,IVF16,PQ4 (mix seed 7, %lld x %lld): %s", (long long)n,
+                                       (long long)dim, rec.wrong);
+    assert_int_equal(rec.nended, 4);
+    for (int i = 0; i < 4; i++) assert_string_equal(rec.ended[i], want[i]);
+    simil_index_destroy(index);
+    free(x);
+}
+
 /* Training an index whose stored vectors depend on its training (their
  * lists, codes, rotation) is refused while it holds vectors, and the refusal
  * changes nothing; after a reset it trains again.  Flat XFBQ recodes its
@@ -191,6 +245,7 @@ int main(void)
         cmocka_unit_test(test_handles),
         cmocka_unit_test(test_gpu_request_without_gpu),
         cmocka_unit_test(test_progress_callback),
+        cmocka_unit_test(test_build_progress_stages),
         cmocka_unit_test(test_retrain_with_vectors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -365,6 +365,18 @@ check(r["recall_at_k"] >= 0.995, "IVF8,Flat from a Faiss file, nprobe 8: %r" % r
     expect 1 "$SIMIL" build --data "$TMP/base.fvecs" --index XFBQ --format faiss --out "$TMP/x.faiss"
     [ -e "$TMP/x.faiss" ] && fail "a refused Faiss export left $TMP/x.faiss"
 
+    # --progress reports each stage's end to a stderr that is not a terminal;
+    # without it, such a stderr gets only the summary.
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index OPQ4,IVF8,PQ4 --device cpu \
+        --progress --out "$TMP/pq.idx"
+    err_has "train OPQ 80/80 (100%)"
+    err_has "kmeans 10/10 (100%)"
+    err_has "train PQ 4/4 (100%)"
+    err_has "add 3000/3000 (100%)"
+    err_has "n=3000 dim=16"
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index IVF8,PQ4 --device cpu --out "$TMP/pq.idx"
+    [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "build without --progress wrote more than its summary: $(head -c 600 "$TMP/err")"
+
     # Training vectors of another dimension are refused.
     gen_uniform "$TMP/train5.fvecs" 100 5 9
     expect 1 "$SIMIL" build --data "$TMP/base.fvecs" --index IVF8,Flat --train "$TMP/train5.fvecs" \
