@@ -19,33 +19,15 @@
 
 #define SML_NK_FN sml_nearest_4
 #define SML_NK_LANES 4
-#define SML_NK_VF sml_nk_f4
-#define SML_NK_VI sml_nk_i4
 #define SML_NK_TARGET
-typedef float sml_nk_f4 __attribute__((vector_size(16)));
-typedef int32_t sml_nk_i4 __attribute__((vector_size(16)));
 #include "cpu/cpu_nearest_kernel.h"
-#undef SML_NK_FN
-#undef SML_NK_LANES
-#undef SML_NK_VF
-#undef SML_NK_VI
-#undef SML_NK_TARGET
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define SML_NEAREST_AVX2 1
 #define SML_NK_FN sml_nearest_8
 #define SML_NK_LANES 8
-#define SML_NK_VF sml_nk_f8
-#define SML_NK_VI sml_nk_i8
 #define SML_NK_TARGET __attribute__((target("avx2")))
-typedef float sml_nk_f8 __attribute__((vector_size(32)));
-typedef int32_t sml_nk_i8 __attribute__((vector_size(32)));
 #include "cpu/cpu_nearest_kernel.h"
-#undef SML_NK_FN
-#undef SML_NK_LANES
-#undef SML_NK_VF
-#undef SML_NK_VI
-#undef SML_NK_TARGET
 #endif
 
 enum { SML_NEAREST_BLOCK = 64 };

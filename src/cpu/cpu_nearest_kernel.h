@@ -2,8 +2,9 @@
  * cpu_nearest.c includes it once per width, with
  *   SML_NK_FN      the function's name,
  *   SML_NK_LANES   floats in a vector (4 or 8),
- *   SML_NK_VF, SML_NK_VI  vector types of that many floats and int32s,
- *   SML_NK_TARGET  its target attribute (or nothing).
+ *   SML_NK_TARGET  its target attribute (or nothing),
+ * and undefines them at its end.  Its vector types of that many floats and
+ * int32s are named after the function.
  * The vectors are GCC's (and clang's) generic vectors: the code states which
  * values stay in registers, which gcc's loop vectorizer did not manage (its
  * version kept the 64 running distances on the stack, reloaded for every
@@ -14,6 +15,13 @@
  * running minimum and that minimum's column, and the lanes are reduced at
  * the end.  A lane sees its columns in increasing order and replaces its
  * minimum only on a strictly smaller distance, so ties keep the first. */
+#define SML_NK_PASTE2(a, b) a##b
+#define SML_NK_PASTE(a, b) SML_NK_PASTE2(a, b)
+#define SML_NK_VF SML_NK_PASTE(SML_NK_FN, _vf)
+#define SML_NK_VI SML_NK_PASTE(SML_NK_FN, _vi)
+typedef float SML_NK_VF __attribute__((vector_size(4 * SML_NK_LANES)));
+typedef int32_t SML_NK_VI __attribute__((vector_size(4 * SML_NK_LANES)));
+
 SML_NK_TARGET static int64_t SML_NK_FN(const sml_nearest_book *book, const float *x, float *dist)
 {
     enum { L = SML_NK_LANES, C = 64 / SML_NK_LANES };
@@ -55,3 +63,11 @@ SML_NK_TARGET static int64_t SML_NK_FN(const sml_nearest_book *book, const float
     *dist = d;
     return a;
 }
+
+#undef SML_NK_VF
+#undef SML_NK_VI
+#undef SML_NK_PASTE
+#undef SML_NK_PASTE2
+#undef SML_NK_FN
+#undef SML_NK_LANES
+#undef SML_NK_TARGET
