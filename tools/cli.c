@@ -306,8 +306,10 @@ static void cli_format_count(char *buf, size_t size, double v)
         snprintf(buf, size, "%.1fM", v / 1e6);
     else if (v >= 1e4)
         snprintf(buf, size, "%.1fk", v / 1e3);
-    else
+    else if (v >= 10)
         snprintf(buf, size, "%.0f", v);
+    else /* k-means iterations of a loaded machine: 0.2/s, not 0/s */
+        snprintf(buf, size, "%.2g", v);
 }
 
 static void cli_format_seconds(char *buf, size_t size, double s)
