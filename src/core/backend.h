@@ -202,6 +202,19 @@ static inline int sml_ivf_pq_scan_args_ok(const sml_ivf_pq_scan_args *a)
            (a->term1_at == 0 || a->term1_at + sizeof(float) <= a->scan.lists.code_stride);
 }
 
+/* Scalar-quantizer scan (core/sq_code.h): each row's code is dim
+ * components of `type` (then padding); its key is the exact key of the query
+ * and the decoded row, plus, where coarse is set (codes of residuals), the
+ * centroid of the row's list.  Flat SQ is one list of every row.  The
+ * probes' coarse keys are not used. */
+typedef struct sml_sq_scan_args {
+    sml_ivf_scan_args scan;
+    int type;                    /* an sml_sq_type */
+    const float *vmin;           /* mem: dim (SQ8), else NULL */
+    const float *vdiff;          /* mem: dim (SQ8), else NULL */
+    const float *coarse;         /* mem: nlist x dim, added to each decoded row; or NULL */
+} sml_sq_scan_args;
+
 /* XFBQ scan (the XFBQ paper, section 4; docs/papers.md) over lists of
  * rows (src/algo/xfbq.h): flat XFBQ is one list of every row, IVF-XFBQ the
  * lists of the inverted file.  A row is a code (scan.lists.codes, a multiple
@@ -285,6 +298,9 @@ typedef struct sml_backend_ops {
      * and a row's key is term 2 (the coarse key) + its term 1 + m entries. */
     simil_status (*ivf_pq_scan)(sml_backend *b, const sml_ivf_pq_scan_args *args);
     simil_status (*pq_encode)(sml_backend *b, const sml_pq_encode_args *args);
+    /* Scalar quantizers: keys of the decoded rows (sml_sq_scan_args).
+     * NULL where a backend has none yet. */
+    simil_status (*sq_scan)(sml_backend *b, const sml_sq_scan_args *args);
     /* XFBQ: histogram selection and exact re-ranking (sml_xfbq_scan_args). */
     simil_status (*xfbq_scan)(sml_backend *b, const sml_xfbq_scan_args *args);
     /* Optional, NULL where the host codes as fast (the CPU): XFBQ codes of

@@ -177,6 +177,7 @@ static const sml_backend_ops sml_cpu_ops = {
     .ivf_flat_scan = sml_cpu_ivf_flat_scan,
     .ivf_pq_scan = sml_cpu_ivf_pq_scan,
     .pq_encode = sml_cpu_pq_encode,
+    .sq_scan = sml_cpu_sq_scan,
     .xfbq_scan = sml_cpu_xfbq_scan,
     .select_k = sml_cpu_select_k,
     .cluster_sums = sml_cpu_cluster_sums,

@@ -35,6 +35,7 @@ void sml_cpu_ivf_finish(const sml_ivf_scan_args *a, int64_t q, int64_t kept, sml
 
 simil_status sml_cpu_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *args);
 simil_status sml_cpu_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *args);
+simil_status sml_cpu_sq_scan(sml_backend *b, const sml_sq_scan_args *args);
 simil_status sml_cpu_pq_encode(sml_backend *b, const sml_pq_encode_args *args);
 
 #endif

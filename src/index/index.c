@@ -10,6 +10,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/id_map.h"
+#include "core/sq_code.h"
 #include "core/vectors.h"
 #include "index/index_internal.h"
 
@@ -107,11 +108,12 @@ static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, con
 
 /* Whether an index's stored vectors depend on what train learns: an inverted
  * file holds them in the lists of its centroids, PQ and OPQ as codes under
- * their codebooks and rotation.  (Flat XFBQ recodes its vectors when train
- * picks a new alpha.) */
+ * their codebooks and rotation, SQ8 as codes in its trained ranges.  (Flat
+ * XFBQ recodes its vectors when train picks a new alpha.) */
 static int sml_vectors_depend_on_training(const sml_index_spec *spec)
 {
-    return spec->ivf_nlist > 0 || spec->encoding == SML_ENCODING_PQ || spec->opq_m > 0;
+    return spec->ivf_nlist > 0 || spec->encoding == SML_ENCODING_PQ || spec->opq_m > 0 ||
+           (spec->encoding == SML_ENCODING_SQ && spec->sq_type == SML_SQ_8BIT);
 }
 
 simil_status simil_index_train(simil_index *index, int64_t n, const float *x)

@@ -47,6 +47,8 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
         init = sml_ivf_pq_init;
     } else if (spec.encoding == SML_ENCODING_XFBQ) {
         init = spec.ivf_nlist ? sml_ivf_xfbq_init : sml_xfbq_flat_init;
+    } else if (spec.encoding == SML_ENCODING_SQ) {
+        init = spec.ivf_nlist ? sml_ivf_sq_init : sml_sq_flat_init;
     }
     SML_RETURN_IF(init == NULL, SIMIL_ERR_UNSUPPORTED,
                   "index '%s' is valid, but this version of simil cannot build it",

@@ -130,6 +130,9 @@ simil_status sml_xfbq_flat_init(simil_index *index);
 simil_status sml_ivf_xfbq_init(simil_index *index);
 float sml_xfbq_index_alpha(const simil_index *index);
 simil_status sml_shards_init(simil_index *index);
+/* Scalar quantizers: SQ8, SQfp16, SQbf16 (index_sq.c) and IVFn,SQ.. (index_ivf_sq.c). */
+simil_status sml_sq_flat_init(simil_index *index);
+simil_status sml_ivf_sq_init(simil_index *index);
 
 /* Reading and writing Faiss files (faiss_read.c, faiss_write.c) needs the
  * insides of three types.  Flat: its vectors (backend memory, ntotal x dim)

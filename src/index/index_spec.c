@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/sq_code.h"
 
 enum { SML_SPEC_MAX_COMPONENTS = 8, SML_SPEC_MAX_LEN = 256, SML_PQ_MAX_CODE_BYTES = 128 };
 
@@ -58,6 +59,17 @@ static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index
         }
         return SIMIL_OK;
     }
+    static const struct {
+        const char *name;
+        sml_sq_type type;
+    } sq[] = {{"SQ8", SML_SQ_8BIT}, {"SQfp16", SML_SQ_FP16}, {"SQbf16", SML_SQ_BF16}};
+    for (size_t i = 0; i < sizeof sq / sizeof sq[0]; i++) {
+        if (strcmp(c, sq[i].name) == 0) {
+            spec->encoding = SML_ENCODING_SQ;
+            spec->sq_type = sq[i].type;
+            return SIMIL_OK;
+        }
+    }
     if (sml_spec_numbers(c, "PQ", 'x', &a, &b)) {
         spec->encoding = SML_ENCODING_PQ;
         spec->pq_m = a;
@@ -69,8 +81,8 @@ static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index
         return SIMIL_OK;
     }
     return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
-                     "index '%s': '%s' is not an encoding; expected Flat, PQ<m>[x<bits>] or "
-                     "XFBQ[<q>x<b>]",
+                     "index '%s': '%s' is not an encoding; expected Flat, PQ<m>[x<bits>], "
+                     "XFBQ[<q>x<b>], SQ8, SQfp16 or SQbf16",
                      desc, c);
 }
 
@@ -180,7 +192,7 @@ simil_status sml_index_spec_parse(const char *desc, int64_t dim, sml_index_spec 
         i++;
     }
     SML_RETURN_IF(i == count, SIMIL_ERR_INVALID_ARGUMENT,
-                  "index '%s' has no encoding; end it with Flat, PQ<m> or XFBQ", desc);
+                  "index '%s' has no encoding; end it with Flat, PQ<m>, XFBQ or SQ8", desc);
     SML_TRY(sml_spec_encoding(parts[i++], desc, spec));
     if (i < count && (strcmp(parts[i], "Refine") == 0 || strcmp(parts[i], "RFlat") == 0)) {
         spec->refine = 1;
@@ -208,6 +220,11 @@ void sml_index_spec_format(const sml_index_spec *spec, char *out, size_t size)
     case SML_ENCODING_PQ: SML_APPEND("PQ%" PRId64 "x%d", spec->pq_m, spec->pq_bits); break;
     case SML_ENCODING_XFBQ:
         SML_APPEND("XFBQ%dx%d", spec->xfbq_query_bits, spec->xfbq_base_bits);
+        break;
+    case SML_ENCODING_SQ:
+        SML_APPEND("%s", spec->sq_type == SML_SQ_8BIT   ? "SQ8"
+                         : spec->sq_type == SML_SQ_FP16 ? "SQfp16"
+                                                        : "SQbf16");
         break;
     }
     if (spec->refine) SML_APPEND(",Refine");

@@ -1,9 +1,10 @@
 /* index_spec.h: Faiss-style index descriptions, parsed.
  *
  * Grammar (components separated by commas, in this order):
- *   [Shardss,] [IDMap,] [OPQm[_d],] [IVFn,] (Flat | PQm[xb] | XFBQ[QxB]) [,Refine | ,RFlat]
+ *   [Shardss,] [IDMap,] [OPQm[_d],] [IVFn,] (Flat | PQm[xb] | XFBQ[QxB] | SQ8 | SQfp16 |
+ *   SQbf16) [,Refine | ,RFlat]
  * e.g. "Flat", "IVF4096,Flat", "IVF4096,PQ32x8", "OPQ32_128,IVF4096,PQ32",
- * "XFBQ4x3", "IVF1024,XFBQ", "IVF4096,PQ32,Refine".  IDMap is accepted for
+ * "XFBQ4x3", "IVF1024,XFBQ", "IVF4096,PQ32,Refine", "IVF4096,SQ8", "SQfp16".  IDMap is accepted for
  * Faiss compatibility and ignored: every simil index takes ids.  "Shardss,"
  * splits the index into s parts on the devices of the device string (what a
  * device list such as gpu:0,1 also does); saved sharded indexes carry it. */
@@ -18,7 +19,8 @@
 typedef enum sml_encoding {
     SML_ENCODING_FLAT = 0,
     SML_ENCODING_PQ = 1,
-    SML_ENCODING_XFBQ = 2
+    SML_ENCODING_XFBQ = 2,
+    SML_ENCODING_SQ = 3
 } sml_encoding;
 
 typedef struct sml_index_spec {
@@ -31,6 +33,7 @@ typedef struct sml_index_spec {
     int pq_bits;          /* bits per sub-quantizer code, 4..8 */
     int xfbq_query_bits;  /* 1..8 */
     int xfbq_base_bits;   /* 1..8 */
+    int sq_type;          /* SQ: an sml_sq_type (core/sq_code.h) */
     int refine;           /* re-rank with the float vectors */
 } sml_index_spec;
 
