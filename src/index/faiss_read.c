@@ -2,7 +2,9 @@
  *
  * simil reads IndexFlatL2/IP ("IxF2", "IxFI", "IxFl"), IndexIVFFlat ("IwFl",
  * and the older "IvFl"/"IvFL"), IndexIVFPQ with 8-bit codes and residual
- * encoding ("IwPQ", and the older "IvPQ"), and IndexIDMap/IndexIDMap2 ("IxMp",
+ * encoding ("IwPQ", and the older "IvPQ"), IndexScalarQuantizer ("IxSQ") and
+ * IndexIVFScalarQuantizer with residual encoding ("IwSQ", "IwSq") for the
+ * types QT_8bit, QT_fp16 and QT_bf16, and IndexIDMap/IndexIDMap2 ("IxMp",
  * "IxM2") around any of them.  Inverted lists must be ArrayInvertedLists
  * ("ilar"), with list sizes stored in full or sparse form.
  *
@@ -23,15 +25,17 @@
 #include "core/error.h"
 #include "core/vectors.h"
 #include "index/index_internal.h"
+#include "index/index_sq.h"
 #include "index/ivf.h"
 
 #define SML_FOURCC(s) SML_TAG((s)[0], (s)[1], (s)[2], (s)[3])
 
-enum { SML_FAISS_FLAT = 1, SML_FAISS_IVF_FLAT = 2, SML_FAISS_IVF_PQ = 3 };
+enum { SML_FAISS_FLAT = 1, SML_FAISS_IVF_FLAT = 2, SML_FAISS_IVF_PQ = 3, SML_FAISS_SQ = 4,
+       SML_FAISS_IVF_SQ = 5 };
 enum { SML_FAISS_PQ_NBITS = 8, SML_FAISS_KSUB = 256 };
 static const int64_t sml_faiss_max_dim = (int64_t)1 << 24;
 static const char sml_faiss_readable[] =
-    "simil reads IxF2, IxFI, IxFl, IwFl, IvFl, IwPQ, IvPQ, IxMp and IxM2";
+    "simil reads IxF2, IxFI, IxFl, IwFl, IvFl, IwPQ, IvPQ, IxSQ, IwSQ, IwSq, IxMp and IxM2";
 
 /* Faiss types by code, for messages about the ones simil does not read. */
 static const struct {
@@ -53,7 +57,7 @@ static const struct {
 
 /* What a Faiss file holds, in host memory, before it becomes a simil index. */
 typedef struct sml_faiss_parsed {
-    int kind;               /* SML_FAISS_FLAT, _IVF_FLAT or _IVF_PQ */
+    int kind;               /* SML_FAISS_FLAT, _IVF_FLAT, _IVF_PQ, _SQ or _IVF_SQ */
     int64_t dim;
     int64_t ntotal;
     simil_metric metric;
@@ -62,10 +66,12 @@ typedef struct sml_faiss_parsed {
     float *coarse;          /* IVF: nlist x dim */
     int64_t pq_m;           /* IVF-PQ */
     float *codebooks;       /* IVF-PQ: pq_m x 256 x dim / pq_m */
-    size_t code_size;       /* IVF: bytes per code in the file */
-    size_t row_bytes;       /* IVF: bytes per code in simil's lists (>= code_size) */
+    sml_sq_type sq_type;    /* SQ */
+    float *sq_ranges;       /* SQ8: vmin (dim), then vdiff (dim) */
+    size_t code_size;       /* IVF, SQ: bytes per code in the file */
+    size_t row_bytes;       /* IVF, SQ: bytes per code in simil's rows (>= code_size) */
     int64_t *list_sizes;    /* IVF: nlist */
-    uint8_t *codes;         /* IVF: ntotal rows of row_bytes, list after list */
+    uint8_t *codes;         /* IVF, SQ: ntotal rows of row_bytes (IVF: list after list) */
     int64_t *ids;           /* IVF: ntotal, as codes */
     int64_t *id_map;        /* IDMap: ntotal external ids; NULL without one */
 } sml_faiss_parsed;
@@ -75,6 +81,7 @@ static void sml_faiss_parsed_free(sml_faiss_parsed *p)
     sml_free(p->vectors);
     sml_free(p->coarse);
     sml_free(p->codebooks);
+    sml_free(p->sq_ranges);
     sml_free(p->list_sizes);
     sml_free(p->codes);
     sml_free(p->ids);
@@ -446,6 +453,87 @@ static simil_status sml_fr_pq(sml_reader *r, sml_faiss_parsed *p)
     return SIMIL_OK;
 }
 
+/* A ScalarQuantizer: qtype, rangestat, rangestat_arg, d, code_size, trained
+ * (SQ8: vmin then vdiff, d floats each; the half types: none). */
+static simil_status sml_fr_sq(sml_reader *r, sml_faiss_parsed *p)
+{
+    uint32_t qtype, rangestat;
+    float rangestat_arg;
+    uint64_t d, code_size, count;
+    SML_TRY(sml_fr_u32(r, &qtype));
+    SML_TRY(sml_fr_u32(r, &rangestat));
+    SML_TRY(sml_reader_read(r, &rangestat_arg, 4));
+    SML_TRY(sml_fr_u64(r, &d));
+    SML_TRY(sml_fr_u64(r, &code_size));
+    SML_RETURN_IF(qtype != SML_SQ_8BIT && qtype != SML_SQ_FP16 && qtype != SML_SQ_BF16,
+                  SIMIL_ERR_UNSUPPORTED,
+                  "'%s' uses a Faiss scalar quantizer of type %u; simil reads QT_8bit (0), "
+                  "QT_fp16 (4) and QT_bf16 (7)",
+                  r->path, qtype);
+    p->sq_type = (sml_sq_type)qtype;
+    SML_RETURN_IF(d != (uint64_t)p->dim || code_size != sml_sq_code_bytes(p->sq_type, p->dim),
+                  SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: a scalar quantizer of d=%llu, code_size=%llu in an index "
+                  "of dimension %" PRId64,
+                  r->path, (unsigned long long)d, (unsigned long long)code_size, p->dim);
+    SML_TRY(sml_fr_count(r, sizeof(float), &count, "the scalar quantizer's ranges"));
+    const uint64_t want = sml_sq_needs_training(p->sq_type) ? 2 * d : 0;
+    SML_RETURN_IF(count != want, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: a scalar quantizer of type %u with %llu trained floats, "
+                  "%llu expected",
+                  r->path, qtype, (unsigned long long)count, (unsigned long long)want);
+    if (want > 0) SML_TRY(sml_fr_array(r, sizeof(float), count, (void **)&p->sq_ranges, "SQ ranges"));
+    p->code_size = (size_t)code_size;
+    p->row_bytes = sml_sq_stride(p->sq_type, p->dim);
+    return SIMIL_OK;
+}
+
+/* IndexScalarQuantizer after its code: header, quantizer, the codes. */
+static simil_status sml_fr_flat_sq(sml_reader *r, sml_faiss_parsed *p)
+{
+    sml_fr_head h = {0};
+    SML_TRY(sml_fr_header(r, &h));
+    SML_RETURN_IF(!h.trained, SIMIL_ERR_UNSUPPORTED,
+                  "'%s' holds an untrained Faiss scalar quantizer; train it in Faiss before "
+                  "saving, or create and train the index in simil",
+                  r->path);
+    p->kind = SML_FAISS_SQ;
+    p->dim = h.dim;
+    p->ntotal = h.ntotal;
+    p->metric = h.metric;
+    SML_TRY(sml_fr_sq(r, p));
+    uint64_t count;
+    SML_TRY(sml_fr_count(r, 1, &count, "the codes of a scalar quantizer"));
+    SML_RETURN_IF(count != (uint64_t)p->ntotal * p->code_size, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: %" PRId64 " codes of %zu bytes in %llu bytes", r->path,
+                  p->ntotal, p->code_size, (unsigned long long)count);
+    SML_TRY(sml_alloc((void **)&p->codes, (size_t)(p->ntotal > 0 ? p->ntotal : 1), p->row_bytes,
+                      "Faiss codes"));
+    SML_TRY(sml_reader_read(r, p->codes, (size_t)count));
+    sml_fr_widen(p, 0, p->ntotal);
+    return SIMIL_OK;
+}
+
+/* IndexIVFScalarQuantizer after the IVF header: the quantizer, code_size,
+ * by_residual ("IwSq" only; "IwSQ" implies it), the lists. */
+static simil_status sml_fr_ivf_sq(sml_reader *r, sml_faiss_parsed *p, int has_flag)
+{
+    uint64_t code_size;
+    uint8_t by_residual = 1;
+    SML_TRY(sml_fr_sq(r, p));
+    SML_TRY(sml_fr_u64(r, &code_size));
+    if (has_flag) SML_TRY(sml_fr_u8(r, &by_residual));
+    SML_RETURN_IF(code_size != p->code_size || by_residual > 1, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: an IVF scalar quantizer with code_size=%llu (%zu expected), "
+                  "by_residual=%u",
+                  r->path, (unsigned long long)code_size, p->code_size, (unsigned)by_residual);
+    SML_RETURN_IF(!by_residual, SIMIL_ERR_UNSUPPORTED,
+                  "'%s' is an IndexIVFScalarQuantizer with by_residual = false; simil's IVF-SQ "
+                  "encodes residuals (by_residual = true) only",
+                  r->path);
+    return sml_fr_invlists(r, p);
+}
+
 static simil_status sml_fr_index(sml_reader *r, sml_faiss_parsed *p, int depth);
 
 /* IndexIDMap[2]: header, the index inside, then its ntotal external ids. */
@@ -492,6 +580,12 @@ static simil_status sml_fr_index(sml_reader *r, sml_faiss_parsed *p, int depth)
         p->code_size = p->row_bytes = (size_t)p->dim * sizeof(float);
         if (!legacy) return sml_fr_invlists(r, p);
         return sml_fr_legacy_codes(r, p, code == SML_FOURCC("IvFl") ? sizeof(float) : 1);
+    }
+    if (code == SML_FOURCC("IxSQ")) return sml_fr_flat_sq(r, p);
+    if (code == SML_FOURCC("IwSQ") || code == SML_FOURCC("IwSq")) {
+        p->kind = SML_FAISS_IVF_SQ;
+        SML_TRY(sml_fr_ivf_header(r, p, 0));
+        return sml_fr_ivf_sq(r, p, code == SML_FOURCC("IwSq"));
     }
     if (code == SML_FOURCC("IwPQ") || code == SML_FOURCC("IvPQ")) {
         p->kind = SML_FAISS_IVF_PQ;
@@ -558,6 +652,12 @@ static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, 
         sml_pq *pq;
         sml_ivf_pq_parts(index, &ivf, &pq);
         SML_TRY(sml_ivf_pq_set_trained(index, p->coarse, p->codebooks));
+    } else if (p->kind == SML_FAISS_IVF_SQ) {
+        ivf = sml_ivf_sq_ivf(index);
+        SML_TRY(sml_ivf_set_centroids(b, ivf, p->coarse));
+        SML_TRY(sml_sq_params_set(b, sml_ivf_sq_params(index), p->sq_ranges,
+                                  p->sq_ranges + p->dim));
+        index->trained = 1;
     } else {
         ivf = index->impl; /* IVF-Flat's impl is the inverted file itself */
         SML_TRY(sml_ivf_set_centroids(b, ivf, p->coarse));
@@ -581,6 +681,23 @@ static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, 
     return SIMIL_OK;
 }
 
+/* The ranges, then the codes as the rows of one append. */
+static simil_status sml_faiss_fill_sq(simil_index *index, sml_faiss_parsed *p, const char *path)
+{
+    int64_t next_id = 0;
+    SML_TRY(sml_alloc((void **)&p->ids, (size_t)(p->ntotal > 0 ? p->ntotal : 1), sizeof(int64_t),
+                      "Faiss ids"));
+    for (int64_t i = 0; i < p->ntotal; i++) p->ids[i] = i;
+    SML_TRY(sml_faiss_ids(p, path, &next_id));
+    SML_TRY(sml_sq_params_set(index->backend, sml_sq_flat_params(index), p->sq_ranges,
+                              p->sq_ranges + p->dim));
+    index->trained = 1;
+    SML_TRY(sml_sq_flat_append_codes(index, p->ntotal, p->codes, p->ids));
+    index->ntotal = p->ntotal;
+    index->next_id = next_id;
+    return SIMIL_OK;
+}
+
 static simil_status sml_faiss_build(sml_faiss_parsed *p, const char *path, const char *device,
                                     simil_index **out)
 {
@@ -589,14 +706,24 @@ static simil_status sml_faiss_build(sml_faiss_parsed *p, const char *path, const
         snprintf(desc, sizeof desc, "Flat");
     else if (p->kind == SML_FAISS_IVF_FLAT)
         snprintf(desc, sizeof desc, "IVF%" PRId64 ",Flat", p->nlist);
-    else
+    else if (p->kind == SML_FAISS_IVF_PQ)
         snprintf(desc, sizeof desc, "IVF%" PRId64 ",PQ%" PRId64 "x8", p->nlist, p->pq_m);
+    else {
+        const char *sq = p->sq_type == SML_SQ_8BIT   ? "SQ8"
+                         : p->sq_type == SML_SQ_FP16 ? "SQfp16"
+                                                     : "SQbf16";
+        if (p->kind == SML_FAISS_SQ)
+            snprintf(desc, sizeof desc, "%s", sq);
+        else
+            snprintf(desc, sizeof desc, "IVF%" PRId64 ",%s", p->nlist, sq);
+    }
     simil_index *index;
     simil_status s = sml_index_new(&index, p->dim, desc, p->metric, device);
     if (s == SIMIL_ERR_INVALID_ARGUMENT)
         return sml_error_context(SIMIL_ERR_UNSUPPORTED, "'%s' is a Faiss %s index", path, desc);
     SML_TRY(s);
     s = p->kind == SML_FAISS_FLAT ? sml_faiss_fill_flat(index, p, path)
+        : p->kind == SML_FAISS_SQ ? sml_faiss_fill_sq(index, p, path)
                                   : sml_faiss_fill_ivf(index, p, path);
     if (s != SIMIL_OK) {
         sml_index_free(index);

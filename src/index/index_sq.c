@@ -168,43 +168,42 @@ static simil_status sml_sq_flat_train(simil_index *index, int64_t n, const float
     return sml_sq_params_train(index->backend, &sml_sq_flat_of(index)->sq, n, x);
 }
 
-/* Rows [at, at + n) of next get the codes of x and these ids. */
-static simil_status sml_sq_flat_fill(const simil_index *index, sml_row_store *next, int64_t at,
-                                     int64_t n, const float *x, const int64_t *ids)
-{
-    const sml_sq_flat *f = sml_sq_flat_of(index);
-    sml_backend *b = index->backend;
-    const size_t stride = next->width[0];
-    const int64_t chunk = n < ((int64_t)1 << 16) ? n : (int64_t)1 << 16;
-    uint8_t *buf;
-    SML_TRY(sml_alloc((void **)&buf, (size_t)chunk, stride, "codes"));
-    simil_status s = SIMIL_OK;
-    for (int64_t i = 0; i < n && s == SIMIL_OK; i += chunk) {
-        const int64_t m = n - i < chunk ? n - i : chunk;
-        sml_sq_params_encode(&f->sq, m, x + i * index->dim, buf);
-        s = b->ops->mem_upload(b, sml_row_store_at(next, 0, at + i), buf, (size_t)m * stride);
-        sml_progress("add", i + m, n);
-    }
-    sml_free(buf);
-    if (s != SIMIL_OK) return s;
-    return sml_row_store_put_ids(b, next, at, n, ids);
-}
-
-static simil_status sml_sq_flat_add(simil_index *index, int64_t n, const float *x,
-                                    const int64_t *ids)
+simil_status sml_sq_flat_append_codes(simil_index *index, int64_t n, const uint8_t *codes,
+                                      const int64_t *ids)
 {
     sml_sq_flat *f = sml_sq_flat_of(index);
     sml_backend *b = index->backend;
     const int64_t at = index->ntotal;
     sml_row_store next;
     SML_TRY(sml_row_store_reserve(b, &f->rows, at, at + n, &next));
-    simil_status s = sml_sq_flat_fill(index, &next, at, n, x, ids);
+    simil_status s = b->ops->mem_upload(b, sml_row_store_at(&next, 0, at), codes,
+                                        (size_t)n * next.width[0]);
+    if (s == SIMIL_OK) s = sml_row_store_put_ids(b, &next, at, n, ids);
     if (s != SIMIL_OK) {
         sml_row_store_discard(b, &f->rows, &next);
         return s;
     }
     sml_row_store_commit(b, &f->rows, &next);
     return SIMIL_OK;
+}
+
+/* Coded on the host in chunks (for progress), then appended at once. */
+static simil_status sml_sq_flat_add(simil_index *index, int64_t n, const float *x,
+                                    const int64_t *ids)
+{
+    const sml_sq_flat *f = sml_sq_flat_of(index);
+    const size_t stride = f->rows.width[0];
+    const int64_t chunk = (int64_t)1 << 16;
+    uint8_t *codes;
+    SML_TRY(sml_alloc((void **)&codes, (size_t)n, stride, "codes"));
+    for (int64_t i = 0; i < n; i += chunk) {
+        const int64_t m = n - i < chunk ? n - i : chunk;
+        sml_sq_params_encode(&f->sq, m, x + i * index->dim, codes + (size_t)i * stride);
+        sml_progress("add", i + m, n);
+    }
+    const simil_status s = sml_sq_flat_append_codes(index, n, codes, ids);
+    sml_free(codes);
+    return s;
 }
 
 static simil_status sml_sq_flat_search(const simil_index *index, const sml_search_call *call)

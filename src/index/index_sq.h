@@ -52,4 +52,9 @@ sml_sq_params *sml_sq_flat_params(simil_index *index);
 sml_sq_params *sml_ivf_sq_params(simil_index *index);
 struct sml_ivf *sml_ivf_sq_ivf(simil_index *index);
 
+/* Append n code rows (host, sml_sq_stride bytes each) with these ids to a
+ * trained flat SQ index; the caller keeps ntotal and next_id. */
+simil_status sml_sq_flat_append_codes(simil_index *index, int64_t n, const uint8_t *codes,
+                                      const int64_t *ids);
+
 #endif

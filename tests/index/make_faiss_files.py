@@ -158,6 +158,42 @@ def gen_ivf_pq(faiss, out):
     save(faiss, out, "ivfpq_ip", index, q)
 
 
+def sq_types(faiss):
+    """(name, Faiss type) of the scalar quantizers simil reads that this Faiss has."""
+    sq = faiss.ScalarQuantizer
+    types = [("sq8", sq.QT_8bit), ("sqfp16", sq.QT_fp16)]
+    if hasattr(sq, "QT_bf16"):  # Faiss >= 1.9
+        types.append(("sqbf16", sq.QT_bf16))
+    return types
+
+
+def ivf_sq(faiss, d, nlist, qtype, metric, xt, by_residual=True):
+    quantizer = faiss.IndexFlatIP(d) if metric == faiss.METRIC_INNER_PRODUCT else faiss.IndexFlatL2(d)
+    index = faiss.IndexIVFScalarQuantizer(quantizer, d, nlist, qtype, metric, by_residual)
+    index.train(xt)
+    return index
+
+
+def gen_sq(faiss, out):
+    """NAME_l2 and NAME_ip for each type: IndexScalarQuantizer (NAME) and
+    IndexIVFScalarQuantizer (ivfNAME, 16 lists); bf16 only where Faiss has it."""
+    d, n = 24, 3000
+    xb, q = clustered(12, n, d), clustered(12, NQ, d)[::-1].copy() + rand(13, NQ, d) * 0.1
+    for name, qtype in sq_types(faiss):
+        for metric, m in (("l2", faiss.METRIC_L2), ("ip", faiss.METRIC_INNER_PRODUCT)):
+            index = faiss.IndexScalarQuantizer(d, qtype, m)
+            index.train(xb)
+            index.add(xb)
+            save(faiss, out, f"{name}_{metric}", index, q)
+            index = ivf_sq(faiss, d, 16, qtype, m, xb)
+            index.add(xb)
+            save(faiss, out, f"ivf{name}_{metric}", index, q)
+    index = faiss.IndexIDMap(faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_8bit))
+    index.train(xb)
+    index.add_with_ids(xb, (np.arange(n, dtype=np.int64) * 5 + 3).copy())
+    save(faiss, out, "idmap_sq8", index, q)
+
+
 def gen_unsupported(faiss, out):
     d = 16
     xb = rand(8, 600, d)
@@ -174,6 +210,13 @@ def gen_unsupported(faiss, out):
     index.add(xb[:20])
     faiss.write_index(index, f"{out}/unsupported_nbits4.faiss")
     faiss.write_index(faiss.IndexIDMap(faiss.IndexHNSWFlat(d, 8)), f"{out}/unsupported_idmap_hnsw.faiss")
+    index = faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_4bit)
+    index.train(xb)
+    index.add(xb[:20])
+    faiss.write_index(index, f"{out}/unsupported_sq4.faiss")
+    index = ivf_sq(faiss, d, 4, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_L2, xb, by_residual=False)
+    index.add(xb[:20])
+    faiss.write_index(index, f"{out}/unsupported_ivfsq_noresidual.faiss")
 
 
 def gen_tiny(faiss, out):
@@ -198,6 +241,13 @@ def gen_tiny(faiss, out):
     faiss.write_index(index, f"{out}/tiny_ivfpq.faiss")
     with open(f"{out}/tiny_legacy_ivfpq.faiss", "wb") as f:
         f.write(legacy(faiss, index, "IvPQ"))
+    index = faiss.IndexScalarQuantizer(4, faiss.ScalarQuantizer.QT_8bit)
+    index.train(xb)
+    index.add(xb[:6])
+    faiss.write_index(index, f"{out}/tiny_sq8.faiss")
+    index = ivf_sq(faiss, 4, 2, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_L2, xb)
+    index.add(xb[:6])
+    faiss.write_index(index, f"{out}/tiny_ivfsqfp16.faiss")
 
 
 def main(argv):
@@ -210,6 +260,7 @@ def main(argv):
         gen_flat(faiss, out)
         gen_ivf_flat(faiss, out)
         gen_ivf_pq(faiss, out)
+        gen_sq(faiss, out)
         gen_unsupported(faiss, out)
         gen_tiny(faiss, out)
         return 0
