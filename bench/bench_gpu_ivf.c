@@ -2,7 +2,8 @@
  * docs/datasets.md, as a program (not a test).
  *
  *   bench_gpu_ivf fashion-mnist DESC [NPROBE ...]   (e.g. IVF1024,Flat or IVF256,PQ56)
- *   bench_gpu_ivf mix10M DESC [NPROBE ...]          (e.g. IVF4096,Flat or IVF4096,PQ32)
+ *   bench_gpu_ivf mix10M DESC [NPROBE ...]          (e.g. IVF4096,Flat, IVF4096,PQ32 or
+ *                                                     IVF4096,SQ8)
  *   bench_gpu_ivf mix100M DESC [NPROBE ...]         (e.g. IVF16384,PQ16; trains on the
  *                                                     first 2M vectors; 38 GB of host memory)
  *   bench_gpu_ivf kmeans            (first 1M vectors of mix10M, k=4096, 20 iterations)
@@ -10,7 +11,8 @@
  * An NPROBE may end in "/fp16" or "/fp32" to choose IVF-PQ's lookup-table
  * precision for that setting (e.g. 14/fp16); without it, the default (auto).
  *
- * Reports train and add seconds, then for each nprobe the median of 3 timed
+ * Reports train and add seconds, the bytes of the lists' rows for Flat and SQ
+ * encodings (codes as stored, 4-byte aligned, plus an 8-byte id each), then for each nprobe the median of 3 timed
  * searches of the 10,000 queries (after a warm-up, host input and output),
  * QPS, and recall10@10 and 1-recall@10 (printed as R@1) against exact GPU
  * search (docs/datasets.md, "Recall measures").  The timed searches
@@ -50,6 +52,19 @@ static float *generate(const char *kind, int64_t n, int64_t dim, uint64_t seed)
     return x;
 }
 
+/* Bytes of one stored row's code for the encodings whose layout is fixed by
+ * the description (Flat, SQ8, SQfp16, SQbf16), else 0. */
+static long long code_bytes(const char *desc, int64_t dim)
+{
+    const char *enc = strrchr(desc, ',');
+    enc = enc ? enc + 1 : desc;
+    if (strcmp(enc, "Flat") == 0) return 4 * (long long)dim;
+    if (strcmp(enc, "SQ8") == 0) return ((long long)dim + 3) / 4 * 4;
+    if (strcmp(enc, "SQfp16") == 0 || strcmp(enc, "SQbf16") == 0)
+        return (2 * (long long)dim + 3) / 4 * 4;
+    return 0;
+}
+
 static void sweep(const char *name, const char *desc, int64_t n, int64_t dim, const float *base,
                   const float *train, int64_t ntrain, int64_t nq, const float *q, int argc,
                   char **argv)
@@ -72,6 +87,11 @@ static void sweep(const char *name, const char *desc, int64_t n, int64_t dim, co
     if (simil_index_add(ivf, n, base, NULL)) die("add");
     printf("%s %s: train %.3f s (%lld vectors), add %.3f s, on %s\n", name, desc, train_s,
            (long long)ntrain, now() - t0, simil_backend_name(ivf));
+    const long long cb = code_bytes(desc, dim);
+    if (cb > 0)
+        printf("%s %s: list bytes %lld x (%lld + 8) = %.1f MiB (codes alone %.1f MiB)\n", name,
+               desc, (long long)n, cb, (double)n * (double)(cb + 8) / 1048576.0,
+               (double)n * (double)cb / 1048576.0);
     for (int a = 0; a < argc; a++) {
         simil_search_params *p = NULL;
         char *lut = NULL;

@@ -243,7 +243,7 @@ class Index:
     dim: the vector dimension (>= 1).
     description: a Faiss-style factory string: "Flat" is exact search; see
         docs/index-types.md for the others ("IVF4096,Flat", "IVF4096,PQ32",
-        "XFBQ", ...) and which are built.
+        "XFBQ", "SQfp16", "IVF4096,SQ8", ...) and which are built.
     metric: "l2" (squared Euclidean, smallest first), "ip" (inner product,
         largest first) or "cosine" (vectors are normalized, then "ip").
     device: "auto", "cpu", "gpu" or "gpu:N".

@@ -298,8 +298,7 @@ typedef struct sml_backend_ops {
      * and a row's key is term 2 (the coarse key) + its term 1 + m entries. */
     simil_status (*ivf_pq_scan)(sml_backend *b, const sml_ivf_pq_scan_args *args);
     simil_status (*pq_encode)(sml_backend *b, const sml_pq_encode_args *args);
-    /* Scalar quantizers: keys of the decoded rows (sml_sq_scan_args).
-     * NULL where a backend has none yet. */
+    /* Scalar quantizers: keys of the decoded rows (sml_sq_scan_args). */
     simil_status (*sq_scan)(sml_backend *b, const sml_sq_scan_args *args);
     /* XFBQ: histogram selection and exact re-ranking (sml_xfbq_scan_args). */
     simil_status (*xfbq_scan)(sml_backend *b, const sml_xfbq_scan_args *args);

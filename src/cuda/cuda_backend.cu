@@ -240,6 +240,7 @@ sml_backend_ops make_ops()
     o.ivf_flat_scan = cuda_ivf_flat_scan;
     o.ivf_pq_scan = cuda_ivf_pq_scan;
     o.pq_encode = cuda_pq_encode;
+    o.sq_scan = cuda_sq_scan;
     o.xfbq_scan = cuda_xfbq_scan;
     o.xfbq_encode = cuda_xfbq_encode;
     o.select_k = cuda_select_k;

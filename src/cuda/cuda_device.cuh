@@ -94,6 +94,7 @@ simil_status cuda_knn_join(sml_backend *b, const sml_join_args *args);
 simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *args);
 simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *args);
 simil_status cuda_pq_encode(sml_backend *b, const sml_pq_encode_args *args);
+simil_status cuda_sq_scan(sml_backend *b, const sml_sq_scan_args *args);
 simil_status cuda_xfbq_scan(sml_backend *b, const sml_xfbq_scan_args *args);
 simil_status cuda_xfbq_encode(sml_backend *b, const sml_xfbq_encode_args *args);
 simil_status cuda_cluster_sums(sml_backend *b, int64_t n, int64_t dim, const float *x,

@@ -16,6 +16,7 @@
 // more selection per query merges its nprobe lists.  k > 2048: the kernel
 // also writes each candidate's arena row, and radix selection picks the k
 // best of each query's whole segment run.
+#include <assert.h>
 #include <string.h>
 
 #include "core/vectors.h"
@@ -335,6 +336,48 @@ simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, cons
     merge.out_idx = s.final_idx;
     merge.out_ld = a.k;
     return select_rows(merge, ScoreType::f32, st);
+}
+
+// ---- the tiled pair scan ------------------------------------------------
+
+long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count)
+{
+    long long tiles = 0;
+    for (int64_t l = 0; l < a.lists.nlist; ++l)
+        tiles += (count.of(l) + kTileQueries - 1) / kTileQueries *
+                 ((a.lists.size[l] + kTileVectors - 1) / kTileVectors);
+    return tiles;
+}
+
+size_t carve_tile_plan(void *base, const sml_ivf_scan_args &a, int nq, long long npairs,
+                       long long ntiles, TilePlan *p)
+{
+    Carve c(base);
+    carve_pair_plan(c, nq, npairs, false, false, &p->pairs);
+    p->tiles = c.take<ScanTile>((size_t)(ntiles + 1));
+    p->ntiles = ntiles;
+    p->list_offset = c.take<long long>((size_t)a.lists.nlist);
+    p->list_size = c.take<int>((size_t)a.lists.nlist);
+    return c.used();
+}
+
+// List l's pairs end at count.by_list[l] after the placing pass.
+void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, TilePlan *p)
+{
+    long long t = 0;
+    for (int64_t l = 0; l < a.lists.nlist; ++l) {
+        const long long first = l > 0 ? count.by_list[l - 1] : 0, end = count.by_list[l];
+        for (long long i = first; i < end; i += kTileQueries) {
+            const int n = (int)(end - i < kTileQueries ? end - i : kTileQueries);
+            for (int v = 0; v < a.lists.size[l]; v += kTileVectors)
+                p->tiles[t++] = ScanTile{(int)l, (int)i, n, v};
+        }
+    }
+    assert(t == p->ntiles);
+    for (int64_t l = 0; l < a.lists.nlist; ++l) {
+        p->list_offset[l] = a.lists.offset[l];
+        p->list_size[l] = (int)a.lists.size[l];
+    }
 }
 
 // ---- selection and results ----------------------------------------------

@@ -1,8 +1,9 @@
 // cuda_ivf.cuh: the skeleton every inverted-list scan on the GPU is built on
 // (the GPU paper, section 5.2).  Each code type owns its driver and its scan
-// kernels: IVF-Flat in cuda_ivf_flat.cu, IVF-PQ in cuda_ivf_pq.cu (kernels:
-// cuda_ivf_pq_fused.cu, cuda_ivf_pq_pairs.cu), XFBQ in cuda_xfbq.cu; what
-// they share is here (cuda_ivf.cu):
+// kernels: IVF-Flat in cuda_ivf_flat.cu and scalar quantizers in
+// cuda_ivf_sq.cu (both on the tiled pair scan below), IVF-PQ in
+// cuda_ivf_pq.cu (kernels: cuda_ivf_pq_fused.cu, cuda_ivf_pq_pairs.cu), XFBQ
+// in cuda_xfbq.cu; what they share is here (cuda_ivf.cu):
 //   - the frame: the device's lock, the caller's pending work joined
 //     (ivf_locked);
 //   - staging: the search's queries to the device in batches, and for a
@@ -325,5 +326,168 @@ simil_status select_ragged(const RaggedRows &in, int k, float *out_keys, int *ou
 // then to a's host outputs; waits for the stream.
 simil_status finish_to_host(const sml_ivf_scan_args &a, long long q0, int nq, const float *keys,
                             const int *rows, float *dist, int64_t *labels, cudaStream_t st);
+
+// ---- the tiled pair scan (IVF-Flat, scalar quantizers) ------------------
+//
+// A list's pairs are read against its rows in tiles: each block takes up to
+// 32 pairs of one list and up to 64 of its rows, like a small GEMM in shared
+// memory (queries x rows x dimensions), so a list streams from memory about
+// nq * nprobe / (32 nlist) times instead of nq * nprobe.  The code type
+// gives the rows as floats (a Rows functor: load(row, d, list), the
+// component d of arena row `row` of list `list`); keys are exact fp32 on
+// those floats, as the CPU scans compute them.
+
+constexpr int kTileQueries = 32;
+constexpr int kTileVectors = 64;
+constexpr int kTileDims = 32;
+
+// The work of one block: up to 32 pairs of one list against up to 64 of its
+// rows.
+struct ScanTile {
+    int list;
+    int pair0;    // first pair (in the list-grouped pair order)
+    int npairs;
+    int vector0;  // first row of the list
+};
+
+// What a tile kernel reads: the tiles, the plan's pairs (device), the
+// batch's queries, the list layout; what it writes: each pair's segment of
+// distances, and (radix selection) their arena rows.
+struct TileArgs {
+    const ScanTile *tiles;
+    const int *pair_query;
+    const long long *pair_out;
+    const float *queries;
+    const long long *list_offset;
+    const int *list_size;
+    int dim;
+    float *distances;
+    int *rows;
+};
+
+// Tiled keys: 128 threads, each 4 queries x 4 rows; shared memory holds 32
+// query rows and 64 decoded rows, 32 dimensions at a time.  Keys: L2 the sum
+// of squared differences, IP minus the dot product.
+template <bool L2, typename Rows>
+__global__ void __launch_bounds__(128) tile_distance_kernel(TileArgs g, Rows rows)
+{
+    __shared__ float qs[kTileQueries][kTileDims + 1];
+    __shared__ float ys[kTileVectors][kTileDims + 1];
+    const ScanTile t = g.tiles[blockIdx.x];
+    const long long base = g.list_offset[t.list];
+    const int nvec = min(kTileVectors, g.list_size[t.list] - t.vector0);
+    const int dim = g.dim;
+    const int tq = threadIdx.x / 16, tv = threadIdx.x % 16;  // 8 x 16 threads
+    float acc[4][4] = {};
+    for (int d0 = 0; d0 < dim; d0 += kTileDims) {
+        for (int e = threadIdx.x; e < kTileQueries * kTileDims; e += blockDim.x) {
+            const int i = e / kTileDims, d = e % kTileDims;
+            qs[i][d] = (i < t.npairs && d0 + d < dim)
+                           ? g.queries[(long long)g.pair_query[t.pair0 + i] * dim + d0 + d]
+                           : 0.0f;
+        }
+        for (int e = threadIdx.x; e < kTileVectors * kTileDims; e += blockDim.x) {
+            const int i = e / kTileDims, d = e % kTileDims;
+            ys[i][d] = (i < nvec && d0 + d < dim) ? rows.load(base + t.vector0 + i, d0 + d, t.list)
+                                                  : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int d = 0; d < kTileDims; ++d) {
+            float q[4], y[4];
+#pragma unroll
+            for (int a = 0; a < 4; ++a) q[a] = qs[tq + 8 * a][d];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) y[b] = ys[tv + 16 * b][d];
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int b = 0; b < 4; ++b) {
+                    if (L2) {
+                        const float diff = q[a] - y[b];
+                        acc[a][b] = fmaf(diff, diff, acc[a][b]);
+                    } else {
+                        acc[a][b] = fmaf(q[a], y[b], acc[a][b]);
+                    }
+                }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+        const int i = tq + 8 * a;
+        if (i >= t.npairs) continue;
+        const long long out = g.pair_out[t.pair0 + i];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            const int v = tv + 16 * b;
+            if (v >= nvec) continue;
+            g.distances[out + t.vector0 + v] = L2 ? acc[a][b] : -acc[a][b];
+            if (g.rows) g.rows[out + t.vector0 + v] = (int)(base + t.vector0 + v);
+        }
+    }
+}
+
+// A batch's host block of a tiled scan: the pair plan, the tiles, the list
+// layout as the kernel's types.
+struct TilePlan {
+    PairPlan pairs;
+    ScanTile *tiles;
+    long long ntiles;
+    long long *list_offset;
+    int *list_size;
+};
+
+// Tiles: each list's pairs in runs of up to kTileQueries, times chunks of
+// kTileVectors of its rows (from the counting pass).
+long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count);
+
+// Take the plan's arrays from the block at base (nullptr: only measure);
+// returns its bytes.
+size_t carve_tile_plan(void *base, const sml_ivf_scan_args &a, int nq, long long npairs,
+                       long long ntiles, TilePlan *p);
+
+// After the placing pass (fill_pair_plan): the tiles and the list layout.
+void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, TilePlan *p);
+
+// Queries [q0, q0 + nq) of a (device queries, host probes): plan, keys of
+// tile_distance_kernel over rows, selection, results.  Caller holds the
+// device (ivf_locked, scan_planned).
+template <typename Rows>
+simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
+                         const Rows &rows)
+{
+    cudaStream_t st = dev->stream[0];
+    PairCount count;
+    SML_TRY(count_pairs(a, q0, nq, kPairShape, &count));
+    const long long ntiles = count_tiles(a, count);
+    TilePlan hp;
+    const size_t host_bytes = carve_tile_plan(nullptr, a, nq, count.pairs, ntiles, &hp);
+    char *host;
+    SML_TRY(device_pinned(dev, host_bytes, reinterpret_cast<void **>(&host)));
+    carve_tile_plan(host, a, nq, count.pairs, ntiles, &hp);
+    fill_pair_plan(a, q0, nq, &count, &hp.pairs);
+    fill_tiles(a, count, &hp);
+    PairScratch sc;
+    PairPlan dp;
+    char *ws;
+    float *unused;
+    SML_TRY(pair_workspace(dev, a, host, host_bytes, hp.pairs, 0, &ws, &unused, &sc, &dp));
+    if (ntiles > 0) {
+        const TileArgs g{mirror(ws, host, hp.tiles),       dp.pair_query,
+                         dp.pair_out,                      a.queries + q0 * a.dim,
+                         mirror(ws, host, hp.list_offset), mirror(ws, host, hp.list_size),
+                         (int)a.dim,                       sc.distances,
+                         sc.rows};
+        if (a.metric == SIMIL_METRIC_L2)
+            tile_distance_kernel<true><<<(int)ntiles, 128, 0, st>>>(g, rows);
+        else
+            tile_distance_kernel<false><<<(int)ntiles, 128, 0, st>>>(g, rows);
+        SML_LAUNCH_TRY("tile_distance_kernel");
+    }
+    SML_TRY(select_pairs(a, hp.pairs, dp, sc, st));
+    return finish_to_host(a, q0, nq, sc.final_keys, sc.final_idx, sc.out_dist, sc.out_labels,
+                          st);
+}
 
 }  // namespace sml

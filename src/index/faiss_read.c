@@ -291,18 +291,26 @@ static simil_status sml_fr_direct_map(sml_reader *r)
     return SIMIL_OK;
 }
 
-/* Header, nlist, nprobe, quantizer, [old: ids,] direct map. */
-static simil_status sml_fr_ivf_header(sml_reader *r, sml_faiss_parsed *p, int legacy)
+/* The header of an index that must be trained (what: its kind, for the
+ * message), into p. */
+static simil_status sml_fr_trained_header(sml_reader *r, sml_faiss_parsed *p, const char *what)
 {
     sml_fr_head h = {0};
     SML_TRY(sml_fr_header(r, &h));
     SML_RETURN_IF(!h.trained, SIMIL_ERR_UNSUPPORTED,
-                  "'%s' holds an untrained Faiss IVF index; train it in Faiss before saving, "
+                  "'%s' holds an untrained Faiss %s; train it in Faiss before saving, "
                   "or create and train the index in simil",
-                  r->path);
+                  r->path, what);
     p->dim = h.dim;
     p->ntotal = h.ntotal;
     p->metric = h.metric;
+    return SIMIL_OK;
+}
+
+/* Header, nlist, nprobe, quantizer, [old: ids,] direct map. */
+static simil_status sml_fr_ivf_header(sml_reader *r, sml_faiss_parsed *p, int legacy)
+{
+    SML_TRY(sml_fr_trained_header(r, p, "IVF index"));
     uint64_t nlist, nprobe;
     SML_TRY(sml_fr_u64(r, &nlist));
     SML_TRY(sml_fr_u64(r, &nprobe));
@@ -491,16 +499,8 @@ static simil_status sml_fr_sq(sml_reader *r, sml_faiss_parsed *p)
 /* IndexScalarQuantizer after its code: header, quantizer, the codes. */
 static simil_status sml_fr_flat_sq(sml_reader *r, sml_faiss_parsed *p)
 {
-    sml_fr_head h = {0};
-    SML_TRY(sml_fr_header(r, &h));
-    SML_RETURN_IF(!h.trained, SIMIL_ERR_UNSUPPORTED,
-                  "'%s' holds an untrained Faiss scalar quantizer; train it in Faiss before "
-                  "saving, or create and train the index in simil",
-                  r->path);
+    SML_TRY(sml_fr_trained_header(r, p, "scalar quantizer"));
     p->kind = SML_FAISS_SQ;
-    p->dim = h.dim;
-    p->ntotal = h.ntotal;
-    p->metric = h.metric;
     SML_TRY(sml_fr_sq(r, p));
     uint64_t count;
     SML_TRY(sml_fr_count(r, 1, &count, "the codes of a scalar quantizer"));

@@ -139,11 +139,7 @@ static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float 
     if (s == SIMIL_OK) s = sml_alloc((void **)&res, (size_t)(n * index->dim), sizeof *res, "residuals");
     if (s == SIMIL_OK) s = sml_ivf_probe(b, &next.ivf, n, xs, 1, lists);
     if (s == SIMIL_OK) {
-#pragma omp parallel for schedule(static) if (n * index->dim > (1 << 18))
-        for (int64_t r = 0; r < n; r++)
-            for (int64_t t = 0; t < index->dim; t++)
-                res[r * index->dim + t] =
-                    xs[r * index->dim + t] - next.ivf.centroids[lists[r] * index->dim + t];
+        sml_ivf_residuals(&next.ivf, n, xs, lists, res);
         sml_pq_train_params pp;
         sml_pq_train_params_init(&pp, &next.pq, 25, 4321);
         s = sml_pq_train(b, &next.pq, n, res, &pp);

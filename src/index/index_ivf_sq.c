@@ -21,17 +21,6 @@ typedef struct sml_ivf_sq {
 
 static sml_ivf_sq *sml_ivf_sq_of(const simil_index *index) { return index->impl; }
 
-/* out = x - the centroid of each row's list (n rows). */
-static void sml_ivf_sq_residuals(const sml_ivf *ivf, int64_t n, const float *x,
-                                 const int64_t *lists, float *out)
-{
-    const int64_t dim = ivf->dim;
-#pragma omp parallel for schedule(static) if (n * dim > (1 << 18))
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t t = 0; t < dim; t++)
-            out[r * dim + t] = x[r * dim + t] - ivf->centroids[lists[r] * dim + t];
-}
-
 /* A fresh quantizer and ranges, swapped in when both are trained. */
 static simil_status sml_ivf_sq_train(simil_index *index, int64_t n, const float *x)
 {
@@ -49,7 +38,7 @@ static simil_status sml_ivf_sq_train(simil_index *index, int64_t n, const float 
     if (s == SIMIL_OK) s = sml_alloc((void **)&res, (size_t)(n * index->dim), sizeof *res, "residuals");
     if (s == SIMIL_OK) s = sml_ivf_probe(b, &next, n, x, 1, lists);
     if (s == SIMIL_OK) {
-        sml_ivf_sq_residuals(&next, n, x, lists, res);
+        sml_ivf_residuals(&next, n, x, lists, res);
         s = sml_sq_params_train(b, &sq, n, res);
     }
     if (s == SIMIL_OK) {
@@ -83,7 +72,7 @@ static simil_status sml_ivf_sq_add(simil_index *index, int64_t n, const float *x
         const int64_t m = n - i < chunk ? n - i : chunk;
         s = sml_ivf_probe(index->backend, &v->ivf, m, x + i * dim, 1, lists + i);
         if (s != SIMIL_OK) break;
-        sml_ivf_sq_residuals(&v->ivf, m, x + i * dim, lists + i, res);
+        sml_ivf_residuals(&v->ivf, m, x + i * dim, lists + i, res);
         sml_sq_params_encode(&v->sq, m, res, codes + (size_t)i * v->ivf.code_size);
         sml_progress("add", i + m, n);
     }

@@ -32,6 +32,19 @@ void sml_sq_params_free(sml_backend *b, sml_sq_params *p)
     p->vmin = p->vdiff = p->vmin_mem = p->vdiff_mem = NULL;
 }
 
+/* Host arrays for ranges of dim dimensions: both or neither. */
+static simil_status sml_sq_ranges_alloc(int64_t dim, float **vmin, float **vdiff)
+{
+    *vdiff = NULL;
+    SML_TRY(sml_alloc((void **)vmin, (size_t)dim, sizeof **vmin, "SQ ranges"));
+    const simil_status s = sml_alloc((void **)vdiff, (size_t)dim, sizeof **vdiff, "SQ ranges");
+    if (s != SIMIL_OK) {
+        sml_free(*vmin);
+        *vmin = NULL;
+    }
+    return s;
+}
+
 /* Take vmin and vdiff (host, owned) as the ranges: uploaded, then swapped in. */
 static simil_status sml_sq_params_adopt(sml_backend *b, sml_sq_params *p, float *vmin,
                                         float *vdiff)
@@ -58,13 +71,8 @@ simil_status sml_sq_params_set(sml_backend *b, sml_sq_params *p, const float *vm
                                const float *vdiff_in)
 {
     if (!sml_sq_needs_training(p->type)) return SIMIL_OK;
-    float *vmin = NULL, *vdiff = NULL;
-    simil_status s = sml_alloc((void **)&vmin, (size_t)p->dim, sizeof *vmin, "SQ ranges");
-    if (s == SIMIL_OK) s = sml_alloc((void **)&vdiff, (size_t)p->dim, sizeof *vdiff, "SQ ranges");
-    if (s != SIMIL_OK) {
-        sml_free(vmin);
-        return s;
-    }
+    float *vmin, *vdiff;
+    SML_TRY(sml_sq_ranges_alloc(p->dim, &vmin, &vdiff));
     memcpy(vmin, vmin_in, (size_t)p->dim * sizeof *vmin);
     memcpy(vdiff, vdiff_in, (size_t)p->dim * sizeof *vdiff);
     return sml_sq_params_adopt(b, p, vmin, vdiff);
@@ -75,13 +83,8 @@ simil_status sml_sq_params_train(sml_backend *b, sml_sq_params *p, int64_t n, co
     if (!sml_sq_needs_training(p->type)) return SIMIL_OK;
     SML_RETURN_IF(n < 1, SIMIL_ERR_INVALID_ARGUMENT,
                   "train: SQ8 learns the range of each dimension from at least 1 vector, got 0");
-    float *vmin = NULL, *vdiff = NULL;
-    simil_status s = sml_alloc((void **)&vmin, (size_t)p->dim, sizeof *vmin, "SQ ranges");
-    if (s == SIMIL_OK) s = sml_alloc((void **)&vdiff, (size_t)p->dim, sizeof *vdiff, "SQ ranges");
-    if (s != SIMIL_OK) {
-        sml_free(vmin);
-        return s;
-    }
+    float *vmin, *vdiff;
+    SML_TRY(sml_sq_ranges_alloc(p->dim, &vmin, &vdiff));
     sml_sq_train(n, p->dim, x, vmin, vdiff);
     return sml_sq_params_adopt(b, p, vmin, vdiff);
 }
@@ -95,10 +98,6 @@ simil_status sml_sq_search(const simil_index *index, const sml_sq_params *p,
                            const sml_ivf_scan_args *scan, const float *coarse_mem)
 {
     sml_backend *b = index->backend;
-    SML_RETURN_IF(b->ops->sq_scan == NULL, SIMIL_ERR_UNSUPPORTED,
-                  "index '%s': search on %s is not supported yet; load it on the CPU "
-                  "(device \"cpu\")",
-                  index->description, b->name);
     const sml_sq_scan_args args = {
         .scan = *scan,
         .type = (int)p->type,
@@ -140,10 +139,9 @@ simil_status sml_sq_params_load(sml_backend *b, sml_sq_params *p, sml_reader *r)
     SML_RETURN_IF(len > 4 && !sml_sq_needs_training(p->type), SIMIL_ERR_CORRUPT,
                   "'%s' is damaged: ranges for an SQ type without them", r->path);
     if (len > 4) {
-        float *vmin = NULL, *vdiff = NULL;
-        simil_status s = sml_alloc((void **)&vmin, (size_t)p->dim, sizeof *vmin, "SQ ranges");
-        if (s == SIMIL_OK) s = sml_alloc((void **)&vdiff, (size_t)p->dim, sizeof *vdiff, "SQ ranges");
-        if (s == SIMIL_OK) s = sml_section_read(r, vmin, (size_t)bytes);
+        float *vmin, *vdiff;
+        SML_TRY(sml_sq_ranges_alloc(p->dim, &vmin, &vdiff));
+        simil_status s = sml_section_read(r, vmin, (size_t)bytes);
         if (s == SIMIL_OK) s = sml_section_read(r, vdiff, (size_t)bytes);
         if (s == SIMIL_OK) s = sml_section_close(r);
         if (s == SIMIL_OK) return sml_sq_params_adopt(b, p, vmin, vdiff); /* takes them */
@@ -206,49 +204,24 @@ static simil_status sml_sq_flat_add(simil_index *index, int64_t n, const float *
     return s;
 }
 
+/* One list of every row, which every query probes. */
 static simil_status sml_sq_flat_search(const simil_index *index, const sml_search_call *call)
 {
     const sml_sq_flat *f = sml_sq_flat_of(index);
-    const int64_t offset = 0, size = index->ntotal;
-    int64_t *probes;
-    SML_TRY(sml_calloc((void **)&probes, (size_t)(call->nq > 0 ? call->nq : 1), sizeof *probes,
-                       "probes"));
-    const sml_ivf_scan_args scan = {
-        .queries = call->queries,
-        .nq = call->nq,
-        .dim = index->dim,
-        .lists = {
-            .offset = &offset,
-            .size = &size,
-            .nlist = 1,
-            .codes = f->rows.column[0],
-            .code_stride = f->rows.width[0],
-            .ids = f->rows.ids,
-        },
-        .probes = {.nprobe = 1, .lists = probes},
-        .k = call->k,
-        .metric = sml_kernel_metric(index->metric),
-        .distances = call->distances,
-        .labels = call->labels,
-        .threads = call->params.threads,
-    };
+    sml_one_list one;
+    sml_ivf_scan_args scan;
+    SML_TRY(sml_row_store_scan(&f->rows, 0, index->ntotal, index->dim,
+                               sml_kernel_metric(index->metric), call, &one, &scan));
     const simil_status s = sml_sq_search(index, &f->sq, &scan, NULL);
-    sml_free(probes);
+    sml_row_store_scan_free(&one);
     return s;
 }
 
 static simil_status sml_sq_flat_remove(simil_index *index, int64_t n_sorted,
                                        const int64_t *sorted, int64_t *removed)
 {
-    sml_sq_flat *f = sml_sq_flat_of(index);
-    sml_row_store next;
-    int64_t kept;
-    *removed = 0;
-    SML_TRY(sml_row_store_keep(index->backend, &f->rows, index->ntotal, n_sorted, sorted, &next,
-                               &kept));
-    sml_row_store_commit(index->backend, &f->rows, &next);
-    *removed = index->ntotal - kept;
-    return SIMIL_OK;
+    return sml_row_store_remove(index->backend, &sml_sq_flat_of(index)->rows, index->ntotal,
+                                n_sorted, sorted, removed);
 }
 
 /* The decoded code of the first row with this id. */

@@ -36,8 +36,8 @@ simil_status sml_sq_params_set(sml_backend *b, sml_sq_params *p, const float *vm
 /* Codes of n host vectors into rows of sml_sq_stride bytes (host). */
 void sml_sq_params_encode(const sml_sq_params *p, int64_t n, const float *x, uint8_t *codes);
 
-/* Run the scan of `scan` over codes of type p on the index's backend, which
- * must have one. */
+/* Run the scan of `scan` over codes of type p on the index's backend
+ * (coarse_mem: the centroids of an IVF of residual codes, else NULL). */
 simil_status sml_sq_search(const simil_index *index, const sml_sq_params *p,
                            const sml_ivf_scan_args *scan, const float *coarse_mem);
 

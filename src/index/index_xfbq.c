@@ -125,30 +125,13 @@ static simil_status sml_xfbq_flat_add(simil_index *index, int64_t n, const float
 static simil_status sml_xfbq_flat_search(const simil_index *index, const sml_search_call *call)
 {
     const sml_xfbq_flat *x = sml_xfbq_flat_of(index);
-    const int64_t offset = 0, size = index->ntotal;
-    int64_t *probes;
-    SML_TRY(sml_calloc((void **)&probes, (size_t)call->nq, sizeof *probes, "probes"));
-    const sml_ivf_scan_args scan = {
-        .queries = call->queries,
-        .nq = call->nq,
-        .dim = index->dim,
-        .lists = {
-            .offset = &offset,
-            .size = &size,
-            .nlist = 1,
-            .codes = x->rows.column[SML_XFBQ_CODES],
-            .code_stride = x->base.q.code_bytes,
-            .ids = x->rows.ids,
-        },
-        .probes = {.nprobe = 1, .lists = probes},
-        .k = call->k,
-        .distances = call->distances,
-        .labels = call->labels,
-        .threads = call->params.threads,
-    };
+    sml_one_list one;
+    sml_ivf_scan_args scan;
+    SML_TRY(sml_row_store_scan(&x->rows, SML_XFBQ_CODES, index->ntotal, index->dim,
+                               sml_kernel_metric(index->metric), call, &one, &scan));
     const simil_status s = sml_xfbq_search(index, call, scan, x->rows.column[SML_XFBQ_VECTORS],
                                            x->rows.width[SML_XFBQ_VECTORS]);
-    sml_free(probes);
+    sml_row_store_scan_free(&one);
     return s;
 }
 
@@ -156,15 +139,8 @@ static simil_status sml_xfbq_flat_search(const simil_index *index, const sml_sea
 static simil_status sml_xfbq_flat_remove(simil_index *index, int64_t n_sorted,
                                          const int64_t *sorted, int64_t *removed)
 {
-    sml_xfbq_flat *x = sml_xfbq_flat_of(index);
-    sml_row_store next;
-    int64_t kept;
-    *removed = 0;
-    SML_TRY(sml_row_store_keep(index->backend, &x->rows, index->ntotal, n_sorted, sorted, &next,
-                               &kept));
-    sml_row_store_commit(index->backend, &x->rows, &next);
-    *removed = index->ntotal - kept;
-    return SIMIL_OK;
+    return sml_row_store_remove(index->backend, &sml_xfbq_flat_of(index)->rows, index->ntotal,
+                                n_sorted, sorted, removed);
 }
 
 /* The stored floats of the first row with this id. */

@@ -750,3 +750,13 @@ simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t n
     return sml_section_read_mem(r, sml_tag_codes, b, ivf->codes_mem,
                                 ivf->code_size * (uint64_t)ntotal);
 }
+
+void sml_ivf_residuals(const sml_ivf *ivf, int64_t n, const float *x, const int64_t *lists,
+                       float *out)
+{
+    const int64_t dim = ivf->dim;
+#pragma omp parallel for schedule(static) if (n * dim > (1 << 18))
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t t = 0; t < dim; t++)
+            out[r * dim + t] = x[r * dim + t] - ivf->centroids[lists[r] * dim + t];
+}

@@ -89,6 +89,11 @@ sml_ivf_lists sml_ivf_lists_of(const sml_ivf *ivf);
  * its codes need. */
 sml_ivf_scan_args sml_ivf_scan_of(const sml_ivf *ivf, const struct sml_search_call *call);
 
+/* out = each of n vectors x (host) minus the centroid of its list lists[i]
+ * (host): the residuals that IVF-PQ and IVF-SQ code. */
+void sml_ivf_residuals(const sml_ivf *ivf, int64_t n, const float *x, const int64_t *lists,
+                       float *out);
+
 /* Append n rows: row i goes to list lists[i], with code codes + i * code_size
  * (host) and id ids[i]. */
 simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64_t *lists,

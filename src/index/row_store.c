@@ -172,3 +172,51 @@ simil_status sml_row_store_load_ids(sml_backend *b, sml_row_store *s, sml_reader
     SML_TRY(sml_ids_check(r->path, n, s->host_ids, next_id));
     return b->ops->mem_upload(b, s->ids, s->host_ids, (size_t)bytes);
 }
+
+simil_status sml_row_store_remove(sml_backend *b, sml_row_store *s, int64_t used,
+                                  int64_t n_sorted, const int64_t *sorted_ids, int64_t *removed)
+{
+    sml_row_store next;
+    int64_t kept;
+    *removed = 0;
+    SML_TRY(sml_row_store_keep(b, s, used, n_sorted, sorted_ids, &next, &kept));
+    sml_row_store_commit(b, s, &next);
+    *removed = used - kept;
+    return SIMIL_OK;
+}
+
+simil_status sml_row_store_scan(const sml_row_store *s, int c, int64_t used, int64_t dim,
+                                simil_metric metric, const sml_search_call *call,
+                                sml_one_list *one, sml_ivf_scan_args *scan)
+{
+    one->offset = 0;
+    one->size = used;
+    SML_TRY(sml_calloc((void **)&one->probes, (size_t)(call->nq > 0 ? call->nq : 1),
+                       sizeof *one->probes, "probes"));
+    *scan = (sml_ivf_scan_args){
+        .queries = call->queries,
+        .nq = call->nq,
+        .dim = dim,
+        .lists = {
+            .offset = &one->offset,
+            .size = &one->size,
+            .nlist = 1,
+            .codes = s->column[c],
+            .code_stride = s->width[c],
+            .ids = s->ids,
+        },
+        .probes = {.nprobe = 1, .lists = one->probes},
+        .k = call->k,
+        .metric = metric,
+        .distances = call->distances,
+        .labels = call->labels,
+        .threads = call->params.threads,
+    };
+    return SIMIL_OK;
+}
+
+void sml_row_store_scan_free(sml_one_list *one)
+{
+    sml_free(one->probes);
+    one->probes = NULL;
+}

@@ -55,6 +55,27 @@ simil_status sml_row_store_keep(sml_backend *b, const sml_row_store *s, int64_t 
                                 int64_t n_sorted, const int64_t *sorted_ids, sml_row_store *next,
                                 int64_t *kept);
 
+/* Remove the rows among the first `used` whose id is in sorted_ids
+ * (ascending): keep, then commit; *removed their count. */
+simil_status sml_row_store_remove(sml_backend *b, sml_row_store *s, int64_t used,
+                                  int64_t n_sorted, const int64_t *sorted_ids, int64_t *removed);
+
+/* The first `used` rows of column c as the one list of a scan (flat XFBQ,
+ * flat SQ): every query of call probes it.  The view points into *one,
+ * which the caller keeps while the scan runs and frees with
+ * sml_row_store_scan_free. */
+typedef struct sml_one_list {
+    int64_t offset;
+    int64_t size;
+    int64_t *probes;  /* host: nq zeros */
+} sml_one_list;
+
+struct sml_search_call;
+simil_status sml_row_store_scan(const sml_row_store *s, int c, int64_t used, int64_t dim,
+                                simil_metric metric, const struct sml_search_call *call,
+                                sml_one_list *one, sml_ivf_scan_args *scan);
+void sml_row_store_scan_free(sml_one_list *one);
+
 /* The ids of the first `used` rows, into out (host). */
 void sml_row_store_ids(const sml_row_store *s, int64_t used, int64_t *out);
 

@@ -40,6 +40,10 @@ static void test_accepts(void **state)
     expect_parse("IVF1024,XFBQ", 100, "IVF1024,XFBQ4x3");
     expect_parse("IVF4096,PQ32,Refine", 96, "IVF4096,PQ32x8,Refine");
     expect_parse("PQ8,RFlat", 64, "PQ8x8,Refine");
+    expect_parse("SQ8", 7, "SQ8");
+    expect_parse("IDMap,SQfp16", 7, "SQfp16");
+    expect_parse("IVF4096,SQbf16", 96, "IVF4096,SQbf16");
+    expect_parse("IVF64,SQ8,Refine", 96, "IVF64,SQ8,Refine");
 }
 
 static void test_refuses(void **state)
@@ -59,6 +63,9 @@ static void test_refuses(void **state)
     expect_error("PQ256", 256, "exceed 128 bytes");
     expect_error("XFBQ9x3", 64, "1 to 8");
     expect_error("XFBQ4", 64, "XFBQ<query bits>");
+    expect_error("SQ4", 64, "SQ8, SQfp16 or SQbf16");
+    expect_error("SQfp32", 64, "not an encoding");
+    expect_error("OPQ16,SQ8", 64, "OPQ needs a PQ");
     expect_error("OPQ16,IVF10,Flat", 64, "OPQ needs a PQ");
     expect_error("OPQ16_128,PQ16", 64, "larger than the input");
     expect_error("OPQ5,PQ5", 64, "OPQ5 must divide");

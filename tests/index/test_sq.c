@@ -165,7 +165,7 @@ static void test_recall(void **state)
         int64_t nprobe;
         double bar;
     } cases[] = {{"SQfp16", 1, 0.99}, {"SQbf16", 1, 0.99}, {"SQ8", 1, 0.97},
-                 {"IVF64,SQ8", 64, 0.98}, {"IVF64,SQfp16", 64, 0.99}};
+                 {"IVF64,SQ8", 64, 0.98}, {"IVF64,SQfp16", 64, 0.99}, {"SQ8,Refine", 1, 0.999}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         simil_index *index = sq_index(cases[c].desc, dim, SIMIL_METRIC_L2, n, x);
         search(index, nq, q, k, cases[c].nprobe, d, l);
