@@ -6,7 +6,8 @@ import pytest
 import simil
 from helpers import DEVICES
 
-NAMES = ["nprobe", "threads", "refine_factor", "extra_distance", "lut", "precomputed_tables"]
+NAMES = ["nprobe", "threads", "refine_factor", "extra_distance", "extra_of", "lut",
+         "precomputed_tables"]
 
 
 def mix(n, dim, seed):
