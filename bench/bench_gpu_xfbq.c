@@ -4,12 +4,15 @@
  *
  *   bench_gpu_xfbq mix10M|fashion-mnist [PART ...] [--queries N] [--flat-queries N]
  *                  [--extras E,E,...] [--nprobes P,P,...] [--ivf-extras E,E,...]
+ *                  [--extra-of range|spread]
  *   PART: prep   preprocessing: XFBQ4x3 add (alpha, quantize, upload) and
  *                IVF4096,XFBQ train + add, against IVF4096,PQ32 train + add
  *         flat   XFBQ4x3 over the extra distances (--flat-queries of the queries)
  *         ivf    IVF4096,Flat over the nprobes
  *         ivfx   IVF4096,XFBQ4x3 over nprobes x extra distances
  *   (default: all four; IVF256 in place of IVF4096 for fashion-mnist)
+ *   --extra-of: what the extra distances are fractions of (search parameter
+ *   extra_of; default range)
  *
  * Every search: 10 neighbours, host input and output, one warm-up, then the
  * median of 3.  Precision@10 is |found top 10 n true top 10| / 10 against
@@ -30,6 +33,7 @@ typedef struct bench {
     const float *base, *queries, *train;
     int64_t *truth;  /* nq x 10 */
     int64_t nlist;
+    const char *extra_of;  /* search parameter extra_of: "range" or "spread" */
 } bench;
 
 enum { K = 10 };
@@ -75,7 +79,8 @@ static double timed_search(const bench *b, const simil_index *index, int64_t nq,
     simil_search_params *p = NULL;
     if (simil_search_params_create(&p) ||
         (nprobe > 0 && simil_search_params_set_int(p, "nprobe", nprobe)) ||
-        (extra >= 0 && simil_search_params_set_float(p, "extra_distance", extra)))
+        (extra >= 0 && simil_search_params_set_float(p, "extra_distance", extra)) ||
+        simil_search_params_set(p, "extra_of", b->extra_of))
         die("search parameters");
     float *d = malloc(sizeof(float) * (size_t)(nq * K));
     int64_t *l = malloc(sizeof(int64_t) * (size_t)(nq * K));
@@ -131,7 +136,8 @@ static void report(const bench *b, const char *desc, int64_t nq, int64_t nprobe,
     double precision;
     const double s = timed_search(b, index, nq, nprobe, extra, &precision);
     char setting[64];
-    snprintf(setting, sizeof setting, "nprobe=%lld extra=%g", (long long)nprobe, (double)extra);
+    snprintf(setting, sizeof setting, "nprobe=%lld extra=%g%s", (long long)nprobe, (double)extra,
+             strcmp(b->extra_of, "spread") == 0 ? " of spread" : "");
     printf("%s %s %s: %.2f ms for %lld queries, %.0f QPS, precision@10 %.4f\n", b->name, desc,
            setting, 1e3 * s, (long long)nq, (double)nq / s, precision);
     fflush(stdout);
@@ -168,10 +174,10 @@ int main(int argc, char **argv)
     if (argc < 2 || simil_gpu_count() == 0) {
         fprintf(stderr, "usage: bench_gpu_xfbq mix10M|fashion-mnist [prep] [flat] [ivf] [ivfx] "
                         "[--queries N] [--flat-queries N] [--extras E,..] [--nprobes P,..] "
-                        "[--ivf-extras E,..]   (needs a GPU)\n");
+                        "[--ivf-extras E,..] [--extra-of range|spread]   (needs a GPU)\n");
         return 2;
     }
-    bench b = {.name = argv[1]};
+    bench b = {.name = argv[1], .extra_of = "range"};
     double extras[32] = {0.002, 0.005, 0.01, 0.02}, nprobes[32] = {4, 6, 8, 12, 16};
     double ivf_extras[32] = {0.002, 0.005, 0.01};
     int nextras = 4, nnprobes = 5, nivf_extras = 3;
@@ -190,6 +196,8 @@ int main(int argc, char **argv)
             nnprobes = parse_list(argv[++a], nprobes);
         else if (a + 1 < argc && strcmp(argv[a], "--ivf-extras") == 0)
             nivf_extras = parse_list(argv[++a], ivf_extras);
+        else if (a + 1 < argc && strcmp(argv[a], "--extra-of") == 0)
+            b.extra_of = argv[++a];
         else {
             fprintf(stderr, "bench_gpu_xfbq: unknown argument '%s'\n", argv[a]);
             return 2;

@@ -6,7 +6,8 @@ import pytest
 import simil
 from helpers import DEVICES
 
-NAMES = ["nprobe", "threads", "refine_factor", "extra_distance", "lut", "precomputed_tables"]
+NAMES = ["nprobe", "threads", "refine_factor", "extra_distance", "extra_of", "lut",
+         "precomputed_tables"]
 
 
 def mix(n, dim, seed):
@@ -119,6 +120,14 @@ def test_extra_distance_widens_xfbq():
     _, I1 = index.search(xq, 10, extra_distance=1)  # every row is a candidate: exact
     r0, r1 = recall(I0, xb, xq, 10), recall(I1, xb, xq, 10)
     assert r1 >= 0.995 and r0 < r1 - 0.05, (r0, r1)
+    # a fraction of each query's spread (smallest to median code distance)
+    _, S0 = index.search(xq, 10, extra_distance=0, extra_of="spread")
+    _, S1 = index.search(xq, 10, extra_distance=1, extra_of="spread")
+    assert (S0 == I0).all()  # no window either way
+    s1 = recall(S1, xb, xq, 10)
+    assert s1 > r0 + 0.05, (r0, s1)
+    with pytest.raises(simil.InvalidArgumentError, match="extra_of: 'median' is not one of"):
+        index.search(xq, 10, extra_of="median")
 
 
 @pytest.mark.parametrize("device", DEVICES)

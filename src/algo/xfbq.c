@@ -146,16 +146,24 @@ void sml_xfbq_recode_rows(const sml_xfbq *q, int64_t n, uint8_t *rows, int norma
     }
 }
 
-void sml_xfbq_selection(const sml_xfbq *q, float extra_distance, sml_xfbq_select *sel)
+void sml_xfbq_selection(const sml_xfbq *q, float extra_distance, int of_spread,
+                        sml_xfbq_select *sel)
 {
     const uint64_t dmax = sml_xfbq_dmax(q);
     int shift = 0;
     while ((dmax >> shift) >= SML_XFBQ_MAX_BINS) shift++;
     sel->shift = shift;
     sel->nbins = (int64_t)(dmax >> shift) + 1;
+    sel->extra_bins = 0;
+    sel->spread_q16 = 0;
+    if (!(extra_distance > 0)) return;
+    if (of_spread) {
+        const double q16 = ceil((double)extra_distance * 65536.0 * (1 - 1e-6));
+        sel->spread_q16 = q16 > 65536.0 ? 65536u : (uint32_t)q16;
+        return;
+    }
     /* less a hair, so that e = 0.05f (a little above 0.05) gives 0.05 dmax */
     double bins = ceil((double)extra_distance * (double)dmax / ldexp(1.0, shift) * (1 - 1e-6));
-    if (!(bins >= 0)) bins = 0;
     if (bins > (double)sel->nbins) bins = (double)sel->nbins;
     sel->extra_bins = (int64_t)bins;
 }

@@ -55,8 +55,10 @@ typedef struct sml_xfbq {
 typedef struct sml_xfbq_select {
     int shift;           /* bin of a distance: min(D >> shift, nbins - 1) */
     int64_t nbins;
-    int64_t extra_bins;  /* the extra distance, in whole bins */
+    int64_t extra_bins;  /* the extra distance, in whole bins (of the range) */
+    uint32_t spread_q16; /* the extra distance in 2^-16 of each query's spread */
 } sml_xfbq_select;
+
 
 /* Fill q for dim and the bit counts; fails if dmax reaches 2^31. */
 simil_status sml_xfbq_init(sml_xfbq *q, int64_t dim, int query_bits, int base_bits);
@@ -86,15 +88,24 @@ void sml_xfbq_make_rows(const sml_xfbq *q, int64_t n, const float *x, int normal
 /* Recompute the codes of n host rows from their floats (after alpha changed). */
 void sml_xfbq_recode_rows(const sml_xfbq *q, int64_t n, uint8_t *rows, int normalize);
 
-/* The selection for an extra distance e in [0, 1], a fraction of D's range
- * [0, dmax]: bins of width 2^shift over [0, dmax], at most SML_XFBQ_MAX_BINS
- * of them, and extra_bins = ceil(e dmax / 2^shift).  The scan then keeps, per
- * query, the rows with
- *     D <= ((c + 1) << shift) - 1,  c = min(b + extra_bins, nbins - 1),
- * b the bin of the K-th smallest D (K = min(k, rows scanned)).  In cosines:
- * <x^, y^> ~ alpha^2 cos, so e dmax is about e 2 dim / alpha^2 of cosine
- * (about 0.45 at e = 0.05 for alpha from the 0.98 quantile of Gaussian-like
- * components). */
-void sml_xfbq_selection(const sml_xfbq *q, float extra_distance, sml_xfbq_select *sel);
+/* The selection for an extra distance e in [0, 1]: bins of width 2^shift
+ * over D's range [0, dmax], at most SML_XFBQ_MAX_BINS of them, and the window
+ * the scan adds per query (sml_xfbq_window_bins):
+ *   - of_spread 0, a fraction of D's range: extra_bins = ceil(e dmax / 2^shift),
+ *     spread_q16 = 0.  In cosines: <x^, y^> ~ alpha^2 cos, so e dmax is about
+ *     e 2 dim / alpha^2 of cosine (about 0.45 at e = 0.05 for alpha from the
+ *     0.98 quantile of Gaussian-like components), the same for every data set
+ *     and query;
+ *   - of_spread 1, a fraction of each query's observed spread of D, from its
+ *     smallest D to its median over the rows it scans (its probed lists;
+ *     core/xfbq_code.h, sml_xfbq_window_bins):
+ *     extra_bins = 0, spread_q16 = ceil(e 2^16).  The window follows the data:
+ *     narrow where every row has a similar cosine (Fashion-MNIST), wide where
+ *     the cosines spread out.
+ * The scan then keeps, per query, the rows with
+ *     D <= ((c + 1) << shift) - 1,  c = min(b + window, nbins - 1),
+ * b the bin of the K-th smallest D (K = min(k, rows scanned)). */
+void sml_xfbq_selection(const sml_xfbq *q, float extra_distance, int of_spread,
+                        sml_xfbq_select *sel);
 
 #endif

@@ -224,7 +224,9 @@ typedef struct sml_sq_scan_args {
  *   2. a histogram of min(D >> bin_shift, nbins - 1) gives b, the bin of the
  *      K-th smallest D (K = min(k, rows scanned));
  *   3. the candidates are the rows with D <= ((c + 1) << bin_shift) - 1,
- *      c = min(b + extra_bins, nbins - 1);
+ *      c = min(b + window, nbins - 1), window = sml_xfbq_window_bins(extra_bins,
+ *      spread_q16, the bins of its smallest and of its median D) (core/xfbq_code.h;
+ *      the median: the ceil(scanned / 2)-th smallest);
  *   4. their exact keys from the rows' floats (L2: ||x - y||^2, IP: <x, y>)
  *      give the k results, ordered as in sml_knn_args; ranks past the
  *      candidates get -1 and +-inf.
@@ -242,6 +244,7 @@ typedef struct sml_xfbq_scan_args {
     int bin_shift;
     int64_t nbins;               /* <= 4096 */
     int64_t extra_bins;
+    uint32_t spread_q16;         /* <= 65536; 0: the window is extra_bins alone */
 } sml_xfbq_scan_args;
 
 static inline int sml_xfbq_scan_args_ok(const sml_xfbq_scan_args *a)
@@ -249,7 +252,8 @@ static inline int sml_xfbq_scan_args_ok(const sml_xfbq_scan_args *a)
     return sml_ivf_scan_args_ok(&a->scan) && a->scan.lists.code_stride % 16 == 0 &&
            a->vector_stride % 4 == 0 && a->query_bits >= 1 && a->query_bits <= 8 &&
            a->base_bits >= 1 && a->base_bits <= 8 && a->words * 64 >= a->scan.dim &&
-           a->nbins >= 1 && a->nbins <= 4096 && a->bin_shift >= 0 && a->extra_bins >= 0;
+           a->nbins >= 1 && a->nbins <= 4096 && a->bin_shift >= 0 && a->extra_bins >= 0 &&
+           a->spread_q16 <= 65536;
 }
 
 /* XFBQ codes of n vectors with `bits` sign planes each, bit for bit those of

@@ -67,4 +67,15 @@ static inline SML_XFBQ_HD void sml_xfbq_encode_word(const float *x, int64_t dim,
     for (int i = 0; i < bits; i++) code[i * words + w] = plane[i];
 }
 
+/* The bins a query's window adds to the bin of its K-th smallest D: the fixed
+ * extra_bins and ceil(spread_q16 (median - lowest) / 2^16), median and lowest
+ * the bins of its median and smallest D (algo/xfbq.h, sml_xfbq_selection).
+ * Integer arithmetic, shared by the CPU and GPU scans, so both take the same rows. */
+static inline SML_XFBQ_HD int64_t sml_xfbq_window_bins(int64_t extra_bins, uint32_t spread_q16,
+                                                       int64_t lowest, int64_t median)
+{
+    const uint64_t spread = (uint64_t)(median - lowest);  /* < 4096 bins */
+    return extra_bins + (int64_t)((spread * spread_q16 + 65535u) >> 16);
+}
+
 #endif

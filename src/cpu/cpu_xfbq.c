@@ -21,6 +21,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/xfbq_code.h"
 #include "cpu/cpu_ivf.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -164,7 +165,14 @@ static uint32_t sml_xfbq_threshold(const sml_xfbq_scan_args *a, const uint32_t *
     const int64_t want = a->scan.k < scanned ? a->scan.k : scanned;
     int64_t b = 0, below = 0;
     while (below + hist[b] < want) below += hist[b++];
-    int64_t c = b + a->extra_bins;
+    int64_t window = a->extra_bins;
+    if (a->spread_q16 > 0) {
+        int64_t lowest = 0, median = 0, under = 0;
+        while (hist[lowest] == 0) lowest++;
+        while (under + hist[median] < (scanned + 1) / 2) under += hist[median++];
+        window = sml_xfbq_window_bins(a->extra_bins, a->spread_q16, lowest, median);
+    }
+    int64_t c = b + window;
     if (c > a->nbins - 1) c = a->nbins - 1;
     return (uint32_t)((((uint64_t)c + 1) << a->bin_shift) - 1);
 }

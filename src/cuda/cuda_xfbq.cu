@@ -7,7 +7,9 @@
 //     and counted into a histogram of D bins in shared memory, flushed to one
 //     global histogram per query (nonzero bins only);
 //  2. threshold: per query, the bin b of the K-th smallest D from the
-//     histogram, the limit ((min(b + extra_bins, nbins-1) + 1) << shift) - 1
+//     histogram, the limit ((min(b + window, nbins-1) + 1) << shift) - 1, the
+//     window extra_bins, or a fraction of the bins from its smallest D to its
+//     median (sml_xfbq_window_bins, core/xfbq_code.h)
 //     and the exact count of candidates under it (the paper's histogram
 //     selection with its "extra distance");
 //  3. collect: the rows under their query's limit are appended to the
@@ -47,6 +49,7 @@
 #include <assert.h>
 #include <string.h>
 
+#include "core/xfbq_code.h"
 #include "cuda/cuda_ivf.cuh"
 #include "cuda/select.cuh"
 
@@ -104,6 +107,7 @@ struct Batch {
     int shift;
     unsigned dclamp;              // (nbins << shift) - 1
     int extra_bins;
+    unsigned spread_q16;          // 0: the window is extra_bins alone
     int k;
     unsigned *limit;              // per query
     int *count;                   // per query: candidates
@@ -212,11 +216,28 @@ __global__ void __launch_bounds__(kThreads) xfbq_distance_kernel(const Batch b,
         }
 }
 
+// Step 2, in one thread of the block: if the want-th smallest D falls in
+// this thread's bins [lo, hi) (before of them below lo), its bin into *found.
+__device__ __forceinline__ void find_bin(const unsigned *h, int lo, int hi, long long before,
+                                         long long total, long long want, int *found)
+{
+    if (want > 0 && before < want && want <= total) {
+        long long c = before;
+        for (int i = lo; i < hi; ++i) {
+            c += h[i];
+            if (c >= want) {
+                *found = i;
+                return;
+            }
+        }
+    }
+}
+
 // Step 2.  One block of kThreads per query.
 __global__ void __launch_bounds__(kThreads) xfbq_threshold_kernel(const Batch b)
 {
     __shared__ long long prefix[kThreads];
-    __shared__ int found;
+    __shared__ int found, lowest, median;
     const int q = blockIdx.x, tid = threadIdx.x;
     const unsigned *h = b.hist + (long long)q * b.nbins;
     const int scanned = b.scanned[q];
@@ -226,7 +247,7 @@ __global__ void __launch_bounds__(kThreads) xfbq_threshold_kernel(const Batch b)
     long long mine = 0;
     for (int i = lo; i < hi; ++i) mine += h[i];
     prefix[tid] = mine;
-    if (tid == 0) found = b.nbins - 1;
+    if (tid == 0) found = lowest = median = b.nbins - 1;
     __syncthreads();
     for (int o = 1; o < kThreads; o <<= 1) {  // inclusive scan
         const long long v = tid >= o ? prefix[tid - o] : 0;
@@ -235,18 +256,16 @@ __global__ void __launch_bounds__(kThreads) xfbq_threshold_kernel(const Batch b)
         __syncthreads();
     }
     const long long before = prefix[tid] - mine;
-    if (want > 0 && before < want && want <= prefix[tid]) {
-        long long c = before;
-        for (int i = lo; i < hi; ++i) {
-            c += h[i];
-            if (c >= want) {
-                found = i;
-                break;
-            }
-        }
+    find_bin(h, lo, hi, before, prefix[tid], want, &found);
+    if (b.spread_q16 > 0) {
+        find_bin(h, lo, hi, before, prefix[tid], 1, &lowest);
+        find_bin(h, lo, hi, before, prefix[tid], ((long long)scanned + 1) / 2, &median);
     }
     __syncthreads();
-    const int c = min(found + b.extra_bins, b.nbins - 1);
+    const long long window =
+        b.spread_q16 > 0 ? sml_xfbq_window_bins(b.extra_bins, b.spread_q16, lowest, median)
+                         : b.extra_bins;
+    const int c = (int)min((long long)found + window, (long long)b.nbins - 1);
     if (c >= lo && c < hi) {
         long long n = before;
         for (int i = lo; i <= c; ++i) n += h[i];
@@ -598,6 +617,7 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     b.shift = a->bin_shift;
     b.dclamp = (unsigned)(((unsigned long long)a->nbins << a->bin_shift) - 1);
     b.extra_bins = (int)a->extra_bins;
+    b.spread_q16 = a->spread_q16;
     b.k = (int)sc.k;
     b.limit = s.limit;
     b.count = s.count;

@@ -25,6 +25,7 @@ struct simil_search_params {
     int threads;             /* CPU threads, 0: all */
     int refine_factor;       /* ...,Refine: k * this many candidates, >= 1 */
     float extra_distance;    /* XFBQ: candidate window, a fraction in [0, 1] */
+    int extra_of;            /* XFBQ: what extra_distance is a fraction of, an sml_extra_of */
     int lut;                 /* IVF-PQ on a GPU: an sml_lut_precision */
     int precomputed_tables;  /* IVF-PQ, L2: 1 term tables per query, 0 per (query, list) */
 };
@@ -35,6 +36,13 @@ typedef enum sml_lut_precision {
     SML_LUT_FP32 = 1,
     SML_LUT_FP16 = 2   /* offset per sub-table before rounding; sums in fp32 */
 } sml_lut_precision;
+
+/* What the XFBQ extra distance is a fraction of (algo/xfbq.h,
+ * sml_xfbq_selection). */
+typedef enum sml_extra_of {
+    SML_EXTRA_OF_RANGE = 0,  /* the theoretical range of the code distance D */
+    SML_EXTRA_OF_SPREAD = 1  /* each query's observed spread: median D - smallest D */
+} sml_extra_of;
 
 /* Every setting at its default (what a NULL params means). */
 const simil_search_params *sml_search_defaults(void);

@@ -123,7 +123,7 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
     if (s == SIMIL_OK) {
         sml_xfbq_select sel;
         const float extra = call->params.extra_distance < 0 ? 0.05f : call->params.extra_distance;
-        sml_xfbq_selection(&x->q, extra, &sel);
+        sml_xfbq_selection(&x->q, extra, call->params.extra_of == SML_EXTRA_OF_SPREAD, &sel);
         sml_xfbq_scan_args args = {
             .scan = scan,
             .query_codes = codes,
@@ -135,6 +135,7 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
             .bin_shift = sel.shift,
             .nbins = sel.nbins,
             .extra_bins = sel.extra_bins,
+            .spread_q16 = sel.spread_q16,
         };
         args.scan.queries = queries;
         args.scan.metric = sml_kernel_metric(index->metric);

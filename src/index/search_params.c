@@ -54,6 +54,9 @@ typedef struct sml_param_row {
 /* Indexed by sml_lut_precision. */
 static const char *const sml_lut_names[] = {"auto", "fp32", "fp16", NULL};
 
+/* Indexed by sml_extra_of. */
+static const char *const sml_extra_of_names[] = {"range", "spread", NULL};
+
 static sml_param_row sml_params[] = {
     {.info = {.name = "nprobe", .type = SIMIL_PARAM_INT, .index_types = "IVF indexes",
               .help = "inverted lists each query visits: more finds more true neighbours, "
@@ -68,9 +71,14 @@ static sml_param_row sml_params[] = {
                       "vectors"},
      .min = 1, .max = INT32_MAX, .def = 4, SML_AT(refine_factor), .uses = SML_USES_REFINE},
     {.info = {.name = "extra_distance", .type = SIMIL_PARAM_FLOAT, .index_types = "XFBQ indexes",
-              .help = "widen the re-ranked candidates by this fraction of the code distances' "
-                      "range"},
+              .help = "widen the re-ranked candidates by this fraction of what extra_of "
+                      "names"},
      .min = 0, .max = 1, .def = 0.05, SML_AT(extra_distance), .uses = SML_USES_XFBQ},
+    {.info = {.name = "extra_of", .type = SIMIL_PARAM_ENUM, .index_types = "XFBQ indexes",
+              .help = "extra_distance is a fraction of: range, the code distances' full "
+                      "range; spread, each query's median minus smallest code distance",
+              .choices = sml_extra_of_names},
+     .def = SML_EXTRA_OF_RANGE, SML_AT(extra_of), .uses = SML_USES_XFBQ},
     {.info = {.name = "lut", .type = SIMIL_PARAM_ENUM, .index_types = "IVF-PQ on a GPU",
               .help = "precision of the lookup tables in GPU shared memory; auto: fp32 where "
                       "they fit",

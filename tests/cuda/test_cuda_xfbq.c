@@ -4,9 +4,9 @@
  * their results differ only by the float rounding of the re-ranking keys
  * (checked with sml_test_check_same, relative tolerance 1e-4).  Covers dims
  * 1, 65, 96 and 785 (16- and 32-bit distances), k from 1 past 2048 (radix
- * selection) and past n, every metric, extra distances, grouped queries of
- * flat XFBQ (batches not a multiple of 4), several blocks per query, probes of
- * empty lists, remove, reconstruct, alpha set on the GPU, and precision on
+ * selection) and past n, every metric, extra distances (of the range and of
+ * each query's spread), grouped queries of flat XFBQ (batches not a multiple
+ * of 4), several blocks per query, probes of empty lists, remove, reconstruct, alpha set on the GPU, and precision on
  * Fashion-MNIST.  The GPU codes the queries itself: its codes must be the
  * host encoder's, bit for bit (test_query_codes_match_host). */
 #include <math.h>
@@ -47,15 +47,19 @@ static float *prepared(const float *v, int64_t n, int64_t dim, simil_metric metr
     return p;
 }
 
-static void compare(const char *what, const simil_index *cpu, const simil_index *gpu,
-                    const float *x, int64_t n, const float *q, int64_t nq, int64_t dim, int64_t k,
-                    int64_t nprobe, float extra, simil_metric metric)
+/* extra_of: "range" or "spread" (search_params.h). */
+static void compare_of(const char *what, const simil_index *cpu, const simil_index *gpu,
+                       const float *x, int64_t n, const float *q, int64_t nq, int64_t dim,
+                       int64_t k, int64_t nprobe, float extra, const char *extra_of,
+                       simil_metric metric)
 {
-    char context[200];
-    snprintf(context, sizeof context, "%s %s k=%lld nprobe=%lld extra=%g", what,
-             simil_metric_name(metric), (long long)k, (long long)nprobe, (double)extra);
+    char context[200], settings[32];
+    snprintf(context, sizeof context, "%s %s k=%lld nprobe=%lld extra=%g of %s", what,
+             simil_metric_name(metric), (long long)k, (long long)nprobe, (double)extra,
+             extra_of);
+    snprintf(settings, sizeof settings, "extra_of=%s", extra_of);
     /* nprobe 0 and extra < 0: the defaults */
-    simil_search_params *p = sml_test_params("");
+    simil_search_params *p = sml_test_params(settings);
     if (nprobe > 0) SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", nprobe));
     if (extra >= 0) SML_ASSERT_OK(simil_search_params_set_float(p, "extra_distance", extra));
     const size_t out = (size_t)(nq * k);
@@ -74,6 +78,13 @@ static void compare(const char *what, const simil_index *cpu, const simil_index 
     free(dg);
     free(lc);
     free(lg);
+}
+
+static void compare(const char *what, const simil_index *cpu, const simil_index *gpu,
+                    const float *x, int64_t n, const float *q, int64_t nq, int64_t dim, int64_t k,
+                    int64_t nprobe, float extra, simil_metric metric)
+{
+    compare_of(what, cpu, gpu, x, n, q, nq, dim, k, nprobe, extra, "range", metric);
 }
 
 static void test_flat_same_as_cpu(void **state)
@@ -97,6 +108,11 @@ static void test_flat_same_as_cpu(void **state)
             for (int e = 0; e < 3; e++)
                 compare(what, cpu, gpu, x, n, q, nq, dim, ks[i], 0, extras[e],
                         SIMIL_METRIC_COSINE);
+        /* the window as a fraction of each query's spread (the median bin) */
+        compare_of(what, cpu, gpu, x, n, q, nq, dim, 10, 0, 0.05f, "spread",
+                   SIMIL_METRIC_COSINE);
+        compare_of(what, cpu, gpu, x, n, q, nq, dim, 100, 0, 0.2f, "spread",
+                   SIMIL_METRIC_COSINE);
         if (dim == 96) {
             compare(what, cpu, gpu, x, n, q, 17, dim, 3000, 0, 0.01f, SIMIL_METRIC_COSINE);
             compare(what, cpu, gpu, x, n, q, 9, dim, n + 10, 0, 0.0f, SIMIL_METRIC_COSINE);
@@ -171,6 +187,8 @@ static void test_ivf_same_as_cpu(void **state)
                 SIMIL_METRIC_COSINE);
         compare("IVF64,XFBQ", cpu, gpu, x, n, q, nq, dim, 10, probes[i], 0.002f,
                 SIMIL_METRIC_COSINE);
+        compare_of("IVF64,XFBQ", cpu, gpu, x, n, q, nq, dim, 10, probes[i], 0.05f, "spread",
+                   SIMIL_METRIC_COSINE);
     }
     compare("IVF64,XFBQ k>2048", cpu, gpu, x, n, q, 20, dim, 2500, 8, 0.01f, SIMIL_METRIC_COSINE);
     /* remove every even id on both, then a list-emptying remove, then again */

@@ -189,17 +189,34 @@ static void test_selection_parameters(void **state)
     assert_int_equal(q.row_size, 48 + 384);
     q.alpha = 4.0f;
     sml_xfbq_select sel;
-    sml_xfbq_selection(&q, 0.05f, &sel);
+    sml_xfbq_selection(&q, 0.05f, 0, &sel);
     /* 10080 >> 2 = 2520 < 4096; extra = 0.05 * 10080 = 504: 126 bins of 4 */
     assert_int_equal(sel.shift, 2);
     assert_int_equal(sel.nbins, 2521);
     assert_int_equal(sel.extra_bins, 126);
-    sml_xfbq_selection(&q, 1.0f, &sel);
+    sml_xfbq_selection(&q, 1.0f, 0, &sel);
     assert_int_equal(sel.extra_bins, 2520);
-    sml_xfbq_selection(&q, 0.0011f, &sel); /* 11.1 -> 3 bins */
+    sml_xfbq_selection(&q, 0.0011f, 0, &sel); /* 11.1 -> 3 bins */
     assert_int_equal(sel.extra_bins, 3);
-    sml_xfbq_selection(&q, 0.0f, &sel);
+    sml_xfbq_selection(&q, 0.0f, 0, &sel);
     assert_int_equal(sel.extra_bins, 0);
+    assert_int_equal(sel.spread_q16, 0);
+    /* a fraction of the spread: no fixed bins, the fraction in 2^-16 */
+    sml_xfbq_selection(&q, 0.05f, 1, &sel);
+    assert_int_equal(sel.shift, 2);
+    assert_int_equal(sel.extra_bins, 0);
+    assert_int_equal(sel.spread_q16, 3277); /* ceil(0.05 * 65536) */
+    sml_xfbq_selection(&q, 1.0f, 1, &sel);
+    assert_int_equal(sel.spread_q16, 65536);
+    sml_xfbq_selection(&q, 0.0f, 1, &sel);
+    assert_int_equal(sel.spread_q16, 0);
+    /* the window: ceil(spread_q16 (median - lowest) / 2^16) more bins */
+    assert_int_equal(sml_xfbq_window_bins(0, 3277, 100, 100), 0);
+    assert_int_equal(sml_xfbq_window_bins(0, 3277, 100, 120), 2);     /* 1.00006 */
+    assert_int_equal(sml_xfbq_window_bins(0, 3277, 100, 2100), 101);  /* 100.006 */
+    assert_int_equal(sml_xfbq_window_bins(0, 3277, 0, 4095), 205);    /* 204.76 */
+    assert_int_equal(sml_xfbq_window_bins(0, 65536, 7, 4095), 4088);
+    assert_int_equal(sml_xfbq_window_bins(5, 0, 7, 4095), 5);
     /* distances past 2^31 are refused */
     assert_int_equal(sml_xfbq_init(&q, 40000, 8, 8), SIMIL_ERR_UNSUPPORTED);
 }
@@ -375,6 +392,116 @@ static void test_dims_and_exactness(void **state)
         free(d);
         free(l);
     }
+}
+
+/* extra_of=spread: per query, the window is ceil(e (median bin - lowest bin))
+ * bins past the bin of the k-th smallest D, D from the host encoder and the
+ * scalar popcount loop (both checked against float64 above).  The results
+ * are then exactly the best k of those candidates: each returned id is one,
+ * as many as there are up to k, and no candidate left out beats the last. */
+static void test_extra_of_spread(void **state)
+{
+    (void)state;
+    const int64_t n = 3000, dim = 72, nq = 12, k = 10;
+    float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+    float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 71, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 72, q));
+    sml_test_normalize(x, n, dim);
+    sml_test_normalize(q, nq, dim);
+    simil_index *index = flat_xfbq("XFBQ", dim, SIMIL_METRIC_COSINE, n, x);
+    sml_xfbq c;
+    SML_ASSERT_OK(sml_xfbq_init(&c, dim, 4, 3));
+    c.alpha = sml_xfbq_index_alpha(index);
+    uint64_t *base = calloc((size_t)n, c.code_bytes);
+    uint64_t *qc = sml_test_malloc(sizeof(uint64_t) * (size_t)(4 * c.words));
+    uint32_t *dist = sml_test_malloc(sizeof(uint32_t) * (size_t)n);
+    assert_non_null(base);
+    sml_xfbq_encode(&c, 3, n, x, 0, base, c.code_bytes);
+    float *d = sml_test_malloc(sizeof(float) * (size_t)(nq * k));
+    int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(nq * k));
+    const float extras[] = {0.0f, 0.02f, 0.1f, 0.5f};
+    int64_t widest = 0;
+    for (int e = 0; e < 4; e++) {
+        simil_search_params *p = sml_test_params("extra_of=spread");
+        SML_ASSERT_OK(simil_search_params_set_float(p, "extra_distance", extras[e]));
+        SML_ASSERT_OK(simil_index_search(index, nq, q, k, p, d, l));
+        simil_search_params_destroy(p);
+        sml_xfbq_select sel;
+        sml_xfbq_selection(&c, extras[e], 1, &sel);
+        for (int64_t i = 0; i < nq; i++) {
+            sml_xfbq_encode(&c, 4, 1, q + i * dim, 0, qc, sizeof(uint64_t) * 4 * c.words);
+            sml_cpu_xfbq_distances(SML_XFBQ_IMPL_SCALAR, qc, 4, (const uint8_t *)base,
+                                   c.code_bytes, 3, c.words, n, dist);
+            int64_t hist[SML_XFBQ_MAX_BINS] = {0};
+            for (int64_t r = 0; r < n; r++) hist[dist[r] >> sel.shift]++;
+            int64_t kth = -1, lowest = -1, median = -1, seen = 0;
+            for (int64_t bin = 0; bin < sel.nbins; bin++) {
+                seen += hist[bin];
+                if (lowest < 0 && seen >= 1) lowest = bin;
+                if (kth < 0 && seen >= k) kth = bin;
+                if (median < 0 && seen >= (n + 1) / 2) median = bin;
+            }
+            const int64_t window =
+                (int64_t)ceil((double)sel.spread_q16 * (double)(median - lowest) / 65536.0);
+            int64_t top = kth + window < sel.nbins - 1 ? kth + window : sel.nbins - 1;
+            const uint32_t limit = (uint32_t)(((top + 1) << sel.shift) - 1);
+            int64_t ncand = 0;
+            for (int64_t r = 0; r < n; r++) ncand += dist[r] <= limit;
+            widest = ncand > widest ? ncand : widest;
+            const float *di = d + i * k;
+            const int64_t *li = l + i * k;
+            for (int64_t j = 0; j < k; j++) {
+                if (j >= ncand) {
+                    assert_int_equal(li[j], -1);
+                    continue;
+                }
+                assert_true(li[j] >= 0 && li[j] < n);
+                if (dist[li[j]] > limit)
+                    fail_msg("extra %g query %lld: id %lld (D %u) is past the limit %u",
+                             extras[e], (long long)i, (long long)li[j], dist[li[j]], limit);
+            }
+            const int64_t got = ncand < k ? ncand : k;
+            for (int64_t r = 0; r < n; r++) {
+                if (dist[r] > limit || got < k) continue;
+                int in = 0;
+                for (int64_t j = 0; j < k; j++) in |= li[j] == r;
+                const double key = sml_test_distance(q + i * dim, x + r * dim, dim,
+                                                     SIMIL_METRIC_IP);
+                if (!in && key > di[k - 1] + 1e-5)
+                    fail_msg("extra %g query %lld: candidate %lld (%.6f) beats rank %lld (%.6f)",
+                             extras[e], (long long)i, (long long)r, key, (long long)k - 1,
+                             di[k - 1]);
+            }
+        }
+        check_true_keys("XFBQ extra_of=spread", x, q, nq, dim, k, SIMIL_METRIC_IP, d, l);
+    }
+    assert_true(widest > k); /* the windows did widen */
+    /* IVF at nprobe = nlist scans every row: the same spread, the same results */
+    simil_index *ivf;
+    SML_ASSERT_OK(simil_index_create(&ivf, dim, "IVF8,XFBQ", SIMIL_METRIC_COSINE, "cpu"));
+    SML_ASSERT_OK(simil_index_set_xfbq_alpha(ivf, c.alpha));
+    SML_ASSERT_OK(simil_index_train(ivf, n, x));
+    SML_ASSERT_OK(simil_index_add(ivf, n, x, NULL));
+    float *d2 = sml_test_malloc(sizeof(float) * (size_t)(nq * k));
+    int64_t *l2 = sml_test_malloc(sizeof(int64_t) * (size_t)(nq * k));
+    simil_search_params *p = sml_test_params("extra_of=spread,extra_distance=0.1,nprobe=8");
+    SML_ASSERT_OK(simil_index_search(index, nq, q, k, p, d, l));
+    SML_ASSERT_OK(simil_index_search(ivf, nq, q, k, p, d2, l2));
+    simil_search_params_destroy(p);
+    assert_memory_equal(l, l2, sizeof(int64_t) * (size_t)(nq * k));
+    assert_memory_equal(d, d2, sizeof(float) * (size_t)(nq * k));
+    simil_index_destroy(ivf);
+    simil_index_destroy(index);
+    free(x);
+    free(q);
+    free(base);
+    free(qc);
+    free(dist);
+    free(d);
+    free(l);
+    free(d2);
+    free(l2);
 }
 
 static void test_zero_equal_and_small(void **state)
@@ -790,6 +917,7 @@ int main(void)
         cmocka_unit_test(test_alpha),
         cmocka_unit_test(test_fashion_mnist_precision),
         cmocka_unit_test(test_dims_and_exactness),
+        cmocka_unit_test(test_extra_of_spread),
         cmocka_unit_test(test_zero_equal_and_small),
         cmocka_unit_test(test_ids_nan_remove),
         cmocka_unit_test(test_metrics),
