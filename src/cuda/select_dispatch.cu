@@ -53,14 +53,17 @@ struct SelectRule {
 // whole sweep's table, in the same run: uniform1M exact search k = 100 44.3 ->
 // 35.3 ms, but k = 10 24.0 -> 25.3 ms, k = 1024 122.8 -> 126.7 ms, and
 // Fashion-MNIST IVF1024,Flat nprobe 16 (k = 10) 9.22 -> 10.13 ms: the sweep
-// times whole fp32 rows, while the searches select over tiles and ragged
-// rows.  So jobs of k <= 32 keep today's choice (the first three rules, the
-// fallback's, restated so that the measured rules below do not take them),
-// and k > 512 falls through to the fallback.
+// times whole fp32 rows, while the searches select over fp16 tiles and
+// ragged rows.  The exact search keeps 2k and at least 64 per tile (k = 10
+// selects 64, k = 100 256), and a table cut at k <= 32 still measured 25.5 ms
+// at k = 10.  So jobs of k <= 64 keep today's choice (the first three rules,
+// the fallback's, restated so that the measured rules below do not take
+// them), k from 65 to 512 take the measured rules, and k > 512 falls through
+// to the fallback.
 constexpr std::initializer_list<SelectRule> kMeasuredRules = {
-    {32, 4 * kBlockSelectStep - 1, 0, SelectDesign::buffered_warp, 1},  // today's choice
-    {32, INT_MAX, 8, SelectDesign::buffered_warp, 1},                   // today's choice
-    {32, INT_MAX, 0, SelectDesign::threshold_block, 1},                 // today's choice
+    {64, 4 * kBlockSelectStep - 1, 0, SelectDesign::buffered_warp, 1},  // today's choice
+    {64, INT_MAX, 8, SelectDesign::buffered_warp, 1},                   // today's choice
+    {64, INT_MAX, 0, SelectDesign::threshold_block, 1},                 // today's choice
     // Measured: bench_select sweep on NVIDIA H100 80GB HBM3 (132 SMs).
     {256, 1024, 757, SelectDesign::queue_warp, 1},  // 4% of copy at k=256, 1024 cols
     {256, 32768, 22, SelectDesign::queue_warp, 1},  // 21% of copy at k=256, 32768 cols
