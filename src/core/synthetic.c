@@ -8,6 +8,8 @@
  * functions sqrtf, logf and cosf (their results are those of the C library).
  * The "mix" centres take only 1024 x dim values, so large requests compute
  * them once into a table. */
+#include "core/synthetic.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -15,27 +17,21 @@
 #include "core/error.h"
 #include "simil/dataset.h"
 
-enum { SML_MIX_CENTRES = 1024, SML_MIX_TABLE_MIN_ROWS = 4096, SML_MIX_TABLE_MAX_DIM = 16384 };
+enum { SML_MIX_TABLE_MIN_ROWS = 4096, SML_MIX_TABLE_MAX_DIM = 16384 };
 
-static uint64_t sml_sm64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
+float sml_gauss_radius(uint64_t t) { return sqrtf(-2.0f * logf(sml_u01_top(t))); }
 
-static float sml_u01(uint64_t h) { return (float)((double)(h >> 40) + 0.5) / 16777216.0f; }
+float sml_gauss_cos(uint64_t t) { return cosf(6.2831853f * sml_u01_top(t)); }
 
 static float sml_gauss(uint64_t s)
 {
-    float radius = sqrtf(-2.0f * logf(sml_u01(sml_sm64(s))));
-    return radius * cosf(6.2831853f * sml_u01(sml_sm64(s ^ 0x5555555555555555ull)));
+    return sml_gauss_radius(sml_gauss_word_radius(s) >> 40) *
+           sml_gauss_cos(sml_gauss_word_angle(s) >> 40);
 }
 
 static void sml_gen_uniform(int64_t first, int64_t n, int64_t dim, uint64_t seed, float *out)
 {
-    uint64_t base = seed * 0x100000001b3ull, d = (uint64_t)dim;
+    uint64_t base = sml_gen_base(seed), d = (uint64_t)dim;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < n; r++) {
         uint64_t i = (uint64_t)(first + r);
@@ -44,16 +40,11 @@ static void sml_gen_uniform(int64_t first, int64_t n, int64_t dim, uint64_t seed
     }
 }
 
-static uint64_t sml_mix_centre(uint64_t seed, uint64_t i)
-{
-    return sml_sm64(seed ^ (i * 0x632be59bd9b4e019ull)) % SML_MIX_CENTRES;
-}
-
 /* table: the SML_MIX_CENTRES x dim centre values, or NULL to compute them. */
 static void sml_gen_mix(int64_t first, int64_t n, int64_t dim, uint64_t seed, const float *table,
                         float *out)
 {
-    uint64_t base = seed * 0x100000001b3ull, d = (uint64_t)dim;
+    uint64_t base = sml_gen_base(seed), d = (uint64_t)dim;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < n; r++) {
         uint64_t i = (uint64_t)(first + r);
@@ -66,7 +57,7 @@ static void sml_gen_mix(int64_t first, int64_t n, int64_t dim, uint64_t seed, co
     }
 }
 
-static simil_status sml_gen_mix_table(int64_t dim, float **table)
+simil_status sml_mix_centres(int64_t dim, float **table)
 {
     size_t count = (size_t)SML_MIX_CENTRES * (size_t)dim;
     SML_TRY(sml_alloc((void **)table, count, sizeof **table, "the mix generator's centres"));
@@ -74,6 +65,34 @@ static simil_status sml_gen_mix_table(int64_t dim, float **table)
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < (int64_t)count; k++) t[k] = sml_gauss(0xabcdefull + (uint64_t)k);
     return SIMIL_OK;
+}
+
+simil_status sml_gauss_tables(float **radius, float **cosine)
+{
+    *cosine = NULL;
+    SML_TRY(sml_alloc((void **)radius, SML_GAUSS_TABLE, sizeof(float), "a Box-Muller table"));
+    simil_status s = sml_alloc((void **)cosine, SML_GAUSS_TABLE, sizeof(float),
+                               "a Box-Muller table");
+    if (s != SIMIL_OK) {
+        sml_free(*radius);
+        *radius = NULL;
+        return s;
+    }
+    float *r = *radius, *c = *cosine;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < SML_GAUSS_TABLE; t++) {
+        r[t] = sml_gauss_radius((uint64_t)t);
+        c[t] = sml_gauss_cos((uint64_t)t);
+    }
+    return SIMIL_OK;
+}
+
+int sml_gen_kind(const char *kind)
+{
+    if (kind == NULL) return -1;
+    if (strcmp(kind, "uniform") == 0) return SML_GEN_UNIFORM;
+    if (strcmp(kind, "mix") == 0) return SML_GEN_MIX;
+    return -1;
 }
 
 static simil_status sml_gen_check(const char *kind, int64_t first, int64_t n, int64_t dim,
@@ -100,15 +119,16 @@ simil_status simil_generate(const char *kind, int64_t first, int64_t n, int64_t 
                             float *out)
 {
     SML_TRY(sml_gen_check(kind, first, n, dim, out));
-    if (strcmp(kind, "uniform") == 0) {
+    const int which = sml_gen_kind(kind);
+    SML_RETURN_IF(which < 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "unknown generator \"%s\"; the kinds are \"uniform\" and \"mix\"", kind);
+    if (which == SML_GEN_UNIFORM) {
         sml_gen_uniform(first, n, dim, seed, out);
         return SIMIL_OK;
     }
-    SML_RETURN_IF(strcmp(kind, "mix") != 0, SIMIL_ERR_INVALID_ARGUMENT,
-                  "unknown generator \"%s\"; the kinds are \"uniform\" and \"mix\"", kind);
     float *table = NULL;
     if (n >= SML_MIX_TABLE_MIN_ROWS && dim <= SML_MIX_TABLE_MAX_DIM)
-        SML_TRY(sml_gen_mix_table(dim, &table));
+        SML_TRY(sml_mix_centres(dim, &table));
     sml_gen_mix(first, n, dim, seed, table, out);
     sml_free(table);
     return SIMIL_OK;

@@ -36,6 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
+#include "core/synthetic.h"
 #include "util/test_util.h"
 
 typedef struct {
@@ -158,6 +160,47 @@ static void test_statistics(void **state)
     free(x);
 }
 
+/* The GPU generator's recipe (core/synthetic.h): mix from the Box-Muller
+ * tables and the centre table, with the float steps of the definition, equals
+ * simil_generate bit for bit, including rows whose elements hit glibc's
+ * not-correctly-rounded logf and cosf values (row 1, column 17). */
+static void test_tables(void **state)
+{
+    (void)state;
+    enum { N = 300, D = 96 };
+    const uint64_t seed = 11, first = 999999000;
+    float *radius, *cosine, *centres;
+    SML_ASSERT_OK(sml_gauss_tables(&radius, &cosine));
+    SML_ASSERT_OK(sml_mix_centres(D, &centres));
+    float *want = sml_test_malloc(sizeof(float) * N * D);
+    SML_ASSERT_OK(simil_generate("mix", first, N, D, seed, want));
+    for (uint64_t r = 0; r < N; r++) {
+        const uint64_t i = first + r, c = sml_mix_centre(seed, i);
+        for (uint64_t j = 0; j < D; j++) {
+            const uint64_t s = sml_gen_base(seed) + i * D + j + 7;
+            const float g = radius[sml_gauss_word_radius(s) >> 40] *
+                            cosine[sml_gauss_word_angle(s) >> 40];
+            const float got = centres[c * D + j] + 0.5f * g;
+            if (memcmp(&got, &want[r * D + j], 4) != 0)
+                fail_msg("mix seed %llu row %llu col %llu: tables give %.9g, simil_generate %.9g",
+                         (unsigned long long)seed, (unsigned long long)i, (unsigned long long)j,
+                         got, want[r * D + j]);
+        }
+    }
+    /* the value of test_exact_values that glibc rounds differently */
+    float row[D];
+    SML_ASSERT_OK(simil_generate("mix", 1, 1, D, 11, row));
+    const uint64_t s = sml_gen_base(11) + 1 * D + 17 + 7, c = sml_mix_centre(11, 1);
+    const float got = centres[c * D + 17] +
+                      0.5f * (radius[sml_gauss_word_radius(s) >> 40] *
+                              cosine[sml_gauss_word_angle(s) >> 40]);
+    assert_memory_equal(&got, &row[17], 4);
+    free(want);
+    sml_free(radius);
+    sml_free(cosine);
+    sml_free(centres);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -182,6 +225,7 @@ int main(void)
         cmocka_unit_test(test_chunks),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_statistics),
+        cmocka_unit_test(test_tables),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
