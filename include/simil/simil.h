@@ -8,6 +8,7 @@
 #include "simil/dataset.h"
 #include "simil/progress.h"
 #include "simil/select.h"
+#include "simil/stream.h"
 #include "simil/kmeans.h"
 #include "simil/faiss.h"
 #include "simil/graph.h"

@@ -332,6 +332,38 @@ typedef struct sml_backend_ops {
     simil_status (*shadow_sync)(sml_backend *b, void **shadow, const float *base, int64_t have,
                                 int64_t n, int64_t dim, simil_metric metric);
     void (*shadow_free)(sml_backend *b, void *shadow);
+
+    /* Optional, NULL on the CPU (whose backend memory is host memory):
+     * streaming host data into backend memory behind other work
+     * (index/stream_search.c).  pinned_alloc gives host memory the device
+     * copies from directly.  A copier has two lanes: copier_upload queues a
+     * copy from pinned memory into backend memory on the copier's own stream
+     * and returns; copier_wait blocks until everything queued on the lane has
+     * landed.  The copier calls do not take the device lock, so one thread
+     * may upload while another runs knn on the same backend. */
+    simil_status (*pinned_alloc)(sml_backend *b, size_t bytes, void **host);
+    void (*pinned_free)(sml_backend *b, void *host);
+    simil_status (*copier_open)(sml_backend *b, void **copier);
+    simil_status (*copier_upload)(sml_backend *b, void *copier, int lane, void *mem,
+                                  const void *host, size_t bytes);
+    simil_status (*copier_wait)(sml_backend *b, void *copier, int lane);
+    void (*copier_close)(sml_backend *b, void *copier);
+    /* Optional: overwrite a shadow made by shadow_sync (with room for n rows
+     * of dim) with rows [0, n) of base, in place.  Unlike shadow_sync it
+     * allocates and frees nothing, so it does not wait for copies in flight;
+     * on failure the shadow holds garbage and must be freed. */
+    simil_status (*shadow_refill)(sml_backend *b, void *shadow, const float *base, int64_t n,
+                                  int64_t dim);
+
+    /* Optional: a generator of docs/datasets.md that writes backend memory,
+     * bit for bit what simil_generate gives.  generator_open prepares kind
+     * (checked by the caller) for dimension dim and seed; generator_fill
+     * writes rows [first, first + n) to mem (n x dim floats). */
+    simil_status (*generator_open)(sml_backend *b, const char *kind, int64_t dim, uint64_t seed,
+                                   void **gen);
+    simil_status (*generator_fill)(sml_backend *b, void *gen, int64_t first, int64_t n,
+                                   float *mem);
+    void (*generator_close)(sml_backend *b, void *gen);
 } sml_backend_ops;
 
 struct sml_backend {

@@ -1,0 +1,274 @@
+/* stream_chunks.c: reading a source chunk by chunk behind the caller's work
+ * (stream_chunks.h).
+ *
+ * Two slots, each FREE (the producer may fill it) or READY (it holds the
+ * chunk the caller asks for next); the caller owns a slot from next() to the
+ * following next().  Chunk t always uses slot t % 2, and, on a GPU, copier
+ * lane t % 2: the producer fills slot t's pinned buffer and queues its upload
+ * as soon as the caller has released chunk t - 2, and the caller waits on
+ * the lane before it reads the device copy, so the pinned buffer is never
+ * refilled while its copy is in flight. */
+#define _POSIX_C_SOURCE 200809L
+#include "index/stream_chunks.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/source.h"
+#include "core/vectors.h"
+
+typedef enum sml_chunks_mode { SML_MODE_GENERATE, SML_MODE_UPLOAD, SML_MODE_HOST } sml_chunks_mode;
+
+enum { SML_SLOT_FREE, SML_SLOT_READY };
+
+typedef struct sml_chunk_slot {
+    float *host;   /* where the producer reads to: pinned (upload) or plain host memory */
+    float *mem;    /* where the caller reads: backend memory, or host itself */
+    int64_t first, n;
+    int state;
+} sml_chunk_slot;
+
+struct sml_chunks {
+    sml_backend *b;
+    const simil_source *src;
+    int64_t rows, dim, chunk_rows, nchunks;
+    sml_chunks_mode mode;
+    int normalize;
+    char what[64];
+    void *copier, *gen;
+    sml_chunk_slot slot[2];
+    int64_t next_chunk;  /* the chunk next() hands out next */
+    int held;            /* the caller holds the slot of chunk next_chunk - 1 */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int stop;
+    simil_status failed; /* the producer's error, and its message */
+    char message[1024];
+    double read_seconds, wait_seconds;
+    uint64_t bytes_uploaded;
+};
+
+static double sml_chunks_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Read, check and (cosine) normalize the rows of chunk t into host. */
+static simil_status sml_chunks_read(sml_chunks *c, int64_t first, int64_t n, float *host)
+{
+    SML_TRY(simil_source_read(c->src, first, n, host));
+    char what[160];
+    snprintf(what, sizeof what, "rows [%lld, %lld) of %s '%s'", (long long)first,
+             (long long)(first + n), c->what, simil_source_name(c->src));
+    /* cosine rows are normalized: their norms need no bound */
+    SML_TRY(sml_vectors_check(host, n, c->dim, !c->normalize, what));
+    if (c->normalize) sml_vectors_normalize(host, n, c->dim, host);
+    return SIMIL_OK;
+}
+
+static void *sml_chunks_produce(void *arg)
+{
+    sml_chunks *c = arg;
+    for (int64_t t = 0; t < c->nchunks; t++) {
+        sml_chunk_slot *s = &c->slot[t & 1];
+        pthread_mutex_lock(&c->lock);
+        while (s->state != SML_SLOT_FREE && !c->stop) pthread_cond_wait(&c->cond, &c->lock);
+        const int stop = c->stop;
+        pthread_mutex_unlock(&c->lock);
+        if (stop) break;
+        const int64_t first = t * c->chunk_rows;
+        const int64_t n = c->rows - first < c->chunk_rows ? c->rows - first : c->chunk_rows;
+        const double t0 = sml_chunks_now();
+        simil_status st = sml_chunks_read(c, first, n, s->host);
+        const size_t bytes = sizeof(float) * (size_t)(n * c->dim);
+        if (st == SIMIL_OK && c->mode == SML_MODE_UPLOAD)
+            st = c->b->ops->copier_upload(c->b, c->copier, (int)(t & 1), s->mem, s->host, bytes);
+        pthread_mutex_lock(&c->lock);
+        c->read_seconds += sml_chunks_now() - t0;
+        if (st != SIMIL_OK) {
+            c->failed = st;
+            snprintf(c->message, sizeof c->message, "%s", simil_last_error());
+        } else {
+            if (c->mode == SML_MODE_UPLOAD) c->bytes_uploaded += bytes;
+            s->first = first;
+            s->n = n;
+            s->state = SML_SLOT_READY;
+        }
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        if (st != SIMIL_OK) break;
+    }
+    return NULL;
+}
+
+static simil_status sml_chunks_buffers(sml_chunks *c)
+{
+    sml_backend *b = c->b;
+    const size_t bytes = sizeof(float) * (size_t)(c->chunk_rows * c->dim);
+    const int slots = c->mode == SML_MODE_GENERATE ? 1 : 2;
+    for (int i = 0; i < slots; i++) {
+        sml_chunk_slot *s = &c->slot[i];
+        if (c->mode == SML_MODE_UPLOAD) SML_TRY(b->ops->pinned_alloc(b, bytes, (void **)&s->host));
+        if (c->mode == SML_MODE_HOST) SML_TRY(sml_alloc((void **)&s->host, bytes, 1, "a chunk"));
+        if (c->mode != SML_MODE_HOST) SML_TRY(b->ops->mem_alloc(b, bytes, (void **)&s->mem));
+        if (c->mode == SML_MODE_HOST) s->mem = s->host;
+    }
+    return SIMIL_OK;
+}
+
+static simil_status sml_chunks_start(sml_chunks *c)
+{
+    sml_backend *b = c->b;
+    const char *kind;
+    uint64_t seed;
+    int64_t offset;
+    if (c->mode == SML_MODE_GENERATE) {
+        SML_RETURN_IF(!sml_source_generator(c->src, &kind, &seed, &offset), SIMIL_ERR_INTERNAL,
+                      "generating a source that is not a generator");
+        SML_TRY(b->ops->generator_open(b, kind, c->dim, seed, &c->gen));
+    }
+    if (c->mode == SML_MODE_UPLOAD) SML_TRY(b->ops->copier_open(b, &c->copier));
+    SML_TRY(sml_chunks_buffers(c));
+    if (c->mode == SML_MODE_GENERATE || c->nchunks == 0) return SIMIL_OK;
+    SML_RETURN_IF(pthread_create(&c->thread, NULL, sml_chunks_produce, c) != 0,
+                  SIMIL_ERR_OUT_OF_MEMORY, "cannot start a thread to read %s", c->what);
+    c->thread_started = 1;
+    return SIMIL_OK;
+}
+
+simil_status sml_chunks_open(sml_chunks **out, sml_backend *b, const simil_source *src,
+                             int64_t chunk_rows, sml_chunks_where where, int normalize,
+                             const char *what)
+{
+    *out = NULL;
+    const char *kind;
+    uint64_t seed;
+    int64_t offset;
+    sml_chunks *c;
+    SML_TRY(sml_calloc((void **)&c, 1, sizeof *c, "a chunk reader"));
+    c->b = b;
+    c->src = src;
+    c->rows = simil_source_rows(src);
+    c->dim = simil_source_dim(src);
+    c->chunk_rows = chunk_rows < c->rows ? chunk_rows : c->rows;
+    if (c->chunk_rows < 1) c->chunk_rows = 1;
+    c->nchunks = (c->rows + c->chunk_rows - 1) / c->chunk_rows;
+    c->normalize = normalize;
+    snprintf(c->what, sizeof c->what, "%s", what);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    if (where == SML_CHUNKS_BACKEND && b->gpu >= 0 && !normalize && b->ops->generator_open &&
+        sml_source_generator(src, &kind, &seed, &offset))
+        c->mode = SML_MODE_GENERATE;
+    else if (where == SML_CHUNKS_BACKEND && b->gpu >= 0)
+        c->mode = SML_MODE_UPLOAD;
+    else
+        c->mode = SML_MODE_HOST;
+    simil_status s = SIMIL_OK;
+    if (c->mode == SML_MODE_UPLOAD && (b->ops->copier_open == NULL || b->ops->pinned_alloc == NULL))
+        s = sml_error(SIMIL_ERR_UNSUPPORTED, "the backend %s cannot stream data to its memory",
+                      b->name);
+    if (s == SIMIL_OK) s = sml_chunks_start(c);
+    if (s != SIMIL_OK) {
+        sml_chunks_close(c);
+        return s;
+    }
+    *out = c;
+    return SIMIL_OK;
+}
+
+/* Hand back the slot of the chunk the caller held. */
+static void sml_chunks_release(sml_chunks *c)
+{
+    if (!c->held) return;
+    c->held = 0;
+    pthread_mutex_lock(&c->lock);
+    c->slot[(c->next_chunk - 1) & 1].state = SML_SLOT_FREE;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+simil_status sml_chunks_next(sml_chunks *c, const float **rows, int64_t *first, int64_t *n)
+{
+    sml_chunks_release(c);
+    *rows = NULL;
+    *first = c->next_chunk * c->chunk_rows;
+    *n = 0;
+    if (c->next_chunk == c->nchunks) return SIMIL_OK;
+    const int64_t t = c->next_chunk;
+    sml_chunk_slot *s = &c->slot[c->mode == SML_MODE_GENERATE ? 0 : t & 1];
+    const double t0 = sml_chunks_now();
+    if (c->mode == SML_MODE_GENERATE) {
+        s->first = *first;
+        s->n = c->rows - *first < c->chunk_rows ? c->rows - *first : c->chunk_rows;
+        const char *kind;
+        uint64_t seed;
+        int64_t offset;
+        sml_source_generator(c->src, &kind, &seed, &offset);
+        SML_TRY(c->b->ops->generator_fill(c->b, c->gen, offset + s->first, s->n, s->mem));
+        c->read_seconds += sml_chunks_now() - t0;
+    } else {
+        pthread_mutex_lock(&c->lock);
+        while (s->state != SML_SLOT_READY && c->failed == SIMIL_OK)
+            pthread_cond_wait(&c->cond, &c->lock);
+        const simil_status failed = s->state == SML_SLOT_READY ? SIMIL_OK : c->failed;
+        pthread_mutex_unlock(&c->lock);
+        SML_RETURN_IF(failed != SIMIL_OK, failed, "%s", c->message);
+        if (c->mode == SML_MODE_UPLOAD)
+            SML_TRY(c->b->ops->copier_wait(c->b, c->copier, (int)(t & 1)));
+        c->wait_seconds += sml_chunks_now() - t0;
+    }
+    c->next_chunk++;
+    c->held = 1;
+    *rows = s->mem;
+    *first = s->first;
+    *n = s->n;
+    return SIMIL_OK;
+}
+
+void sml_chunks_close(sml_chunks *c)
+{
+    if (c == NULL) return;
+    sml_backend *b = c->b;
+    if (c->thread_started) {
+        pthread_mutex_lock(&c->lock);
+        c->stop = 1;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        pthread_join(c->thread, NULL);
+    }
+    if (c->copier != NULL) {
+        b->ops->copier_wait(b, c->copier, 0);
+        b->ops->copier_wait(b, c->copier, 1);
+        b->ops->copier_close(b, c->copier);
+    }
+    if (c->gen != NULL) b->ops->generator_close(b, c->gen);
+    for (int i = 0; i < 2; i++) {
+        sml_chunk_slot *s = &c->slot[i];
+        if (c->mode == SML_MODE_UPLOAD && s->host) b->ops->pinned_free(b, s->host);
+        if (c->mode == SML_MODE_HOST) sml_free(s->host);
+        if (c->mode != SML_MODE_HOST) b->ops->mem_free(b, s->mem);
+    }
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->cond);
+    sml_free(c);
+}
+
+void sml_chunks_stats(sml_chunks *c, simil_stream_stats *stats)
+{
+    pthread_mutex_lock(&c->lock);
+    stats->read_seconds = c->read_seconds;
+    stats->wait_seconds = c->wait_seconds;
+    stats->chunks = c->next_chunk;
+    stats->bytes_uploaded = c->bytes_uploaded;
+    stats->generated_on_device = c->mode == SML_MODE_GENERATE;
+    pthread_mutex_unlock(&c->lock);
+}
