@@ -283,6 +283,17 @@ static int cli_cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+double cli_peak_memory(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib * 1024.0;
+}
+
 double cli_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cli_cmp_double);
@@ -365,6 +376,29 @@ int cli_read_float(const char *path, int64_t first, int64_t count, simil_matrix 
 {
     simil_status st = simil_matrix_read_float(path, first, count, out);
     return st == SIMIL_OK ? CLI_EXIT_OK : cli_fail(st, path);
+}
+
+int cli_read_source(const char *spec, simil_matrix *out)
+{
+    simil_source *s;
+    simil_status st = simil_source_open(&s, spec);
+    if (st != SIMIL_OK) return cli_fail(st, spec);
+    const int64_t rows = simil_source_rows(s), dim = simil_source_dim(s);
+    int rc = CLI_EXIT_OK;
+    float *x = NULL;
+    if ((uint64_t)rows > SIZE_MAX / sizeof(float) / (uint64_t)dim ||
+        !(x = malloc(sizeof(float) * (size_t)(rows * dim) + 1)))
+        rc = cli_error("%s: %" PRId64 " x %" PRId64 " floats do not fit in memory", spec, rows,
+                       dim);
+    if (!rc && (st = simil_source_read(s, 0, rows, x)) != SIMIL_OK) rc = cli_fail(st, spec);
+    simil_source_close(s);
+    if (rc) {
+        free(x);
+        return rc;
+    }
+    simil_matrix m = {rows, dim, SIMIL_DTYPE_FLOAT32, x};
+    *out = m;
+    return CLI_EXIT_OK;
 }
 
 /* ---- recall ---- */

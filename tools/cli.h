@@ -27,6 +27,7 @@ typedef int (*cli_command_fn)(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_build(int argc, char **argv);
 int cmd_search(int argc, char **argv);
+int cmd_gt(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_kmeans(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
@@ -146,6 +147,10 @@ void cli_progress_install(int log);
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 
+/* The process's peak resident host memory in bytes (VmHWM of
+ * /proc/self/status), or 0 where it cannot be read. */
+double cli_peak_memory(void);
+
 /* Median of n >= 1 values; reorders v. */
 double cli_median(double *v, int n);
 
@@ -153,6 +158,10 @@ double cli_median(double *v, int n);
 
 /* Read a whole matrix file as float32; reports failure as cli_fail() does. */
 int cli_read_float(const char *path, int64_t first, int64_t count, simil_matrix *out);
+
+/* Read every row of a source (simil_source_open: a file or gen:...) as a
+ * float32 matrix, whose data the caller frees with free(). */
+int cli_read_source(const char *spec, simil_matrix *out);
 
 /* ---- recall ---- */
 

@@ -13,8 +13,9 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"gen", cmd_gen, "write synthetic vectors (the generators of docs/datasets.md)"},
-    {"build", cmd_build, "train an index on a vector file, add the vectors, save it"},
+    {"build", cmd_build, "train an index on vectors (a file or a generator), add them, save it"},
     {"search", cmd_search, "search a saved index; time it and measure recall"},
+    {"gt", cmd_gt, "exact neighbours of queries in data larger than memory (ground truth)"},
     {"info", cmd_info, "describe a saved index and this build"},
     {"bench", cmd_bench, "recall-QPS sweeps over index settings: table, CSV, JSON, plot"},
     {"kmeans", cmd_kmeans, "cluster vectors with k-means and write the centroids"},

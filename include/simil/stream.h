@@ -117,8 +117,9 @@ SIMIL_API simil_status simil_index_train_source(simil_index *index, const simil_
                                                 int64_t sample_rows);
 
 /* The default sample of simil_index_train_source for a source of rows rows:
- * all rows up to 100,000, for inverted files at least 64 per list (Faiss
- * warns below 39), and at most 4,194,304 rows unless the lists need more. */
+ * 100,000 rows, or for an inverted file of more than 1,562 lists 64 rows per
+ * list (Faiss warns below 39), and never more than the source holds:
+ * 4,194,304 rows for IVF65536. */
 SIMIL_API int64_t simil_index_train_sample(const simil_index *index, int64_t rows);
 
 /* Add every row of source to a trained index, chunk by chunk.  Progress is

@@ -15,6 +15,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_kernels.cuh"
+#include "cuda/cuda_stream.cuh"
 #include "cuda/cuda_util.cuh"
 
 namespace sml {
@@ -247,6 +248,16 @@ sml_backend_ops make_ops()
     o.cluster_sums = cuda_cluster_sums;
     o.shadow_sync = shadow_sync;
     o.shadow_free = shadow_free;
+    o.pinned_alloc = stream_pinned_alloc;
+    o.pinned_free = stream_pinned_free;
+    o.copier_open = copier_open;
+    o.copier_upload = copier_upload;
+    o.copier_wait = copier_wait;
+    o.copier_close = copier_close;
+    o.shadow_refill = shadow_refill;
+    o.generator_open = generator_open;
+    o.generator_fill = generator_fill;
+    o.generator_close = generator_close;
     return o;
 }
 

@@ -164,6 +164,19 @@ size_t sml_ivf_pq_row_bytes(int64_t m, simil_metric kernel_metric);
 simil_status sml_ivf_pq_append(simil_index *index, int64_t n, const int64_t *lists,
                                uint8_t *rows, const int64_t *ids);
 
+/* Streamed adds to IVF-PQ (stream_add.c).  is_ivf_pq: index is one IVF-PQ
+ * (no wrapper, no shards); code_bytes: the bytes of its codes, which rows
+ * widen to sml_ivf_pq_row_bytes.  encode: the list and the code of
+ * each of n prepared vectors x (host, or backend memory when in_backend),
+ * into lists and rows (host, sml_ivf_pq_row_bytes apart, term 1 not yet
+ * written), as add computes them.  reserve: room in every list l for
+ * extra[l] more rows, so that appends of that many move nothing. */
+int sml_index_is_ivf_pq(const simil_index *index);
+size_t sml_ivf_pq_code_bytes(const simil_index *index);
+simil_status sml_ivf_pq_encode(const simil_index *index, int64_t n, const float *x,
+                               int in_backend, int64_t *lists, uint8_t *rows);
+simil_status sml_ivf_pq_reserve(simil_index *index, const int64_t *extra);
+
 /* Load a Faiss index file (faiss_read.c) when sml_faiss_file(path) says it
  * looks like one (its first four bytes are a Faiss type code); index.c
  * chooses between this and sml_index_file_load. */

@@ -160,23 +160,20 @@ static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float 
 }
 
 /* Each chunk goes to backend memory once, where both the coarse assignment
- * and the encoder read it.  The CPU takes chunks of 16,384 vectors, a
- * progress report each (a second or two at 784-d), where one call of 60,000
- * reported only its end. */
-static simil_status sml_ivf_pq_add(simil_index *index, int64_t n, const float *xs,
-                                   const int64_t *ids)
+ * and the encoder read it; x already there (in_backend) is read in place.
+ * The CPU takes chunks of 16,384 vectors, a progress report each (a second
+ * or two at 784-d), where one call of 60,000 reported only its end. */
+simil_status sml_ivf_pq_encode(const simil_index *index, int64_t n, const float *xs,
+                               int in_backend, int64_t *lists, uint8_t *codes)
 {
-    sml_ivf_pq *x = sml_ivf_pq_of(index);
+    const sml_ivf_pq *x = sml_ivf_pq_of(index);
     sml_backend *b = index->backend;
     const size_t code_size = x->ivf.code_size;
     const int64_t most = (int64_t)1 << (b->gpu >= 0 ? 20 : 14);
     const int64_t chunk = n < most ? n : most;
-    int64_t *lists = NULL;
-    uint8_t *codes = NULL;
     float *staged = NULL;
-    simil_status s = sml_alloc((void **)&lists, (size_t)n, sizeof *lists, "list assignments");
-    if (s == SIMIL_OK) s = sml_alloc((void **)&codes, (size_t)n, code_size, "codes");
-    if (s == SIMIL_OK && b->gpu >= 0)
+    simil_status s = SIMIL_OK;
+    if (b->gpu >= 0 && !in_backend)
         s = b->ops->mem_alloc(b, sizeof(float) * (size_t)(chunk * index->dim), (void **)&staged);
     for (int64_t i = 0; i < n && s == SIMIL_OK; i += chunk) {
         const int64_t m = n - i < chunk ? n - i : chunk;
@@ -202,11 +199,28 @@ static simil_status sml_ivf_pq_add(simil_index *index, int64_t n, const float *x
         if (s == SIMIL_OK) s = b->ops->pq_encode(b, &enc);
         sml_progress("add", i + m, n);
     }
-    if (s == SIMIL_OK) s = sml_ivf_pq_append(index, n, lists, codes, ids);
     b->ops->mem_free(b, staged);
+    return s;
+}
+
+static simil_status sml_ivf_pq_add(simil_index *index, int64_t n, const float *xs,
+                                   const int64_t *ids)
+{
+    const size_t code_size = sml_ivf_pq_of(index)->ivf.code_size;
+    int64_t *lists = NULL;
+    uint8_t *codes = NULL;
+    simil_status s = sml_alloc((void **)&lists, (size_t)n, sizeof *lists, "list assignments");
+    if (s == SIMIL_OK) s = sml_alloc((void **)&codes, (size_t)n, code_size, "codes");
+    if (s == SIMIL_OK) s = sml_ivf_pq_encode(index, n, xs, 0, lists, codes);
+    if (s == SIMIL_OK) s = sml_ivf_pq_append(index, n, lists, codes, ids);
     sml_free(codes);
     sml_free(lists);
     return s;
+}
+
+simil_status sml_ivf_pq_reserve(simil_index *index, const int64_t *extra)
+{
+    return sml_ivf_reserve(index->backend, &sml_ivf_pq_of(index)->ivf, extra);
 }
 
 static simil_status sml_ivf_pq_search(const simil_index *index, const sml_search_call *call)
@@ -334,6 +348,13 @@ static const sml_index_vtable sml_ivf_pq_vtable = {
     .load = sml_ivf_pq_load,
     .destroy = sml_ivf_pq_destroy,
 };
+
+int sml_index_is_ivf_pq(const simil_index *index) { return index->vt == &sml_ivf_pq_vtable; }
+
+size_t sml_ivf_pq_code_bytes(const simil_index *index)
+{
+    return sml_pq_code_size(&sml_ivf_pq_of(index)->pq);
+}
 
 simil_status sml_ivf_pq_init(simil_index *index)
 {

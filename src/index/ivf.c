@@ -500,6 +500,23 @@ simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64
     return s;
 }
 
+simil_status sml_ivf_reserve(sml_backend *b, sml_ivf *ivf, const int64_t *extra)
+{
+    int64_t *new_cap;
+    SML_TRY(sml_alloc((void **)&new_cap, (size_t)ivf->nlist, sizeof *new_cap, "lists"));
+    int grow = ivf->codes_mem == NULL;
+    for (int64_t l = 0; l < ivf->nlist; l++) {
+        assert(extra[l] >= 0);
+        new_cap[l] = ivf->size[l] + extra[l] > ivf->cap[l] ? ivf->size[l] + extra[l] : ivf->cap[l];
+        grow |= new_cap[l] > ivf->cap[l];
+    }
+    sml_ivf_arena arena = {0};
+    simil_status s = grow ? sml_ivf_relayout(b, ivf, new_cap, &arena) : SIMIL_OK;
+    if (s == SIMIL_OK && grow) sml_ivf_arena_commit(b, ivf, &arena, new_cap);
+    sml_free(new_cap);
+    return s;
+}
+
 /* The kept rows of every list, copied into a new tight arena. */
 static simil_status sml_ivf_compact(sml_backend *b, sml_ivf *ivf, int64_t n_sorted,
                                     const int64_t *sorted_ids, int64_t kept)

@@ -99,6 +99,13 @@ void sml_ivf_residuals(const sml_ivf *ivf, int64_t n, const float *x, const int6
 simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64_t *lists,
                             const void *codes, const int64_t *ids);
 
+/* Make room for extra[l] more rows in every list l (the lists' room becomes
+ * at least size + extra; nothing moves if they have it), so that appends of
+ * that many rows never move the arena.  A large build that knows its list
+ * sizes lays the arena out once, at its final size, instead of growing it
+ * (each growth holds the old and the new arena at once). */
+simil_status sml_ivf_reserve(sml_backend *b, sml_ivf *ivf, const int64_t *extra);
+
 /* Remove every row whose id is in sorted_ids (ascending, no repeats). */
 simil_status sml_ivf_remove(sml_backend *b, sml_ivf *ivf, int64_t n_sorted,
                             const int64_t *sorted_ids, int64_t *removed);

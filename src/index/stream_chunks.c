@@ -37,7 +37,7 @@ struct sml_chunks {
     const simil_source *src;
     int64_t rows, dim, chunk_rows, nchunks;
     sml_chunks_mode mode;
-    int normalize;
+    unsigned flags;
     char what[64];
     void *copier, *gen;
     sml_chunk_slot slot[2];
@@ -68,9 +68,8 @@ static simil_status sml_chunks_read(sml_chunks *c, int64_t first, int64_t n, flo
     char what[160];
     snprintf(what, sizeof what, "rows [%lld, %lld) of %s '%s'", (long long)first,
              (long long)(first + n), c->what, simil_source_name(c->src));
-    /* cosine rows are normalized: their norms need no bound */
-    SML_TRY(sml_vectors_check(host, n, c->dim, !c->normalize, what));
-    if (c->normalize) sml_vectors_normalize(host, n, c->dim, host);
+    SML_TRY(sml_vectors_check(host, n, c->dim, (c->flags & SML_CHUNKS_BOUND_NORMS) != 0, what));
+    if (c->flags & SML_CHUNKS_NORMALIZE) sml_vectors_normalize(host, n, c->dim, host);
     return SIMIL_OK;
 }
 
@@ -145,7 +144,7 @@ static simil_status sml_chunks_start(sml_chunks *c)
 }
 
 simil_status sml_chunks_open(sml_chunks **out, sml_backend *b, const simil_source *src,
-                             int64_t chunk_rows, sml_chunks_where where, int normalize,
+                             int64_t chunk_rows, sml_chunks_where where, unsigned flags,
                              const char *what)
 {
     *out = NULL;
@@ -161,11 +160,12 @@ simil_status sml_chunks_open(sml_chunks **out, sml_backend *b, const simil_sourc
     c->chunk_rows = chunk_rows < c->rows ? chunk_rows : c->rows;
     if (c->chunk_rows < 1) c->chunk_rows = 1;
     c->nchunks = (c->rows + c->chunk_rows - 1) / c->chunk_rows;
-    c->normalize = normalize;
+    c->flags = flags;
     snprintf(c->what, sizeof c->what, "%s", what);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
-    if (where == SML_CHUNKS_BACKEND && b->gpu >= 0 && !normalize && b->ops->generator_open &&
+    if (where == SML_CHUNKS_BACKEND && b->gpu >= 0 && !(flags & SML_CHUNKS_NORMALIZE) &&
+        b->ops->generator_open &&
         sml_source_generator(src, &kind, &seed, &offset))
         c->mode = SML_MODE_GENERATE;
     else if (where == SML_CHUNKS_BACKEND && b->gpu >= 0)

@@ -26,11 +26,17 @@ typedef enum sml_chunks_where {
     SML_CHUNKS_BACKEND  /* rows in b's memory */
 } sml_chunks_where;
 
+/* What is done to rows read on the host besides the NaN and Inf check. */
+enum {
+    SML_CHUNKS_BOUND_NORMS = 1,  /* refuse norms too large for float distances */
+    SML_CHUNKS_NORMALIZE = 2     /* scale each row to unit norm (cosine) */
+};
+
 /* Read rows [0, simil_source_rows(src)) of src in chunks of chunk_rows rows.
- * normalize: scale each row to unit norm (cosine).  what names the rows in
- * error messages.  src must outlive the reader. */
+ * flags: SML_CHUNKS_*.  what names the rows in error messages.  src must
+ * outlive the reader. */
 simil_status sml_chunks_open(sml_chunks **c, sml_backend *b, const simil_source *src,
-                             int64_t chunk_rows, sml_chunks_where where, int normalize,
+                             int64_t chunk_rows, sml_chunks_where where, unsigned flags,
                              const char *what);
 
 /* The next chunk: *rows (n x dim floats where the reader was asked to put

@@ -175,8 +175,8 @@ static simil_status sml_stream_search_run(sml_stream_search *s, const simil_sour
     sml_chunks *chunks = NULL;
     simil_status st = sml_stream_search_setup(s);
     if (st == SIMIL_OK)
-        st = sml_chunks_open(&chunks, s->b, base, s->chunk_rows, SML_CHUNKS_BACKEND, normalize,
-                             "the base");
+        st = sml_chunks_open(&chunks, s->b, base, s->chunk_rows, SML_CHUNKS_BACKEND,
+                             normalize ? SML_CHUNKS_NORMALIZE : SML_CHUNKS_BOUND_NORMS, "the base");
     for (;;) {
         const float *chunk;
         int64_t first, n;

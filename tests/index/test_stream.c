@@ -256,6 +256,188 @@ static void test_search_errors(void **state)
     simil_source_close(s);
 }
 
+/* ---- training on a sample, adding a source ---- */
+
+typedef struct {
+    int64_t dim, reads, rows_read, fail_from;
+    int64_t firsts[300];
+} counting_source;
+
+/* mix rows, counting the reads; rows from fail_from on fail. */
+static simil_status counting_rows(void *user, int64_t first, int64_t n, float *out)
+{
+    counting_source *c = user;
+    if (first + n > c->fail_from) return SIMIL_ERR_IO;
+    if (c->reads < 300) c->firsts[c->reads] = first;
+    c->reads++;
+    c->rows_read += n;
+    return simil_generate("mix", first, n, c->dim, 11, out);
+}
+
+static void test_train_sample(void **state)
+{
+    (void)state;
+    simil_index *index;
+    SML_ASSERT_OK(simil_index_create(&index, 8, "IVF16,PQ4", SIMIL_METRIC_L2, "cpu"));
+    assert_int_equal(simil_index_train_sample(index, 50), 50);
+    assert_int_equal(simil_index_train_sample(index, 10000000), 100000);
+    simil_index *big;
+    SML_ASSERT_OK(simil_index_create(&big, 8, "IVF65536,PQ4", SIMIL_METRIC_L2, "cpu"));
+    assert_int_equal(simil_index_train_sample(big, 1000000000), 64 * 65536);
+    simil_index_destroy(big);
+    counting_source c = {8, 0, 0, INT64_MAX, {0}};
+    simil_source *s;
+    SML_ASSERT_OK(simil_source_from_callback(&s, 1000000, 8, counting_rows, &c));
+    SML_ASSERT_OK(simil_index_train_source(index, s, 5000));
+    /* 256 evenly spaced runs of 19 or 20 rows */
+    assert_int_equal(c.reads, 256);
+    assert_int_equal(c.rows_read, 5000);
+    for (int r = 0; r < 256; r++) assert_int_equal(c.firsts[r], (int64_t)r * (1000000 / 256));
+    assert_true(simil_index_is_trained(index));
+    simil_index_destroy(index);
+    /* fewer rows than the sample: all of them, once */
+    c.reads = c.rows_read = 0;
+    simil_source *small;
+    SML_ASSERT_OK(simil_source_slice(&small, s, 0, 300));
+    SML_ASSERT_OK(simil_index_create(&index, 8, "IVF16,Flat", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_train_source(index, small, 0));
+    assert_int_equal(c.reads, 1);
+    assert_int_equal(c.rows_read, 300);
+    simil_index_destroy(index);
+    /* an index that needs no training reads nothing */
+    c.reads = 0;
+    SML_ASSERT_OK(simil_index_create(&index, 8, "Flat", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_train_source(index, s, 0));
+    assert_int_equal(c.reads, 0);
+    simil_index_destroy(index);
+    simil_source_close(small);
+    simil_source_close(s);
+}
+
+/* Search results of two indexes agree on at least `share` of the ids. */
+static void check_same_results(const char *context, simil_index *a, simil_index *b, int64_t nq,
+                               const float *q, int64_t k, int64_t nprobe, double share)
+{
+    float *d1 = sml_test_malloc(sizeof(float) * (size_t)(nq * k));
+    float *d2 = sml_test_malloc(sizeof(float) * (size_t)(nq * k));
+    int64_t *l1 = sml_test_malloc(sizeof(int64_t) * (size_t)(nq * k));
+    int64_t *l2 = sml_test_malloc(sizeof(int64_t) * (size_t)(nq * k));
+    simil_search_params *p;
+    SML_ASSERT_OK(simil_search_params_create(&p));
+    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", nprobe));
+    SML_ASSERT_OK(simil_index_search(a, nq, q, k, p, d1, l1));
+    SML_ASSERT_OK(simil_index_search(b, nq, q, k, p, d2, l2));
+    simil_search_params_destroy(p);
+    int64_t same = 0;
+    for (int64_t i = 0; i < nq * k; i++) same += l1[i] == l2[i];
+    if ((double)same < share * (double)(nq * k))
+        fail_msg("%s: %lld of %lld result ids agree, expected %.1f%%", context, (long long)same,
+                 (long long)(nq * k), 100 * share);
+    free(d1);
+    free(d2);
+    free(l1);
+    free(l2);
+}
+
+/* add_source (in chunks; for IVF-PQ encoded, then placed at final sizes)
+ * gives the index that one add of the same rows gives. */
+static void check_add_source(const char *desc, simil_metric metric, int64_t chunk, double share)
+{
+    enum { N = 20000, D = 16, NQ = 50, K = 10 };
+    char context[160];
+    snprintf(context, sizeof context, "add_source %s %s n=%d dim=%d chunk=%lld", desc,
+             simil_metric_name(metric), N, D, (long long)chunk);
+    float *x = sml_test_malloc(sizeof(float) * N * D), q[NQ * D];
+    SML_ASSERT_OK(simil_generate("mix", 0, N, D, 11, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, NQ, D, 12, q));
+    simil_source *s;
+    SML_ASSERT_OK(simil_source_open(&s, "gen:mix:20000:16:11"));
+    simil_index *streamed, *whole;
+    SML_ASSERT_OK(simil_index_create(&streamed, D, desc, metric, "cpu"));
+    SML_ASSERT_OK(simil_index_create(&whole, D, desc, metric, "cpu"));
+    SML_ASSERT_OK(simil_index_train_source(streamed, s, 5000));
+    SML_ASSERT_OK(simil_index_train_source(whole, s, 5000));
+    simil_stream_params p;
+    simil_stream_params_init(&p);
+    p.chunk_rows = chunk;
+    SML_ASSERT_OK(simil_index_add_source(streamed, s, &p));
+    SML_ASSERT_OK(simil_index_add(whole, N, x, NULL));
+    if (simil_index_size(streamed) != N) fail_msg("%s: size %lld", context,
+                                                 (long long)simil_index_size(streamed));
+    check_same_results(context, streamed, whole, NQ, q, K, 4, share);
+    /* and once more: ids continue */
+    SML_ASSERT_OK(simil_index_add_source(streamed, s, &p));
+    assert_int_equal(simil_index_size(streamed), 2 * N);
+    float row[D], want[D];
+    SML_ASSERT_OK(simil_index_reconstruct(streamed, 2 * N - 1, row));
+    SML_ASSERT_OK(simil_index_reconstruct(streamed, N - 1, want));
+    assert_memory_equal(row, want, sizeof row);
+    simil_index_destroy(streamed);
+    simil_index_destroy(whole);
+    simil_source_close(s);
+    free(x);
+}
+
+static void test_add_source(void **state)
+{
+    (void)state;
+    check_add_source("IVF64,PQ8", SIMIL_METRIC_L2, 3000, 0.99);
+    check_add_source("IVF64,PQ8", SIMIL_METRIC_IP, 20000, 0.99);
+    check_add_source("IVF64,PQ8", SIMIL_METRIC_COSINE, 7001, 0.99);
+    check_add_source("PQ4", SIMIL_METRIC_L2, 5000, 0.99);
+    check_add_source("Flat", SIMIL_METRIC_L2, 3000, 1.0);
+    check_add_source("IVF64,Flat", SIMIL_METRIC_COSINE, 3000, 1.0);
+}
+
+static void test_add_source_ids_and_failures(void **state)
+{
+    (void)state;
+    enum { D = 8 };
+    const char *descs[] = {"IVF16,PQ4", "IVF16,Flat"};
+    for (int t = 0; t < 2; t++) {
+        counting_source c = {D, 0, 0, INT64_MAX, {0}};
+        simil_source *s;
+        SML_ASSERT_OK(simil_source_from_callback(&s, 5000, D, counting_rows, &c));
+        simil_index *index;
+        SML_ASSERT_OK(simil_index_create(&index, D, descs[t], SIMIL_METRIC_L2, "cpu"));
+        SML_ASSERT_STATUS(SIMIL_ERR_NOT_TRAINED, simil_index_add_source(index, s, NULL));
+        SML_ASSERT_OK(simil_index_train_source(index, s, 0));
+        simil_stream_params p;
+        simil_stream_params_init(&p);
+        p.chunk_rows = 700;
+        p.first_id = 1000000;
+        SML_ASSERT_OK(simil_index_add_source(index, s, &p));
+        float got[D], want[D];
+        SML_ASSERT_OK(simil_index_reconstruct(index, 1000000 + 4321, got));
+        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_reconstruct(index, 4321, got));
+        SML_ASSERT_OK(simil_index_reconstruct(index, 1000000 + 4321, want));
+        /* ids must be new to the index */
+        p.first_id = 1000000 + 4999;
+        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_add_source(index, s, &p));
+        /* a source that fails after two chunks: the index is as it was */
+        c.fail_from = 1500;
+        p.first_id = -1;
+        SML_ASSERT_STATUS(SIMIL_ERR_IO, simil_index_add_source(index, s, &p));
+        assert_non_null(strstr(simil_last_error(), "[1400, 2100)"));
+        assert_int_equal(simil_index_size(index), 5000);
+        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
+                          simil_index_reconstruct(index, 1000000 + 5000, got));
+        SML_ASSERT_OK(simil_index_reconstruct(index, 1000000 + 4321, got));
+        assert_memory_equal(got, want, sizeof got);
+        /* wrong dimension, bad settings */
+        simil_source *other;
+        SML_ASSERT_OK(simil_source_open(&other, "gen:mix:10:9:1"));
+        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_add_source(index, other, NULL));
+        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_train_source(index, other, 0));
+        simil_source_close(other);
+        p.chunk_rows = -1;
+        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_add_source(index, s, &p));
+        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_add_source(NULL, s, NULL));
+        simil_index_destroy(index);
+        simil_source_close(s);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -266,6 +448,9 @@ int main(void)
         cmocka_unit_test(test_search_against_reference),
         cmocka_unit_test(test_search_generator),
         cmocka_unit_test(test_search_errors),
+        cmocka_unit_test(test_train_sample),
+        cmocka_unit_test(test_add_source),
+        cmocka_unit_test(test_add_source_ids_and_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,135 @@
+// cuda_stream.cu: moving a stream of host data through the GPU
+// (index/stream_chunks.c) without stalling the work beside it.
+//
+// The copier owns a non-blocking stream of its own and one event per lane:
+// an upload is a cudaMemcpyAsync from pinned memory on that stream followed
+// by the lane's event, so it runs on a copy engine while the search kernels
+// run on the device's streams, and waiting for a lane waits for its copies
+// alone.  None of these calls takes the device lock (a thread that uploads
+// must not wait for a search that holds it), and none allocates or frees
+// device memory in steady state: cudaFree synchronizes the whole device,
+// which would make every upload wait for the search and the reverse.
+#include "core/alloc.h"
+#include "cuda/cuda_device.cuh"
+#include "cuda/cuda_kernels.cuh"
+#include "cuda/cuda_stream.cuh"
+#include "cuda/cuda_util.cuh"
+
+namespace sml {
+
+namespace {
+
+struct Copier {
+    cudaStream_t stream;
+    cudaEvent_t lane[2];
+    bool queued[2];
+};
+
+}  // namespace
+
+simil_status stream_pinned_alloc(sml_backend *b, size_t bytes, void **host)
+{
+    *host = nullptr;
+    SML_CUDA_TRY(cudaSetDevice(b->gpu));
+    SML_CUDA_TRY(pinned_malloc(host, bytes ? bytes : 1));
+    return SIMIL_OK;
+}
+
+void stream_pinned_free(sml_backend *b, void *host)
+{
+    (void)b;
+    pinned_free(host);
+}
+
+void copier_close(sml_backend *b, void *p)
+{
+    Copier *c = static_cast<Copier *>(p);
+    if (c == nullptr) return;
+    cudaSetDevice(b->gpu);
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < 2; ++i)
+        if (c->lane[i]) cudaEventDestroy(c->lane[i]);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    cudaGetLastError();
+    sml_free(c);
+}
+
+simil_status copier_open(sml_backend *b, void **out)
+{
+    *out = nullptr;
+    Copier *c;
+    SML_TRY(sml_calloc(reinterpret_cast<void **>(&c), 1, sizeof *c, "a GPU copier"));
+    simil_status s = cuda_status(cudaSetDevice(b->gpu), "cudaSetDevice", __FILE__, __LINE__);
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+                        "cudaStreamCreate", __FILE__, __LINE__);
+    for (int i = 0; i < 2 && s == SIMIL_OK; ++i)
+        s = cuda_status(cudaEventCreateWithFlags(&c->lane[i], cudaEventDisableTiming),
+                        "cudaEventCreate", __FILE__, __LINE__);
+    if (s != SIMIL_OK) {
+        copier_close(b, c);
+        return s;
+    }
+    *out = c;
+    return SIMIL_OK;
+}
+
+simil_status copier_upload(sml_backend *b, void *p, int lane, void *mem, const void *host,
+                           size_t bytes)
+{
+    Copier *c = static_cast<Copier *>(p);
+    // the current device is per thread: an uploading thread sets its own
+    SML_CUDA_TRY(cudaSetDevice(b->gpu));
+    SML_CUDA_TRY(cudaMemcpyAsync(mem, host, bytes, cudaMemcpyHostToDevice, c->stream));
+    SML_CUDA_TRY(cudaEventRecord(c->lane[lane & 1], c->stream));
+    c->queued[lane & 1] = true;
+    return SIMIL_OK;
+}
+
+simil_status copier_wait(sml_backend *b, void *p, int lane)
+{
+    Copier *c = static_cast<Copier *>(p);
+    if (!c->queued[lane & 1]) return SIMIL_OK;
+    SML_CUDA_TRY(cudaSetDevice(b->gpu));
+    SML_CUDA_TRY(cudaEventSynchronize(c->lane[lane & 1]));
+    return SIMIL_OK;
+}
+
+namespace {
+
+simil_status refill_locked(Device *dev, Shadow *sh, const float *base, int64_t n)
+{
+    cudaStream_t st = dev->stream[0];
+    // the device's largest norm goes through the workspace, which only the
+    // first chunk of a stream grows (every later request fits)
+    float *d_max;
+    SML_TRY(device_workspace(dev, sizeof(float), reinterpret_cast<void **>(&d_max)));
+    SML_CUDA_TRY(cudaMemsetAsync(d_max, 0, sizeof(float), st));
+    SML_TRY(launch_scale_to_half(n, (int)sh->dim, base, sh->rows, sh->inv_scale, nullptr, d_max,
+                                 st));
+    float max_norm = 0;
+    SML_CUDA_TRY(cudaMemcpyAsync(&max_norm, d_max, sizeof(float), cudaMemcpyDeviceToHost, st));
+    SML_CUDA_TRY(cudaStreamSynchronize(st));
+    sh->max_norm = max_norm;
+    sh->n = n;
+    return SIMIL_OK;
+}
+
+}  // namespace
+
+simil_status shadow_refill(sml_backend *b, void *p, const float *base, int64_t n, int64_t dim)
+{
+    Shadow *sh = static_cast<Shadow *>(p);
+    SML_RETURN_IF(sh == nullptr || sh->dim != dim || sh->capacity < n, SIMIL_ERR_INTERNAL,
+                  "refilling an fp16 copy of %lld rows of dimension %lld with %lld of %lld",
+                  sh ? sh->capacity : 0LL, sh ? sh->dim : 0LL, (long long)n, (long long)dim);
+    Device *dev = device_of(b);
+    pthread_mutex_lock(&dev->lock);
+    simil_status s = cuda_status(cudaSetDevice(b->gpu), "cudaSetDevice", __FILE__, __LINE__);
+    if (s == SIMIL_OK) s = refill_locked(dev, sh, base, n);
+    if (s != SIMIL_OK) cudaStreamSynchronize(dev->stream[0]);
+    pthread_mutex_unlock(&dev->lock);
+    return s;
+}
+
+}  // namespace sml

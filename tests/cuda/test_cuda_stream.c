@@ -1,0 +1,200 @@
+/* test_cuda_stream.c: streaming data through the GPU.  The device generator
+ * against simil_generate, bit for bit (rows past 2^32 elements too); the
+ * exact search of a source on the GPU (chunks uploaded through the copier,
+ * or generated on the device) against the float64 reference and against the
+ * CPU; and the add of a source to a GPU IVF-PQ index against adding the same
+ * rows at once. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_backend.h"
+#include "index/index_internal.h"
+#include "util/test_util.h"
+
+static const double rel_tol = 1e-4;
+
+static void check_generator(const char *kind, int64_t first, int64_t n, int64_t dim,
+                            uint64_t seed)
+{
+    sml_backend *b;
+    SML_ASSERT_OK(sml_device_open("gpu", &b));
+    void *gen, *mem;
+    const size_t bytes = sizeof(float) * (size_t)(n * dim);
+    SML_ASSERT_OK(b->ops->generator_open(b, kind, dim, seed, &gen));
+    SML_ASSERT_OK(b->ops->mem_alloc(b, bytes, &mem));
+    SML_ASSERT_OK(b->ops->generator_fill(b, gen, first, n, mem));
+    float *got = sml_test_malloc(bytes), *want = sml_test_malloc(bytes);
+    SML_ASSERT_OK(b->ops->mem_download(b, got, mem, bytes));
+    SML_ASSERT_OK(simil_generate(kind, first, n, dim, seed, want));
+    for (int64_t e = 0; e < n * dim; e++)
+        if (memcmp(&got[e], &want[e], 4) != 0)
+            fail_msg("GPU %s(first %lld, n %lld, dim %lld, seed %llu): row %lld col %lld is "
+                     "%.9g, simil_generate gives %.9g",
+                     kind, (long long)first, (long long)n, (long long)dim,
+                     (unsigned long long)seed, (long long)(first + e / dim), (long long)(e % dim),
+                     got[e], want[e]);
+    b->ops->mem_free(b, mem);
+    b->ops->generator_close(b, gen);
+    sml_backend_close(b);
+    free(got);
+    free(want);
+}
+
+static void test_generator(void **state)
+{
+    (void)state;
+    const int64_t n = sml_test_quick() ? 2000 : 200000;
+    check_generator("mix", 0, n, 96, 11);
+    check_generator("mix", 999999000, 3000, 96, 11);   /* row * dim past 2^32 */
+    check_generator("mix", 1, 1, 96, 11);              /* glibc's odd value (test_synthetic) */
+    check_generator("mix", 5, 777, 7, 12);
+    check_generator("uniform", 0, n, 128, 1);
+    check_generator("uniform", 123456789, 1000, 33, 2);
+}
+
+/* Search of a source on the GPU against the float64 reference. */
+static void check_search(const char *what, simil_source *s, const float *base, int64_t nq,
+                         int64_t k, int64_t chunk, simil_metric metric, int want_generated)
+{
+    const int64_t n = simil_source_rows(s), dim = simil_source_dim(s);
+    char context[200];
+    snprintf(context, sizeof context, "%s gpu %s n=%lld dim=%lld nq=%lld k=%lld chunk=%lld",
+             what, simil_metric_name(metric), (long long)n, (long long)dim, (long long)nq,
+             (long long)k, (long long)chunk);
+    float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
+    sml_test_fill_uniform(q, nq * dim, (uint64_t)(n + k), -1, 1);
+    float *d = sml_test_malloc(sizeof(float) * (size_t)(nq * k));
+    int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(nq * k));
+    simil_stream_params p;
+    simil_stream_params_init(&p);
+    p.chunk_rows = chunk;
+    p.device = "gpu";
+    simil_stream_stats st;
+    SML_ASSERT_OK(simil_source_search(s, metric, nq, q, k, &p, d, l, &st));
+    if (st.generated_on_device != want_generated)
+        fail_msg("%s: generated on the device: %d, expected %d", context, st.generated_on_device,
+                 want_generated);
+    const uint64_t uploaded = want_generated ? 0 : sizeof(float) * (uint64_t)(n * dim);
+    if (st.bytes_uploaded != uploaded)
+        fail_msg("%s: %llu bytes uploaded, expected %llu", context,
+                 (unsigned long long)st.bytes_uploaded, (unsigned long long)uploaded);
+    float *bn = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+    memcpy(bn, base, sizeof(float) * (size_t)(n * dim));
+    if (metric == SIMIL_METRIC_COSINE) {
+        sml_test_normalize(bn, n, dim);
+        sml_test_normalize(q, nq, dim);
+    }
+    sml_test_check_knn(context, bn, n, q, nq, dim, k,
+                       metric == SIMIL_METRIC_L2 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP, d, l,
+                       rel_tol);
+    free(bn);
+    free(q);
+    free(d);
+    free(l);
+}
+
+static void test_search_memory(void **state)
+{
+    (void)state;
+    const int64_t n = sml_test_quick() ? 5000 : 50000, dim = 40;
+    float *base = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+    sml_test_fill_uniform(base, n * dim, 7, -1, 1);
+    simil_source *s;
+    SML_ASSERT_OK(simil_source_from_memory(&s, n, dim, base));
+    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP, SIMIL_METRIC_COSINE};
+    for (int m = 0; m < 3; m++) {
+        check_search("memory", s, base, 50, 10, n / 7, metrics[m], 0);  /* 8 chunks, the last short */
+        check_search("memory", s, base, 20, 100, n, metrics[m], 0);     /* one chunk */
+        check_search("memory", s, base, 5, 300, 200, metrics[m], 0);    /* k past a chunk */
+    }
+    simil_source_close(s);
+    free(base);
+}
+
+static void test_search_generator(void **state)
+{
+    (void)state;
+    const int64_t n = sml_test_quick() ? 6000 : 60000, dim = 96;
+    char spec[64];
+    snprintf(spec, sizeof spec, "gen:mix:%lld:96:11", (long long)n);
+    float *base = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 11, base));
+    simil_source *s, *slice;
+    SML_ASSERT_OK(simil_source_open(&s, spec));
+    check_search("generator", s, base, 40, 100, n / 3 + 1, SIMIL_METRIC_L2, 1);
+    check_search("generator", s, base, 40, 10, n / 4, SIMIL_METRIC_IP, 1);
+    /* cosine normalizes each row on the host: generated there, then uploaded */
+    check_search("generator", s, base, 40, 10, n / 4, SIMIL_METRIC_COSINE, 0);
+    SML_ASSERT_OK(simil_source_slice(&slice, s, n / 2, -1));
+    check_search("generator slice", slice, base + n / 2 * dim, 30, 10, n / 5, SIMIL_METRIC_L2,
+                 1);
+    simil_source_close(slice);
+    simil_source_close(s);
+    free(base);
+}
+
+/* A source added to a GPU IVF-PQ index (generated on the device) searches
+ * exactly like the same rows added at once on the CPU... not bit for bit:
+ * the coarse assignment of a GPU and a CPU may differ at ties, so the check
+ * is that both indexes give the same ids for nearly every query. */
+static void test_add_source(void **state)
+{
+    (void)state;
+    const int64_t n = sml_test_quick() ? 20000 : 200000, dim = 96, nq = 200, k = 10;
+    char spec[64];
+    snprintf(spec, sizeof spec, "gen:mix:%lld:96:11", (long long)n);
+    float *base = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+    float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 11, base));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 12, q));
+    simil_source *s;
+    SML_ASSERT_OK(simil_source_open(&s, spec));
+    simil_index *streamed, *whole;
+    SML_ASSERT_OK(simil_index_create(&streamed, dim, "IVF256,PQ16", SIMIL_METRIC_L2, "gpu"));
+    SML_ASSERT_OK(simil_index_create(&whole, dim, "IVF256,PQ16", SIMIL_METRIC_L2, "gpu"));
+    SML_ASSERT_OK(simil_index_train_source(streamed, s, 20000));
+    /* the same sample: 256 runs of consecutive rows */
+    SML_ASSERT_OK(simil_index_train_source(whole, s, 20000));
+    simil_stream_params p;
+    simil_stream_params_init(&p);
+    p.chunk_rows = n / 6 + 1;
+    SML_ASSERT_OK(simil_index_add_source(streamed, s, &p));
+    SML_ASSERT_OK(simil_index_add(whole, n, base, NULL));
+    assert_int_equal(simil_index_size(streamed), n);
+    float *d1 = sml_test_malloc(sizeof(float) * (size_t)(nq * k)), *d2 = sml_test_malloc(sizeof(float) * (size_t)(nq * k));
+    int64_t *l1 = sml_test_malloc(sizeof(int64_t) * (size_t)(nq * k)), *l2 = sml_test_malloc(sizeof(int64_t) * (size_t)(nq * k));
+    simil_search_params sp;
+    simil_search_params_init(&sp);
+    sp.nprobe = 8;
+    SML_ASSERT_OK(simil_index_search(streamed, nq, q, k, &sp, d1, l1));
+    SML_ASSERT_OK(simil_index_search(whole, nq, q, k, &sp, d2, l2));
+    int64_t same = 0;
+    for (int64_t i = 0; i < nq * k; i++) same += l1[i] == l2[i];
+    if (same < nq * k * 99 / 100)
+        fail_msg("GPU add_source against add n=%lld: %lld of %lld result ids agree",
+                 (long long)n, (long long)same, (long long)(nq * k));
+    simil_index_destroy(streamed);
+    simil_index_destroy(whole);
+    simil_source_close(s);
+    free(base);
+    free(q);
+    free(d1);
+    free(d2);
+    free(l1);
+    free(l2);
+}
+
+int main(void)
+{
+    sml_test_require_gpu();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_generator),
+        cmocka_unit_test(test_search_memory),
+        cmocka_unit_test(test_search_generator),
+        cmocka_unit_test(test_add_source),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
