@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "core/file_io.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -18,9 +20,10 @@
 #include "core/error.h"
 
 struct sml_writer {
-    FILE *file;
+    FILE *file;        /* NULL for a measuring writer */
     char *path;
     char *temp_path;
+    uint64_t bytes;    /* written (or counted) so far */
     /* the open section */
     int in_section;
     uint64_t section_left;
@@ -133,6 +136,31 @@ simil_status sml_writer_open(sml_writer **out, const char *path)
 
 const char *sml_writer_path(const sml_writer *w) { return w->path; }
 
+simil_status sml_writer_open_measure(sml_writer **out)
+{
+    *out = NULL;
+    sml_writer *w;
+    SML_TRY(sml_calloc((void **)&w, 1, sizeof *w, "a file writer"));
+    simil_status s = sml_strdup(&w->path, "(measuring)");
+    if (s != SIMIL_OK) {
+        sml_free(w);
+        return s;
+    }
+    *out = w;
+    return SIMIL_OK;
+}
+
+int sml_writer_measuring(const sml_writer *w) { return w->file == NULL; }
+
+uint64_t sml_writer_bytes(const sml_writer *w) { return w->bytes; }
+
+void sml_writer_skip(sml_writer *w, uint64_t bytes)
+{
+    assert(w->file == NULL && (!w->in_section || bytes <= w->section_left));
+    if (w->in_section) w->section_left -= bytes;
+    w->bytes += bytes;
+}
+
 simil_status sml_writer_write(sml_writer *w, const void *data, size_t bytes)
 {
     if (bytes == 0) return SIMIL_OK;
@@ -140,9 +168,37 @@ simil_status sml_writer_write(sml_writer *w, const void *data, size_t bytes)
         SML_RETURN_IF(bytes > w->section_left, SIMIL_ERR_INTERNAL,
                       "section overflow writing '%s'", w->path);
         w->section_left -= bytes;
-        w->section_crc = sml_crc32(w->section_crc, data, bytes);
+        if (w->file != NULL) w->section_crc = sml_crc32(w->section_crc, data, bytes);
     }
+    w->bytes += bytes;
+    if (w->file == NULL) return SIMIL_OK;
     if (fwrite(data, 1, bytes, w->file) != bytes) return sml_io_error("cannot write", w->path);
+    return SIMIL_OK;
+}
+
+static uint64_t (*sml_free_space_fn)(const char *folder);
+
+void sml_file_free_space_hook(uint64_t (*fn)(const char *folder)) { sml_free_space_fn = fn; }
+
+simil_status sml_file_space_check(const char *path, uint64_t bytes)
+{
+    char folder[4096];
+    SML_RETURN_IF(strlen(path) >= sizeof folder, SIMIL_ERR_INVALID_ARGUMENT,
+                  "the file name '%.64s...' is too long", path);
+    strcpy(folder, path);
+    const char *dir = dirname(folder);
+    uint64_t have;
+    if (sml_free_space_fn != NULL) {
+        have = sml_free_space_fn(dir);
+    } else {
+        struct statvfs fs;
+        if (statvfs(dir, &fs) != 0) return SIMIL_OK; /* unknown: let the writes tell */
+        have = (uint64_t)fs.f_bavail * (uint64_t)fs.f_frsize;
+    }
+    SML_RETURN_IF(have < bytes, SIMIL_ERR_IO,
+                  "not enough disk space to write '%s': it takes %.3f GB, and its file system "
+                  "has %.3f GB free; free some space or write elsewhere (nothing was written)",
+                  path, (double)bytes / 1e9, (double)have / 1e9);
     return SIMIL_OK;
 }
 
@@ -156,8 +212,10 @@ static void sml_writer_free(sml_writer *w)
 void sml_writer_abort(sml_writer *w)
 {
     if (w == NULL) return;
-    fclose(w->file);
-    unlink(w->temp_path);
+    if (w->file != NULL) {
+        fclose(w->file);
+        unlink(w->temp_path);
+    }
     sml_writer_free(w);
 }
 
@@ -176,6 +234,7 @@ static void sml_sync_parent(const char *path)
 
 simil_status sml_writer_commit(sml_writer *w)
 {
+    assert(w->file != NULL); /* a measuring writer is aborted, never committed */
     simil_status s = SIMIL_OK;
     if (w->in_section) s = sml_error(SIMIL_ERR_INTERNAL, "unfinished section in '%s'", w->path);
     if (s == SIMIL_OK && fflush(w->file) != 0) s = sml_io_error("cannot write", w->path);

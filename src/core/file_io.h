@@ -34,6 +34,23 @@ typedef struct sml_writer sml_writer;
 
 simil_status sml_writer_open(sml_writer **w, const char *path);
 simil_status sml_writer_write(sml_writer *w, const void *data, size_t bytes);
+
+/* A writer that writes nothing and counts the bytes: a dry run of a save
+ * tells how large the file will be before any of it is written.  Writers
+ * of data that is costly to produce (downloads from a GPU) check
+ * sml_writer_measuring and write sml_writer_skip's count instead. */
+simil_status sml_writer_open_measure(sml_writer **w);
+int sml_writer_measuring(const sml_writer *w);
+void sml_writer_skip(sml_writer *w, uint64_t bytes);
+uint64_t sml_writer_bytes(const sml_writer *w);
+
+/* SIMIL_ERR_IO, with a message naming path and both sizes, unless the file
+ * system that holds path's folder has bytes free (for the calling user). */
+simil_status sml_file_space_check(const char *path, uint64_t bytes);
+
+/* Tests: the free bytes the space check sees for a folder, instead of
+ * statvfs's (NULL: statvfs again). */
+void sml_file_free_space_hook(uint64_t (*fn)(const char *folder));
 /* Finish: flush, fsync, rename over the target.  Frees w, even on failure (then
  * the temporary file is removed and the target is untouched). */
 simil_status sml_writer_commit(sml_writer *w);

@@ -11,6 +11,11 @@ simil_status sml_section_write_mem(sml_writer *w, uint32_t tag, sml_backend *b, 
                                    uint64_t bytes)
 {
     SML_TRY(sml_section_begin(w, tag, bytes));
+    if (sml_writer_measuring(w)) {
+        /* a dry run: nothing to download */
+        sml_writer_skip(w, bytes);
+        return sml_section_end(w);
+    }
     if (b->gpu < 0) {
         SML_TRY(sml_writer_write(w, mem, bytes));
         return sml_section_end(w);

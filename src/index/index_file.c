@@ -73,8 +73,22 @@ static simil_status sml_index_write_all(const simil_index *index, sml_writer *w)
     return sml_section_write(w, sml_tag_end, NULL, 0);
 }
 
+/* The size of the file, from a dry run of the save. */
+static simil_status sml_index_file_bytes(const simil_index *index, uint64_t *bytes)
+{
+    sml_writer *w;
+    SML_TRY(sml_writer_open_measure(&w));
+    simil_status s = sml_index_write_all(index, w);
+    *bytes = sml_writer_bytes(w);
+    sml_writer_abort(w);
+    return s;
+}
+
 simil_status sml_index_file_save(const simil_index *index, const char *path)
 {
+    uint64_t bytes;
+    SML_TRY(sml_index_file_bytes(index, &bytes));
+    SML_TRY(sml_file_space_check(path, bytes));
     sml_writer *w;
     SML_TRY(sml_writer_open(&w, path));
     simil_status s = sml_index_write_all(index, w);

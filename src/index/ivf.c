@@ -629,6 +629,10 @@ simil_status sml_ivf_save(sml_backend *b, const sml_ivf *ivf, sml_writer *w)
      * or the rows carry derived bytes */
     const size_t file_row = ivf->file_code_size;
     SML_TRY(sml_section_begin(w, sml_tag_codes, file_row * (uint64_t)total));
+    if (sml_writer_measuring(w)) {
+        sml_writer_skip(w, file_row * (uint64_t)total);
+        return sml_section_end(w);
+    }
     int64_t largest = 0;
     for (int64_t l = 0; l < nlist; l++)
         if (ivf->size[l] > largest) largest = ivf->size[l];

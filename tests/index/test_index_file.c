@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/file_io.h"
 #include "util/test_util.h"
 
 enum { N = 40, D = 6, NQ = 5, K = 4 };
@@ -232,6 +233,52 @@ static void test_untrained_file_loads_small(void **state)
     }
 }
 
+static uint64_t free_bytes;
+static uint64_t fake_free_space(const char *folder)
+{
+    (void)folder;
+    return free_bytes;
+}
+
+/* The free space is checked before anything is written, against the exact
+ * size of the file (a dry run of the save): one byte short fails cleanly,
+ * the exact size succeeds.  IVF indexes skip their codes in the dry run. */
+static void test_disk_space(void **state)
+{
+    (void)state;
+    const char *descs[] = {"Flat", "IVF4,Flat", "IVF4,PQ3x4", "PQ2x4"};
+    float base[N * D];
+    sml_test_fill_uniform(base, N * D, 5, -1, 1);
+    for (int t = 0; t < 4; t++) {
+        simil_index *index;
+        SML_ASSERT_OK(simil_index_create(&index, D, descs[t], SIMIL_METRIC_L2, "cpu"));
+        SML_ASSERT_OK(simil_index_train(index, N, base));
+        SML_ASSERT_OK(simil_index_add(index, N, base, NULL));
+        const char *path = sml_test_path("space.simil");
+        SML_ASSERT_OK(simil_index_save(index, path));
+        const long size = file_size(path);
+        remove(path);
+        sml_file_free_space_hook(fake_free_space);
+        free_bytes = (uint64_t)size - 1;
+        SML_ASSERT_STATUS(SIMIL_ERR_IO, simil_index_save(index, path));
+        assert_non_null(strstr(simil_last_error(), "not enough disk space"));
+        assert_non_null(strstr(simil_last_error(), path));
+        struct stat st;
+        assert_int_not_equal(stat(path, &st), 0);
+        free_bytes = (uint64_t)size;
+        SML_ASSERT_OK(simil_index_save(index, path));
+        sml_file_free_space_hook(NULL);
+        if (file_size(path) != size)
+            fail_msg("%s: %ld bytes after the space check, %ld before", descs[t], file_size(path),
+                     size);
+        remove(path);
+        simil_index_destroy(index);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp-", sml_test_tmpdir());
+    assert_int_not_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_truncated_and_damaged),
         cmocka_unit_test(test_failed_save_keeps_old_file),
         cmocka_unit_test(test_untrained_file_loads_small),
+        cmocka_unit_test(test_disk_space),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

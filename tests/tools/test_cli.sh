@@ -3,9 +3,9 @@
 #
 #   bash test_cli.sh PATH/TO/simil GROUP
 #
-# GROUP is one of usage, gen, flat, ivf, params, errors (or all).  Results are
-# checked against oracles written here in Python (the generators of docs/datasets.md,
-# exact k-NN in float64), not against the tool's own output.  Every failure
+# GROUP is one of usage, gen, flat, ivf, params, stream, errors (or all).  Results
+# are checked against oracles written here in Python (the generators of
+# docs/datasets.md, exact k-NN in float64), not against the tool's own output.  Every failure
 # prints the command, its exit status and its stderr; the script exits 1 if
 # anything failed, and 77 (CTest's "skipped") when a group needs an index
 # type this library does not build.
@@ -142,10 +142,10 @@ gen_uniform() {
 # ---------------------------------------------------------------- usage
 test_usage() {
     expect 0 "$SIMIL" --help
-    for c in gen build search info; do out_has "  $c "; done
+    for c in gen build search gt info; do out_has "  $c "; done
     expect 0 "$SIMIL" --version
     grep -Eq '^simil [0-9]+\.[0-9]+\.[0-9]+' "$TMP/out" || fail "--version printed: $(cat "$TMP/out")"
-    for c in gen build search info; do
+    for c in gen build search gt info; do
         expect 0 "$SIMIL" "$c" --help
         out_has "usage: simil $c"
         expect 0 "$SIMIL" "$c" -h
@@ -489,6 +489,78 @@ for q in range(len(i1)):
     py 'r = json.load(sys.stdin); check(r["recall_at_k"] >= 0.995, "Flat: %r" % r)' <"$TMP/out"
 }
 
+# ---------------------------------------------------------------- stream
+# simil gt (exact search of data read in chunks) and simil build from a
+# generator or a file, chunk by chunk.
+test_stream() {
+    gen_uniform "$TMP/base.fvecs" 2000 24 1
+    gen_uniform "$TMP/q.fvecs" 30 24 2
+    expect 0 "$SIMIL" gt --data "$TMP/base.fvecs" --queries "$TMP/q.fvecs" -k 5 --chunk 300 \
+        --device cpu --out "$TMP/gt.ivecs" --distances "$TMP/gt.fvecs"
+    out_has "chunks: 7"
+    out_has "rate: "
+    oracle_check "$TMP/base.fvecs" "$TMP/q.fvecs" "$TMP/gt.ivecs" "$TMP/gt.fvecs" l2 5
+    # The generator gives the file's rows: the same neighbours, byte for byte
+    # (in the same chunks: BLAS may round a product of another shape apart).
+    expect 0 "$SIMIL" gt --data gen:uniform:2000:24:1 --queries gen:uniform:30:24:2 -k 5 \
+        --device cpu --chunk 300 --metric l2 --out "$TMP/gt2.ivecs" --distances "$TMP/gt2.fvecs" \
+        --json
+    cmp -s "$TMP/gt.ivecs" "$TMP/gt2.ivecs" || fail "gt of gen:uniform differs from gt of its file"
+    cmp -s "$TMP/gt.fvecs" "$TMP/gt2.fvecs" || fail "gt distances of gen:uniform differ"
+    py '
+r = json.loads(open(sys.argv[1]).read())
+for key in ("rows", "dim", "n_queries", "k", "seconds", "gb_per_second", "chunks"):
+    check(key in r, "gt --json lacks " + key)
+check(r["rows"] == 2000 and r["dim"] == 24 and r["chunks"] == 7, "gt --json: %r" % r)
+' "$TMP/out"
+    expect 0 "$SIMIL" gt --data "$TMP/base.fvecs" --queries "$TMP/q.fvecs" -k 5 --metric ip \
+        --device cpu --chunk 999 --out "$TMP/gtip.npy" --distances "$TMP/gtip.npy.f.npy"
+    py '
+_, ids = read_npy(sys.argv[1])
+base, queries = read_vecs(sys.argv[2], "f"), read_vecs(sys.argv[3], "f")
+for q, want in enumerate(knn(base, queries, 5, "ip")):
+    check(ids[q][0] == want[0][1], "ip query %d: %s, want %s" % (q, ids[q], want))
+' "$TMP/gtip.npy" "$TMP/base.fvecs" "$TMP/q.fvecs"
+
+    # A Flat index built from the generator in chunks is the file's index.
+    expect 0 "$SIMIL" build --data gen:uniform:2000:24:1 --index Flat --chunk 333 --device cpu \
+        --out "$TMP/gen.idx"
+    err_has "n=2000 dim=24"
+    err_has "peak host memory"
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index Flat --device cpu --out "$TMP/file.idx"
+    cmp -s "$TMP/gen.idx" "$TMP/file.idx" || fail "Flat from gen: and from its file differ"
+    # IVF-PQ from a generator, trained on a sample: recall against gt
+    expect 0 "$SIMIL" build --data gen:mix:3000:16:11 --index IVF16,PQ8 --train-sample 1500 \
+        --chunk 1000 --device cpu --out "$TMP/pq.idx"
+    expect 0 "$SIMIL" gt --data gen:mix:3000:16:11 --queries gen:mix:20:16:12 -k 10 --device cpu \
+        --out "$TMP/pqgt.ivecs"
+    expect 0 "$SIMIL" gen --kind mix --n 20 --dim 16 --seed 12 --out "$TMP/pqq.fvecs"
+    expect 0 "$SIMIL" search --index "$TMP/pq.idx" --queries "$TMP/pqq.fvecs" -k 10 --nprobe 16 \
+        --gt "$TMP/pqgt.ivecs" --json
+    py '
+r = json.loads(open(sys.argv[1]).read())
+check(r["r_at_1"] >= 0.5, "IVF16,PQ8 from gen: 1-recall@10 %r" % r["r_at_1"])
+' "$TMP/out"
+    # --part: rows [1000, 2000) with their global ids
+    expect 0 "$SIMIL" build --data gen:uniform:2000:24:1 --index Flat --part 1/2 --device cpu \
+        --out "$TMP/part.idx"
+    expect 0 "$SIMIL" search --index "$TMP/part.idx" --queries "$TMP/q.fvecs" -k 1 \
+        --out "$TMP/part.ivecs"
+    py '
+ids = read_vecs(sys.argv[1], "i")
+check(all(1000 <= r[0] < 2000 for r in ids), "part 1/2 ids: %s" % ids[:5])
+' "$TMP/part.ivecs"
+
+    expect 1 "$SIMIL" gt --data gen:mix:10:4 --queries "$TMP/q.fvecs" -k 1 --out "$TMP/x.ivecs"
+    err_has "gen:KIND:ROWS:DIM:SEED"
+    expect 1 "$SIMIL" gt --data gen:mix:10:4:1 --queries "$TMP/q.fvecs" -k 1 --out "$TMP/x.ivecs"
+    err_has "dimension"
+    expect 2 "$SIMIL" gt --data gen:mix:10:4:1 --queries gen:mix:1:4:1 -k 1 --out "$TMP/x.txt"
+    expect 1 "$SIMIL" build --data gen:gauss:10:4:1 --index Flat --out "$TMP/x.idx"
+    err_has "uniform"
+    [ -e "$TMP/x.idx" ] && fail "a failed build left $TMP/x.idx"
+}
+
 # ---------------------------------------------------------------- errors
 test_errors() {
     gen_uniform "$TMP/base.fvecs" 100 8 1
@@ -562,8 +634,8 @@ test_errors() {
 }
 
 case $GROUP in
-    usage | gen | flat | ivf | params | errors) "test_$GROUP" ;;
-    all) for g in usage gen flat ivf params errors; do GROUP=$g; "test_$g"; done ;;
+    usage | gen | flat | ivf | params | stream | errors) "test_$GROUP" ;;
+    all) for g in usage gen flat ivf params stream errors; do GROUP=$g; "test_$g"; done ;;
     *) echo "unknown group $GROUP" >&2; exit 2 ;;
 esac
 [ "$FAILS" -eq 0 ] || { echo "$FAILS check(s) failed in group $GROUP" >&2; exit 1; }
