@@ -123,13 +123,18 @@ SIMIL_API simil_status simil_index_train_source(simil_index *index, const simil_
 SIMIL_API int64_t simil_index_train_sample(const simil_index *index, int64_t rows);
 
 /* Add every row of source to a trained index, chunk by chunk.  Progress is
- * reported as stage "add" in rows.  A failed call leaves the index as it was
- * (the rows already added are removed again; their ids are new to the index,
- * so with first_id set it must be at least one past the largest id the index
- * has held).  Host memory: one chunk of floats, and, for IVFn,PQm, the
- * codes and lists of all the rows (code bytes + 4 a row) until the end, where
- * the inverted lists are laid out once at their final sizes; other types add
- * chunk by chunk (simil_index_add). */
+ * reported as stage "add" in rows ("add: placing" for IVF-PQ's second pass).
+ * IVFn,PQm (and PQm) encode every chunk first, keeping the codes and lists
+ * of all the rows in host memory (PQ code bytes + 4 a row), then lay the
+ * inverted lists out once at their final sizes and append: device memory
+ * never holds more than the final index.  Other types add chunk by chunk
+ * (simil_index_add).  Host memory besides: two chunks of floats where the
+ * rows are read on the host.
+ * A failed call leaves the index as it was: IVF-PQ truncates its lists back,
+ * other types remove the rows already added (their ids are new to the
+ * index, so a first_id must be at least one past the largest id the index
+ * has held); should that removal itself fail, the error says which rows
+ * stayed. */
 SIMIL_API simil_status simil_index_add_source(simil_index *index, const simil_source *source,
                                               const simil_stream_params *params);
 

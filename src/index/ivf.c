@@ -517,6 +517,14 @@ simil_status sml_ivf_reserve(sml_backend *b, sml_ivf *ivf, const int64_t *extra)
     return s;
 }
 
+void sml_ivf_truncate(sml_ivf *ivf, const int64_t *sizes)
+{
+    for (int64_t l = 0; l < ivf->nlist; l++) {
+        assert(sizes[l] <= ivf->size[l]);
+        ivf->size[l] = sizes[l];
+    }
+}
+
 /* The kept rows of every list, copied into a new tight arena. */
 static simil_status sml_ivf_compact(sml_backend *b, sml_ivf *ivf, int64_t n_sorted,
                                     const int64_t *sorted_ids, int64_t kept)

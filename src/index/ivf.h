@@ -106,6 +106,10 @@ simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64
  * (each growth holds the old and the new arena at once). */
 simil_status sml_ivf_reserve(sml_backend *b, sml_ivf *ivf, const int64_t *extra);
 
+/* Undo appends without allocating: every list l back to sizes[l] rows, its
+ * size before them (appends put rows after a list's last). */
+void sml_ivf_truncate(sml_ivf *ivf, const int64_t *sizes);
+
 /* Remove every row whose id is in sorted_ids (ascending, no repeats). */
 simil_status sml_ivf_remove(sml_backend *b, sml_ivf *ivf, int64_t n_sorted,
                             const int64_t *sorted_ids, int64_t *removed);

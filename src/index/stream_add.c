@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "index/index_internal.h"
+#include "index/ivf.h"
 #include "index/stream_chunks.h"
 
 static const int64_t sml_add_chunk_rows = (int64_t)1 << 20;
@@ -83,16 +84,24 @@ static void sml_add_ids(sml_add_job *j, int64_t first, int64_t n)
     for (int64_t i = 0; i < n; i++) j->ids[i] = j->first_id + first + i;
 }
 
-/* Take back the rows added so far: their ids are new to the index. */
-static void sml_add_rollback(sml_add_job *j)
+/* Take back the rows added so far (their ids are new to the index) after
+ * error s; if that fails too, say how many rows stayed. */
+static simil_status sml_add_rollback(sml_add_job *j, simil_status s)
 {
-    simil_index *index = j->index;
-    for (int64_t at = 0; at < j->added; at += j->chunk_rows) {
+    char message[1024];
+    snprintf(message, sizeof message, "%s", simil_last_error());
+    int64_t at = 0;
+    for (; at < j->added; at += j->chunk_rows) {
         const int64_t n = j->added - at < j->chunk_rows ? j->added - at : j->chunk_rows;
         sml_add_ids(j, at, n);
         int64_t removed;
-        if (simil_index_remove(index, n, j->ids, &removed) != SIMIL_OK) break;
+        if (simil_index_remove(j->index, n, j->ids, &removed) != SIMIL_OK) break;
     }
+    if (at < j->added)
+        return sml_error(s, "%s; taking back the rows already added failed too (%s): the index "
+                            "keeps the %" PRId64 " rows from id %" PRId64,
+                         message, simil_last_error(), j->added - at, j->first_id + at);
+    return sml_error(s, "%s", message);
 }
 
 /* Any index: simil_index_add, chunk by chunk. */
@@ -168,6 +177,7 @@ static simil_status sml_pq_encode_all(sml_add_job *j, sml_pq_store *st)
         s = sml_ivf_pq_encode(index, n, x, 1, st->chunk_lists, st->chunk_rows);
         sml_progress_unmute();
         if (s != SIMIL_OK) break;
+#pragma omp parallel for schedule(static) if (n > 65536)
         for (int64_t i = 0; i < n; i++) {
             st->lists[first + i] = (int32_t)st->chunk_lists[i];
             memcpy(st->codes + (size_t)(first + i) * st->code_bytes,
@@ -191,6 +201,7 @@ static simil_status sml_pq_place_all(sml_add_job *j, sml_pq_store *st)
     sml_free(extra);
     for (int64_t first = 0; first < j->rows && s == SIMIL_OK; first += j->chunk_rows) {
         const int64_t n = j->rows - first < j->chunk_rows ? j->rows - first : j->chunk_rows;
+#pragma omp parallel for schedule(static) if (n > 65536)
         for (int64_t i = 0; i < n; i++) {
             st->chunk_lists[i] = st->lists[first + i];
             uint8_t *row = st->chunk_rows + (size_t)i * st->row_bytes;
@@ -200,7 +211,6 @@ static simil_status sml_pq_place_all(sml_add_job *j, sml_pq_store *st)
         sml_add_ids(j, first, n);
         s = sml_ivf_pq_append(index, n, st->chunk_lists, st->chunk_rows, j->ids);
         if (s == SIMIL_OK) {
-            j->added += n;
             index->ntotal += n;
             if (j->first_id + first + n > index->next_id) index->next_id = j->first_id + first + n;
         }
@@ -209,12 +219,31 @@ static simil_status sml_pq_place_all(sml_add_job *j, sml_pq_store *st)
     return s;
 }
 
+/* Encode, then place; a failure while placing truncates the lists back to
+ * their sizes before (no allocation: it cannot fail for want of memory). */
 static simil_status sml_add_ivf_pq(sml_add_job *j)
 {
+    simil_index *index = j->index;
+    sml_ivf *ivf;
+    struct sml_pq *pq;
+    sml_ivf_pq_parts(index, &ivf, &pq);
     sml_pq_store st = {0};
+    int64_t *sizes = NULL;
+    const int64_t ntotal = index->ntotal, next_id = index->next_id;
     simil_status s = sml_pq_store_init(j, &st);
+    if (s == SIMIL_OK)
+        s = sml_alloc((void **)&sizes, (size_t)ivf->nlist, sizeof *sizes, "list sizes");
     if (s == SIMIL_OK) s = sml_pq_encode_all(j, &st);
-    if (s == SIMIL_OK) s = sml_pq_place_all(j, &st);
+    if (s == SIMIL_OK) {
+        memcpy(sizes, ivf->size, sizeof *sizes * (size_t)ivf->nlist);
+        s = sml_pq_place_all(j, &st);
+        if (s != SIMIL_OK) {
+            sml_ivf_truncate(ivf, sizes);
+            index->ntotal = ntotal;
+            index->next_id = next_id;
+        }
+    }
+    sml_free(sizes);
     sml_pq_store_free(&st);
     return s;
 }
@@ -264,12 +293,7 @@ simil_status simil_index_add_source(simil_index *index, const simil_source *sour
     if (j.chunk_rows > j.rows) j.chunk_rows = j.rows;
     SML_TRY(sml_alloc((void **)&j.ids, (size_t)j.chunk_rows, sizeof *j.ids, "ids"));
     simil_status s = sml_index_is_ivf_pq(index) ? sml_add_ivf_pq(&j) : sml_add_chunked(&j);
-    if (s != SIMIL_OK && j.added > 0) {
-        char message[1024];
-        snprintf(message, sizeof message, "%s", simil_last_error());
-        sml_add_rollback(&j);
-        s = sml_error(s, "%s", message);
-    }
+    if (s != SIMIL_OK && j.added > 0) s = sml_add_rollback(&j, s);
     sml_free(j.ids);
     return s;
 }

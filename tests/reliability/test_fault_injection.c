@@ -560,6 +560,115 @@ static void test_select_k(void **state)
     free(values);
 }
 
+/* ---- sources: the streamed add and the streamed exact search ---- */
+
+typedef struct stream_ctx {
+    const char *desc;
+    simil_index *index;  /* trained, holds base[0, NBASE) */
+    simil_source *more;  /* base[NBASE, NBASE + NMORE) */
+    float before_d[NQ_GEMM * K], d[NQ_GEMM * K];
+    int64_t before_l[NQ_GEMM * K], l[NQ_GEMM * K];
+} stream_ctx;
+
+static void stream_prepare(void *p)
+{
+    stream_ctx *c = p;
+    SML_ASSERT_OK(simil_index_create(&c->index, DIM, c->desc, SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_train(c->index, NBASE, base));
+    SML_ASSERT_OK(simil_index_add(c->index, NBASE, base, NULL));
+    SML_ASSERT_OK(simil_source_from_memory(&c->more, NMORE, DIM, base + NBASE * DIM));
+}
+
+static void stream_finish(void *p)
+{
+    stream_ctx *c = p;
+    simil_index_destroy(c->index);
+    simil_source_close(c->more);
+    c->index = NULL;
+    c->more = NULL;
+}
+
+static simil_status op_add_source(void *p)
+{
+    stream_ctx *c = p;
+    simil_stream_params params;
+    simil_stream_params_init(&params);
+    params.chunk_rows = 70;  /* five chunks: fails after some are in */
+    return simil_index_add_source(c->index, c->more, &params);
+}
+
+static void check_stream_unchanged(void *p)
+{
+    stream_ctx *c = p;
+    assert_int_equal(simil_index_size(c->index), NBASE);
+    simil_search_params *sp;
+    SML_ASSERT_OK(simil_search_params_create(&sp));
+    SML_ASSERT_OK(simil_search_params_set_int(sp, "nprobe", 8));
+    SML_ASSERT_OK(simil_index_search(c->index, NQ_GEMM, queries, K, sp, c->d, c->l));
+    simil_search_params_destroy(sp);
+    assert_memory_equal(c->l, c->before_l, sizeof c->l);
+    assert_memory_equal(c->d, c->before_d, sizeof c->d);
+}
+
+static void check_stream_added(void *p)
+{
+    stream_ctx *c = p;
+    assert_int_equal(simil_index_size(c->index), NBASE + NMORE);
+    float v[DIM];
+    SML_ASSERT_OK(simil_index_reconstruct(c->index, NBASE + NMORE - 1, v));
+}
+
+static simil_status op_source_search(void *p)
+{
+    stream_ctx *c = p;
+    simil_stream_params params;
+    simil_stream_params_init(&params);
+    params.chunk_rows = 70;
+    params.device = "cpu";
+    return simil_source_search(c->more, SIMIL_METRIC_L2, NQ_GEMM, queries, K, &params, c->d,
+                               c->l, NULL);
+}
+
+static void check_source_search(void *p)
+{
+    stream_ctx *c = p;
+    sml_test_check_knn("source search", base + NBASE * DIM, NMORE, queries, NQ_GEMM, DIM, K,
+                       SIMIL_METRIC_L2, c->d, c->l, 1e-4);
+}
+
+static void test_stream_paths(void **state)
+{
+    (void)state;
+    /* IVF-PQ places its rows last and truncates its lists on failure, which
+     * cannot fail; other types take back rows with simil_index_remove, which
+     * allocates: that holds when one allocation fails, not when all do */
+    const char *descs[] = {"IVF8,PQ4x4", "Flat", "IVF8,Flat"};
+    sml_fi_driver once = {.fail_at = sml_alloc_fail_at, .once_only = 1};
+    for (int t = 0; t < 3; t++) {
+        stream_ctx c = {.desc = descs[t]};
+        stream_prepare(&c);
+        simil_search_params *sp;
+        SML_ASSERT_OK(simil_search_params_create(&sp));
+        SML_ASSERT_OK(simil_search_params_set_int(sp, "nprobe", 8));
+        SML_ASSERT_OK(simil_index_search(c.index, NQ_GEMM, queries, K, sp, c.before_d,
+                                         c.before_l));
+        simil_search_params_destroy(sp);
+        stream_finish(&c);
+        char name[96];
+        snprintf(name, sizeof name, "add_source %s, 5 chunks", descs[t]);
+        const sml_fi_case add = {name, stream_prepare, op_add_source, check_stream_unchanged,
+                                 check_stream_added, stream_finish};
+        if (t == 0)
+            fi_both(&add, &c);
+        else
+            sml_fi_both(&once, &add, &c);
+    }
+    stream_ctx c = {.desc = "Flat"};
+    const sml_fi_case search = {"source_search, 5 chunks", stream_prepare, op_source_search,
+                                NULL, check_source_search, stream_finish};
+    fi_both(&search, &c);
+}
+
 static void test_total(void **state)
 {
     (void)state;
@@ -575,7 +684,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_index_paths),   cmocka_unit_test(test_dataset_writes),
         cmocka_unit_test(test_dataset_reads), cmocka_unit_test(test_select_k),
-        cmocka_unit_test(test_total),
+        cmocka_unit_test(test_stream_paths),  cmocka_unit_test(test_total),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
