@@ -36,6 +36,7 @@ struct sml_chunks {
     sml_backend *b;
     const simil_source *src;
     int64_t rows, dim, chunk_rows, nchunks;
+    int64_t piece_rows;  /* rows read, then queued for upload, at a time */
     sml_chunks_mode mode;
     unsigned flags;
     char what[64];
@@ -86,10 +87,19 @@ static void *sml_chunks_produce(void *arg)
         const int64_t first = t * c->chunk_rows;
         const int64_t n = c->rows - first < c->chunk_rows ? c->rows - first : c->chunk_rows;
         const double t0 = sml_chunks_now();
-        simil_status st = sml_chunks_read(c, first, n, s->host);
         const size_t bytes = sizeof(float) * (size_t)(n * c->dim);
-        if (st == SIMIL_OK && c->mode == SML_MODE_UPLOAD)
-            st = c->b->ops->copier_upload(c->b, c->copier, (int)(t & 1), s->mem, s->host, bytes);
+        /* uploads go piece by piece, each queued as soon as it is read, so
+         * that reading the next piece overlaps the copy of this one */
+        const int64_t piece = c->mode == SML_MODE_UPLOAD ? c->piece_rows : n;
+        simil_status st = SIMIL_OK;
+        for (int64_t at = 0; at < n && st == SIMIL_OK; at += piece) {
+            const int64_t m = n - at < piece ? n - at : piece;
+            const size_t off = (size_t)(at * c->dim);
+            st = sml_chunks_read(c, first + at, m, s->host + off);
+            if (st == SIMIL_OK && c->mode == SML_MODE_UPLOAD)
+                st = c->b->ops->copier_upload(c->b, c->copier, (int)(t & 1), s->mem + off,
+                                              s->host + off, sizeof(float) * (size_t)(m * c->dim));
+        }
         pthread_mutex_lock(&c->lock);
         c->read_seconds += sml_chunks_now() - t0;
         if (st != SIMIL_OK) {
@@ -160,6 +170,8 @@ simil_status sml_chunks_open(sml_chunks **out, sml_backend *b, const simil_sourc
     c->chunk_rows = chunk_rows < c->rows ? chunk_rows : c->rows;
     if (c->chunk_rows < 1) c->chunk_rows = 1;
     c->nchunks = (c->rows + c->chunk_rows - 1) / c->chunk_rows;
+    c->piece_rows = ((int64_t)64 << 20) / (4 * (c->dim > 0 ? c->dim : 1));
+    if (c->piece_rows < 1) c->piece_rows = 1;
     c->flags = flags;
     snprintf(c->what, sizeof c->what, "%s", what);
     pthread_mutex_init(&c->lock, NULL);

@@ -7,8 +7,10 @@
  *     generator, backend memory wanted, no normalization): each chunk is made
  *     on the device when asked for, which takes milliseconds;
  *   - read on the host and uploaded (a GPU, backend memory wanted): a producer
- *     thread reads chunk i + 1 into one of two pinned buffers and queues its
- *     upload on the copier's stream while the caller searches chunk i;
+ *     thread reads chunk i + 1 into one of two pinned buffers, 64 MiB at a
+ *     time, queueing each piece's upload on the copier's stream as soon as
+ *     it is read (so reading and copying overlap too), while the caller
+ *     searches chunk i;
  *   - read on the host (host memory wanted, or the CPU): the producer thread
  *     reads chunk i + 1 into the other of two host buffers.
  * Rows read on the host are checked (NaN, Inf, norms too large for float

@@ -115,6 +115,16 @@ static void test_search_memory(void **state)
     }
     simil_source_close(s);
     free(base);
+    if (sml_test_quick()) return;
+    /* chunks of 3M rows of 8 floats: two pieces of upload each (64 MiB and
+     * 32 MiB), the second queued while the first is in flight */
+    const int64_t big = 5000000, d8 = 8;
+    base = sml_test_malloc(sizeof(float) * (size_t)(big * d8));
+    sml_test_fill_uniform(base, big * d8, 8, -1, 1);
+    SML_ASSERT_OK(simil_source_from_memory(&s, big, d8, base));
+    check_search("memory, pieces", s, base, 20, 10, 3000000, SIMIL_METRIC_L2, 0);
+    simil_source_close(s);
+    free(base);
 }
 
 static void test_search_generator(void **state)
