@@ -3,7 +3,7 @@
  * of mix10M (mix(10,000, 96, seed 12)), against exact ground truth computed
  * by streaming the whole base through the device (simil_source_search).
  *
- *   bench_billion [--n N] [--index DESC] [--device D] [--nprobe 4,16,64]
+ *   bench_billion [--n N] [--index DESC] [--device D] [--nprobe 8,16,32]
  *                 [--train-sample S] [--chunk R] [--gt-chunk R] [--nq Q] [--k K]
  *                 [--gt FILE] [--save PATH] [--stream-rows M] [--stream-nq 100,1000]
  *                 [--json FILE]
@@ -340,7 +340,7 @@ static void save_and_load(simil_index *index, const bench_args *a, const float *
 int main(int argc, char **argv)
 {
     bench_args a = {1000000000, 96, 10000, 100, 0, 0, 0, 0,
-                    "IVF65536,PQ16", "auto", "4,8,16,32,64", NULL, NULL, "100,1000,10000", NULL};
+                    "IVF65536,PQ32", "auto", "8,12,16,24,32", NULL, NULL, "100,1000,10000", NULL};
     parse(argc, argv, &a);
     if (a.json && !(json_out = fopen(a.json, "w"))) {
         perror(a.json);
