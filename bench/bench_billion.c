@@ -3,22 +3,30 @@
  * of mix10M (mix(10,000, 96, seed 12)), against exact ground truth computed
  * by streaming the whole base through the device (simil_source_search).
  *
- *   bench_billion [--n N] [--index DESC] [--device D] [--nprobe 8,16,32]
- *                 [--train-sample S] [--chunk R] [--gt-chunk R] [--nq Q] [--k K]
- *                 [--gt FILE] [--save PATH] [--stream-rows M] [--stream-nq 100,1000]
- *                 [--json FILE]
+ *   bench_billion [--steps build,gt,search,stream] [--n N] [--index DESC]
+ *                 [--device D] [--nprobe 8,16,32] [--train-sample S] [--chunk R]
+ *                 [--gt-chunk R] [--nq Q] [--k K] [--gt FILE] [--index-file PATH]
+ *                 [--stream-rows M] [--stream-nq 100,1000] [--json FILE]
  *
- * Steps, each timed: the host-to-GPU bandwidth of a pinned copy (CUDA builds);
- * training on a sample; the add (on a GPU the base is generated in device
- * memory, chunk by chunk, and never crosses the bus); the exact ground truth
- * (base generated again on the device; or read from --gt FILE if it exists,
- * written there otherwise); searches at each nprobe (k = 10: QPS, 1-recall@1,
- * 1-recall@10; once at k = 100: 1-recall@100); a streamed exact search of
- * --stream-rows rows from host memory (uploaded through the pinned double
- * buffer) for each --stream-nq, against the measured bandwidth; saving and
- * loading the index (--save PATH); and the peak host memory (VmHWM).  Every
- * figure is printed as it is measured, so a run cut short keeps what it had;
- * --json FILE writes them all at the end. */
+ * Steps, each timed, run in this order when named in --steps (default: all):
+ *   build   the host-to-GPU bandwidth of a pinned copy (CUDA builds); training
+ *           on a sample; the add (on a GPU the base is generated in device
+ *           memory, chunk by chunk, and never crosses the bus); with
+ *           --index-file, saving the index there;
+ *   gt      the exact ground truth (base generated again on the device), written
+ *           to --gt FILE; a later step or run reads it from there;
+ *   search  with no build step in this run, loading --index-file; searches at
+ *           each nprobe (k = 10: QPS, 1-recall@1, 1-recall@10; at k = --k:
+ *           1-recall@K), against --gt (computed first if the file is missing);
+ *   stream  a streamed exact search of --stream-rows rows from host memory
+ *           (uploaded through the pinned double buffer) for each --stream-nq,
+ *           against the measured bandwidth.
+ * So a run too long for one sitting goes as several processes that resume
+ * from the saved index and ground truth: --steps build, then --steps
+ * gt,search,stream.  With build and search in one run and --index-file, the
+ * built index is saved, freed, loaded back and checked to answer alike.
+ * Every figure is printed as it is measured, so a run cut short keeps what
+ * it had; --json FILE writes them all at the end. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,7 +42,7 @@
 
 typedef struct bench_args {
     int64_t n, dim, nq, k, train_sample, chunk, gt_chunk, stream_rows;
-    const char *index, *device, *nprobe, *gt, *save, *stream_nq, *json;
+    const char *index, *device, *nprobe, *gt, *file, *stream_nq, *json, *steps;
 } bench_args;
 
 static FILE *json_out;
@@ -90,9 +98,10 @@ static double peak_host_gib(void)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: bench_billion [--n N] [--index DESC] [--device D] [--nprobe 4,16,64]\n"
-            "       [--train-sample S] [--chunk R] [--gt-chunk R] [--nq Q] [--k K] [--gt FILE]\n"
-            "       [--save PATH] [--stream-rows M] [--stream-nq 100,1000] [--json FILE]\n");
+            "usage: bench_billion [--steps build,gt,search,stream] [--n N] [--index DESC]\n"
+            "       [--device D] [--nprobe 4,16,64] [--train-sample S] [--chunk R]\n"
+            "       [--gt-chunk R] [--nq Q] [--k K] [--gt FILE] [--index-file PATH]\n"
+            "       [--stream-rows M] [--stream-nq 100,1000] [--json FILE]\n");
     exit(2);
 }
 
@@ -113,12 +122,21 @@ static void parse(int argc, char **argv, bench_args *a)
         else if (!strcmp(o, "--device")) a->device = v;
         else if (!strcmp(o, "--nprobe")) a->nprobe = v;
         else if (!strcmp(o, "--gt")) a->gt = v;
-        else if (!strcmp(o, "--save")) a->save = v;
+        else if (!strcmp(o, "--index-file")) a->file = v;
+        else if (!strcmp(o, "--steps")) a->steps = v;
         else if (!strcmp(o, "--stream-nq")) a->stream_nq = v;
         else if (!strcmp(o, "--json")) a->json = v;
         else usage();
     }
     if (a->n < 1 || a->nq < 1 || a->k < 10) usage();
+    const char *known[] = {"build", "gt", "search", "stream"};
+    char list[256];
+    snprintf(list, sizeof list, "%s", a->steps);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        int ok = 0;
+        for (int j = 0; j < 4; j++) ok |= !strcmp(tok, known[j]);
+        if (!ok) usage();
+    }
 }
 
 /* Pinned host-to-device copies of bytes: the best of 3, in GB/s (0 without CUDA). */
@@ -295,57 +313,148 @@ static void stream_from_host(const bench_args *a, const float *q, double h2d)
     free(x);
 }
 
-static void save_and_load(simil_index *index, const bench_args *a, const float *q)
+/* Labels of the first (up to) 100 queries at nprobe 8, k = 10: what a
+ * loaded index must answer as the saved one did. */
+static int64_t check_rows(const bench_args *a) { return a->nq < 100 ? a->nq : 100; }
+
+static void check_labels(const simil_index *index, const bench_args *a, const float *q,
+                         int64_t *l)
 {
-    if (!a->save) return;
-    double t0 = now();
-    if (simil_index_save(index, a->save) != SIMIL_OK) {
-        report("save", "failed: %s", simil_last_error());
-        return;
-    }
+    float *d = malloc(sizeof(float) * (size_t)check_rows(a) * 10);
+    simil_search_params *p;
+    if (!d || simil_search_params_create(&p) || simil_search_params_set_int(p, "nprobe", 8) ||
+        simil_index_search(index, check_rows(a), q, 10, p, d, l))
+        die("search for the load check");
+    simil_search_params_destroy(p);
+    free(d);
+}
+
+static void save(const simil_index *index, const bench_args *a)
+{
+    const double t0 = now();
+    if (simil_index_save(index, a->file) != SIMIL_OK) die(a->file);
     const double save_s = now() - t0;
     struct stat st;
-    stat(a->save, &st);
-    simil_index *loaded;
-    t0 = now();
-    if (simil_index_load(&loaded, a->save, a->device) != SIMIL_OK) die("load");
+    stat(a->file, &st);
+    report("save", "%.2f s, %.2f GB (%.2f GB/s) to %s; peak host memory %.2f GiB", save_s,
+           (double)st.st_size / 1e9, (double)st.st_size / 1e9 / save_s, a->file,
+           peak_host_gib());
+    json_add("{\"step\": \"save\", \"seconds\": %.3f, \"bytes\": %lld}", save_s,
+             (long long)st.st_size);
+}
+
+static simil_index *load(const bench_args *a)
+{
+    simil_index *index;
+    const double t0 = now();
+    if (simil_index_load(&index, a->file, a->device) != SIMIL_OK) die(a->file);
     const double load_s = now() - t0;
-    report("save", "%.2f s, %.2f GB; load %.2f s; peak host memory %.2f GiB", save_s,
-           (double)st.st_size / 1e9, load_s, peak_host_gib());
-    json_add("{\"step\": \"save\", \"save_seconds\": %.3f, \"bytes\": %lld, "
-             "\"load_seconds\": %.3f}",
-             save_s, (long long)st.st_size, load_s);
-    /* the loaded index answers as the saved one did */
-    const int64_t nq = a->nq < 100 ? a->nq : 100;
-    float *d = malloc(sizeof(float) * (size_t)nq * 10);
-    int64_t *before = malloc(sizeof(int64_t) * (size_t)nq * 10);
-    int64_t *after = malloc(sizeof(int64_t) * (size_t)nq * 10);
-    simil_search_params *p;
-    if (!d || !before || !after || simil_search_params_create(&p) ||
-        simil_search_params_set_int(p, "nprobe", 8) ||
-        simil_index_search(index, nq, q, 10, p, d, before) ||
-        simil_index_search(loaded, nq, q, 10, p, d, after))
-        die("search after load");
-    simil_search_params_destroy(p);
-    if (memcmp(before, after, sizeof(int64_t) * (size_t)nq * 10) != 0) {
+    report("load", "%.2f s, %lld vectors, backend %s; peak host memory %.2f GiB", load_s,
+           (long long)simil_index_size(index), simil_backend_name(index), peak_host_gib());
+    json_add("{\"step\": \"load\", \"seconds\": %.3f}", load_s);
+    if (simil_index_size(index) != a->n) {
+        fprintf(stderr, "bench_billion: %s holds %lld vectors, not --n %lld\n", a->file,
+                (long long)simil_index_size(index), (long long)a->n);
+        exit(1);
+    }
+    return index;
+}
+
+/* Train and add; with --index-file, save, and when a search step follows in
+ * this run, load the file back in place of the built index (never both on
+ * the device at once: two 1B indexes do not fit one card) and check that it
+ * answers as the built one did. */
+static simil_index *build(const bench_args *a, const simil_source *base, const float *q,
+                          int then_search)
+{
+    simil_index *index;
+    if (simil_index_create(&index, a->dim, a->index, SIMIL_METRIC_L2, a->device)) die(a->index);
+    double t0 = now();
+    if (simil_index_train_source(index, base, a->train_sample)) die("train");
+    const double train_s = now() - t0;
+    const int64_t sample = a->train_sample > 0 ? a->train_sample
+                                               : simil_index_train_sample(index, a->n);
+    report("train", "%.2f s on %lld sampled rows, backend %s", train_s, (long long)sample,
+           simil_backend_name(index));
+    simil_stream_params p;
+    simil_stream_params_init(&p);
+    p.chunk_rows = a->chunk;
+    t0 = now();
+    if (simil_index_add_source(index, base, &p)) die("add");
+    const double add_s = now() - t0;
+    report("add", "%.2f s for %lld rows (%.1f M rows/s); peak host memory %.2f GiB", add_s,
+           (long long)a->n, (double)a->n / add_s / 1e6, peak_host_gib());
+    json_add("{\"step\": \"build\", \"train_seconds\": %.3f, \"train_rows\": %lld, "
+             "\"add_seconds\": %.3f, \"peak_host_gib\": %.3f}",
+             train_s, (long long)sample, add_s, peak_host_gib());
+    if (!a->file) return index;
+    save(index, a);
+    if (!then_search) return index;
+    int64_t *before = malloc(sizeof(int64_t) * (size_t)check_rows(a) * 10);
+    int64_t *after = malloc(sizeof(int64_t) * (size_t)check_rows(a) * 10);
+    if (!before || !after) die("out of memory");
+    check_labels(index, a, q, before);
+    simil_index_destroy(index);
+    index = load(a);
+    check_labels(index, a, q, after);
+    if (memcmp(before, after, sizeof(int64_t) * (size_t)check_rows(a) * 10) != 0) {
         fprintf(stderr, "bench_billion: the loaded index answers differently\n");
         exit(1);
     }
-    simil_index_destroy(loaded);
-    free(d);
     free(before);
     free(after);
+    return index;
+}
+
+/* A progress line at most every 30 s (the run's log is a file, not a
+ * terminal), with the rate and the time left at that rate; a stage shorter
+ * than that prints nothing. */
+static void progress(const char *stage, int64_t done, int64_t total, void *user)
+{
+    static char last_stage[64];
+    static double t0, last;
+    static int64_t done0, done_last;
+    const double t = now();
+    (void)user;
+    if (strncmp(stage, last_stage, sizeof last_stage - 1) != 0 || done < done_last) {
+        snprintf(last_stage, sizeof last_stage, "%s", stage);
+        t0 = last = t;
+        done0 = done;
+    }
+    done_last = done;
+    if (t - last < 30) return;
+    last = t;
+    const double rate = t > t0 ? (double)(done - done0) / (t - t0) : 0;
+    printf("%-10s %s %lld/%lld (%.0f%%) %.3g per s, %.0f s left\n", "progress", stage,
+           (long long)done, (long long)total, 100.0 * (double)done / (double)total, rate,
+           rate > 0 ? (double)(total - done) / rate : 0.0);
+    fflush(stdout);
+}
+
+static int has_step(const char *steps, const char *step)
+{
+    const size_t n = strlen(step);
+    for (const char *s = steps; (s = strstr(s, step)) != NULL; s += n)
+        if ((s == steps || s[-1] == ',') && (s[n] == ',' || s[n] == '\0')) return 1;
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    bench_args a = {1000000000, 96, 10000, 100, 0, 0, 0, 0,
-                    "IVF65536,PQ32", "auto", "8,12,16,24,32", NULL, NULL, "100,1000,10000", NULL};
+    bench_args a = {1000000000, 96, 10000, 100, 0, 0, 0, 0, "IVF65536,PQ32", "auto",
+                    "8,12,16,24,32", NULL, NULL, "100,1000,10000", NULL, "build,gt,search,stream"};
     parse(argc, argv, &a);
+    const int do_build = has_step(a.steps, "build"), do_gt = has_step(a.steps, "gt");
+    const int do_search = has_step(a.steps, "search"), do_stream = has_step(a.steps, "stream");
+    if (do_search && !do_build && !a.file) {
+        fprintf(stderr, "bench_billion: --steps search without build loads --index-file\n");
+        return 2;
+    }
     if (a.json && !(json_out = fopen(a.json, "w"))) {
         perror(a.json);
         return 1;
     }
+    simil_set_progress(progress, NULL);
     char spec[96];
     snprintf(spec, sizeof spec, "gen:mix:%lld:%lld:11", (long long)a.n, (long long)a.dim);
     simil_source *base;
@@ -354,40 +463,21 @@ int main(int argc, char **argv)
     int64_t *truth = malloc(sizeof(int64_t) * (size_t)(a.nq * a.k));
     if (!q || !truth || simil_generate("mix", 0, a.nq, a.dim, 12, q)) die("queries");
     const double t_start = now();
-    const size_t copy_bytes = (size_t)1 << 30;
-    const double h2d = h2d_bandwidth(copy_bytes);
-    report("setup", "base %s, queries mix(%lld, %lld, seed 12), index %s, device %s", spec,
-           (long long)a.nq, (long long)a.dim, a.index, a.device);
+    const double h2d = do_build || do_stream ? h2d_bandwidth((size_t)1 << 30) : 0;
+    report("setup", "steps %s: base %s, queries mix(%lld, %lld, seed 12), index %s, device %s",
+           a.steps, spec, (long long)a.nq, (long long)a.dim, a.index, a.device);
     if (h2d > 0) report("h2d", "pinned cudaMemcpy of 1 GiB: %.2f GB/s", h2d);
-    json_add("{\"step\": \"setup\", \"n\": %lld, \"dim\": %lld, \"index\": \"%s\", "
-             "\"h2d_gb_per_second\": %.3f}",
-             (long long)a.n, (long long)a.dim, a.index, h2d);
+    json_add("{\"step\": \"setup\", \"steps\": \"%s\", \"n\": %lld, \"dim\": %lld, "
+             "\"index\": \"%s\", \"h2d_gb_per_second\": %.3f}",
+             a.steps, (long long)a.n, (long long)a.dim, a.index, h2d);
 
-    simil_index *index;
-    if (simil_index_create(&index, a.dim, a.index, SIMIL_METRIC_L2, a.device)) die(a.index);
-    double t0 = now();
-    if (simil_index_train_source(index, base, a.train_sample)) die("train");
-    const double train_s = now() - t0;
-    const int64_t sample = a.train_sample > 0 ? a.train_sample
-                                              : simil_index_train_sample(index, a.n);
-    report("train", "%.2f s on %lld sampled rows, backend %s", train_s, (long long)sample,
-           simil_backend_name(index));
-    simil_stream_params p;
-    simil_stream_params_init(&p);
-    p.chunk_rows = a.chunk;
-    t0 = now();
-    if (simil_index_add_source(index, base, &p)) die("add");
-    const double add_s = now() - t0;
-    report("add", "%.2f s for %lld rows (%.1f M rows/s); peak host memory %.2f GiB", add_s,
-           (long long)a.n, (double)a.n / add_s / 1e6, peak_host_gib());
-    json_add("{\"step\": \"build\", \"train_seconds\": %.3f, \"train_rows\": %lld, "
-             "\"add_seconds\": %.3f, \"peak_host_gib\": %.3f}",
-             train_s, (long long)sample, add_s, peak_host_gib());
-
-    ground_truth(&a, base, q, truth);
-    searches(index, &a, q, truth);
-    stream_from_host(&a, q, h2d);
-    save_and_load(index, &a, q);
+    simil_index *index = do_build ? build(&a, base, q, do_search) : NULL;
+    if (do_gt || do_search) ground_truth(&a, base, q, truth);
+    if (do_search) {
+        if (!index) index = load(&a);
+        searches(index, &a, q, truth);
+    }
+    if (do_stream) stream_from_host(&a, q, h2d);
     report("total", "%.1f s; peak host memory %.2f GiB", now() - t_start, peak_host_gib());
     json_add("{\"step\": \"total\", \"seconds\": %.3f, \"peak_host_gib\": %.3f}",
              now() - t_start, peak_host_gib());
