@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -84,15 +85,11 @@ static void json_add(const char *fmt, ...)
     va_end(ap);
 }
 
+/* The peak resident host memory (Linux: ru_maxrss in KiB, VmHWM). */
 static double peak_host_gib(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kib = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
-    if (f) fclose(f);
-    return kib / (1024.0 * 1024.0);
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / (1024.0 * 1024.0) : 0;
 }
 
 static void usage(void)

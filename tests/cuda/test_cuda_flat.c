@@ -40,13 +40,7 @@ static void check_reference(int64_t n, int64_t nq, int64_t dim, int64_t k, simil
     float *d = sml_test_malloc(sizeof(float) * (size_t)(nq * k));
     int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(nq * k));
     SML_ASSERT_OK(simil_index_search(index, nq, q, k, NULL, d, l));
-    if (metric == SIMIL_METRIC_COSINE) {
-        sml_test_normalize(base, n, dim);
-        sml_test_normalize(q, nq, dim);
-    }
-    sml_test_check_knn(context, base, n, q, nq, dim, k,
-                       metric == SIMIL_METRIC_L2 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP, d, l,
-                       rel_tol);
+    sml_test_check_knn_metric(context, base, n, q, nq, dim, k, metric, d, l, rel_tol);
     simil_index_destroy(index);
     free(d);
     free(l);

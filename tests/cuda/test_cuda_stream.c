@@ -86,13 +86,7 @@ static void check_search(const char *what, simil_source *s, const float *base, i
                  (unsigned long long)st.bytes_uploaded, (unsigned long long)uploaded);
     float *bn = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
     memcpy(bn, base, sizeof(float) * (size_t)(n * dim));
-    if (metric == SIMIL_METRIC_COSINE) {
-        sml_test_normalize(bn, n, dim);
-        sml_test_normalize(q, nq, dim);
-    }
-    sml_test_check_knn(context, bn, n, q, nq, dim, k,
-                       metric == SIMIL_METRIC_L2 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP, d, l,
-                       rel_tol);
+    sml_test_check_knn_metric(context, bn, n, q, nq, dim, k, metric, d, l, rel_tol);
     free(bn);
     free(q);
     free(d);

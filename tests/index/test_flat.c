@@ -34,13 +34,8 @@ static void run_shape(const shape *s, const char *device)
     float *d = sml_test_malloc(sizeof(float) * (size_t)(s->nq * s->k + 1));
     int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(s->nq * s->k + 1));
     SML_ASSERT_OK(simil_index_search(index, s->nq, queries, s->k, NULL, d, l));
-    if (s->metric == SIMIL_METRIC_COSINE) {
-        sml_test_normalize(base, s->n, s->dim);
-        sml_test_normalize(queries, s->nq, s->dim);
-    }
-    simil_metric ref_metric = s->metric == SIMIL_METRIC_L2 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP;
-    sml_test_check_knn(context, base, s->n, queries, s->nq, s->dim, s->k, ref_metric, d, l,
-                       rel_tol);
+    sml_test_check_knn_metric(context, base, s->n, queries, s->nq, s->dim, s->k, s->metric, d, l,
+                              rel_tol);
     simil_index_destroy(index);
     free(d);
     free(l);

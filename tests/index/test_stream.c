@@ -163,13 +163,7 @@ static void run_search(int64_t n, int64_t dim, int64_t nq, int64_t k, int64_t ch
     const int64_t chunks = n == 0 ? 0 : (n + chunk - 1) / chunk;
     if (stats.chunks != chunks) fail_msg("%s: %lld chunks, expected %lld", context,
                                          (long long)stats.chunks, (long long)chunks);
-    if (metric == SIMIL_METRIC_COSINE) {
-        sml_test_normalize(base, n, dim);
-        sml_test_normalize(queries, nq, dim);
-    }
-    sml_test_check_knn(context, base, n, queries, nq, dim, k,
-                       metric == SIMIL_METRIC_L2 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP, d, l,
-                       rel_tol);
+    sml_test_check_knn_metric(context, base, n, queries, nq, dim, k, metric, d, l, rel_tol);
     simil_source_close(s);
     free(base);
     free(queries);

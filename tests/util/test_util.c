@@ -182,6 +182,19 @@ void sml_test_check_knn(const char *context, const float *base, int64_t n,
     free(ref_l);
 }
 
+void sml_test_check_knn_metric(const char *context, float *base, int64_t n, float *queries,
+                               int64_t nq, int64_t dim, int64_t k, simil_metric metric,
+                               const float *distances, const int64_t *labels, double rel_tol)
+{
+    if (metric == SIMIL_METRIC_COSINE) {
+        sml_test_normalize(base, n, dim);
+        sml_test_normalize(queries, nq, dim);
+    }
+    sml_test_check_knn(context, base, n, queries, nq, dim, k,
+                       metric == SIMIL_METRIC_L2 ? SIMIL_METRIC_L2 : SIMIL_METRIC_IP, distances,
+                       labels, rel_tol);
+}
+
 static double sml_test_max_norm2(const float *base, int64_t n, int64_t dim)
 {
     double m = 0;

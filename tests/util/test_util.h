@@ -52,6 +52,12 @@ void sml_test_check_knn(const char *context, const float *base, int64_t n,
                         simil_metric metric, const float *distances, const int64_t *labels,
                         double rel_tol);
 
+/* sml_test_check_knn for results of an index of any metric: for cosine, base
+ * and queries are normalized in place and checked as inner product. */
+void sml_test_check_knn_metric(const char *context, float *base, int64_t n, float *queries,
+                               int64_t nq, int64_t dim, int64_t k, simil_metric metric,
+                               const float *distances, const int64_t *labels, double rel_tol);
+
 /* Check results against other results of the same search (e.g. GPU against
  * CPU) with the tolerance rules of sml_test_check_knn: distances equal within
  * rel_tol at every rank, labels equal except where the reference has a near
