@@ -23,10 +23,9 @@ enum { SML_OPQ_ITERATIONS = 20, SML_OPQ_PQ_ITERATIONS = 4, SML_OPQ_MAX_TRAIN = 6
  * block, and rows of the d x d products. */
 enum { SML_OPQ_ROWS = 4096, SML_OPQ_BLOCK = 64 };
 
-/* R^T = U V^T for the SVD of the d x d_out matrix a (row-major).  sgesdd
- * (divide and conquer) rather than sgesvd: at d = 784 one SVD took 0.16 s
- * of CPU against 1.29 s, and OPQ runs one per iteration. */
-static simil_status sml_opq_procrustes(int d, int dout, const float *a, float *rt)
+/* sgesdd (divide and conquer) rather than sgesvd: at d = 784 one SVD took
+ * 0.16 s of CPU against 1.29 s, and OPQ runs one per iteration. */
+simil_status sml_opq_procrustes(int d, int dout, const float *a, float *rt)
 {
     /* Column-major view of row-major a (d x dout) is its transpose (dout x d):
      * SVD of A^T = V S U^T gives U V^T from the transposed factors. */

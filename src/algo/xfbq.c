@@ -135,17 +135,6 @@ void sml_xfbq_make_rows(const sml_xfbq *q, int64_t n, const float *x, int normal
     }
 }
 
-void sml_xfbq_recode_rows(const sml_xfbq *q, int64_t n, uint8_t *rows, int normalize)
-{
-#pragma omp parallel for schedule(static) if (n * q->dim > 65536)
-    for (int64_t r = 0; r < n; r++) {
-        uint8_t *row = rows + (size_t)r * q->row_size;
-        const float *v = (const float *)(row + q->code_bytes);
-        sml_xfbq_encode_row(q, q->base_bits, v, sml_xfbq_row_scale(v, q->dim, q->alpha, normalize),
-                            (uint64_t *)row);
-    }
-}
-
 void sml_xfbq_selection(const sml_xfbq *q, float extra_distance, int of_spread,
                         sml_xfbq_select *sel)
 {

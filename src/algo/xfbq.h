@@ -85,9 +85,6 @@ void sml_xfbq_encode(const sml_xfbq *q, int bits, int64_t n, const float *x, int
 void sml_xfbq_make_rows(const sml_xfbq *q, int64_t n, const float *x, int normalize,
                         uint8_t *rows);
 
-/* Recompute the codes of n host rows from their floats (after alpha changed). */
-void sml_xfbq_recode_rows(const sml_xfbq *q, int64_t n, uint8_t *rows, int normalize);
-
 /* The selection for an extra distance e in [0, 1]: bins of width 2^shift
  * over D's range [0, dmax], at most SML_XFBQ_MAX_BINS of them, and the window
  * the scan adds per query (sml_xfbq_window_bins):

@@ -37,10 +37,10 @@ static simil_status sml_ivf_xfbq_recode(simil_index *index, const sml_xfbq *q)
             const int64_t m = ivf->size[l] - r < SML_XFBQ_CHUNK ? ivf->size[l] - r : SML_XFBQ_CHUNK;
             uint8_t *at = fresh + (size_t)(ivf->offset[l] + r) * rs;
             s = b->ops->mem_download(b, buf, at, (size_t)m * rs);
-            if (s == SIMIL_OK) {
-                sml_xfbq_recode_rows(q, m, buf, x->base.normalize);
-                s = b->ops->mem_upload(b, at, buf, (size_t)m * rs);
-            }
+            if (s == SIMIL_OK)
+                s = sml_xfbq_code_rows(&x->base, q, m, (const float *)(buf + q->code_bytes), rs,
+                                       (uint64_t *)buf, rs);
+            if (s == SIMIL_OK) s = b->ops->mem_upload(b, at, buf, (size_t)m * rs);
         }
     }
     sml_free(buf);
@@ -81,9 +81,14 @@ static simil_status sml_ivf_xfbq_append(simil_index *index, int64_t n, const flo
     const int64_t chunk = (int64_t)1 << 18;
     for (int64_t i = 0; i < n && s == SIMIL_OK; i += chunk) {
         const int64_t m = n - i < chunk ? n - i : chunk;
+        uint8_t *at = rows + (size_t)i * x->base.q.row_size;
         s = sml_ivf_probe(b, &x->ivf, m, xs + i * index->dim, 1, lists + i);
-        sml_xfbq_make_rows(&x->base.q, m, xs + i * index->dim, x->base.normalize,
-                           rows + (size_t)i * x->base.q.row_size);
+        sml_xfbq_make_rows(&x->base.q, m, xs + i * index->dim, x->base.normalize, at);
+        /* with RR the codes again, of the rotated floats */
+        if (s == SIMIL_OK && x->base.rotation != NULL)
+            s = sml_xfbq_code_rows(&x->base, &x->base.q, m,
+                                   (const float *)(at + x->base.q.code_bytes),
+                                   x->base.q.row_size, (uint64_t *)at, x->base.q.row_size);
         sml_progress("add", i + m, n);
     }
     if (s == SIMIL_OK) s = sml_ivf_append(b, &x->ivf, n, lists, rows, ids);
@@ -164,6 +169,7 @@ static simil_status sml_ivf_xfbq_load(simil_index *index, sml_reader *r)
 static void sml_ivf_xfbq_destroy(simil_index *index)
 {
     sml_ivf_free(index->backend, &sml_ivf_xfbq_of(index)->ivf);
+    sml_xfbq_base_free(&sml_ivf_xfbq_of(index)->base);
     sml_free(index->impl);
 }
 
@@ -190,6 +196,7 @@ simil_status sml_ivf_xfbq_init(simil_index *index)
                          sml_kernel_metric(index->metric), index->metric == SIMIL_METRIC_COSINE,
                          x->base.q.row_size);
     if (s != SIMIL_OK) {
+        sml_xfbq_base_free(&x->base);
         sml_free(x);
         return s;
     }

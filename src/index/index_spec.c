@@ -114,6 +114,14 @@ static simil_status sml_spec_check(const char *desc, int64_t dim, sml_index_spec
     SML_RETURN_IF(dim < 1, SIMIL_ERR_INVALID_ARGUMENT,
                   "index '%s': dimension %" PRId64 " must be at least 1", desc, dim);
     int64_t coded_dim = spec->opq_m ? spec->opq_dim : dim;
+    SML_RETURN_IF(spec->rotate && (spec->encoding != SML_ENCODING_XFBQ || spec->opq_m),
+                  SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s': RR (random rotation) applies to XFBQ codes only, as in "
+                  "\"RR,XFBQ4x3\" or \"RR,IVF1024,XFBQ\"", desc);
+    /* the rotation is dim x dim floats, made by one SVD at creation */
+    SML_RETURN_IF(spec->rotate && dim > 8192, SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s': RR at dimension %" PRId64 " would take a %" PRId64 " x %" PRId64
+                  " rotation; at most 8192 dimensions", desc, dim, dim, dim);
     if (spec->opq_m) {
         SML_RETURN_IF(spec->encoding != SML_ENCODING_PQ, SIMIL_ERR_INVALID_ARGUMENT,
                       "index '%s': OPQ needs a PQ encoding after it", desc);
@@ -184,6 +192,15 @@ simil_status sml_index_spec_parse(const char *desc, int64_t dim, sml_index_spec 
         spec->opq_dim = b ? b : dim;
         i++;
     }
+    if (i < count && strncmp(parts[i], "RR", 2) == 0) {
+        SML_RETURN_IF(strcmp(parts[i], "RR") != 0 &&
+                          !(sml_spec_numbers(parts[i], "RR", '\0', &a, &b) && a == dim),
+                      SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s': write RR (a random rotation, which keeps the dimension "
+                      "%" PRId64 "), got '%s'", desc, dim, parts[i]);
+        spec->rotate = 1;
+        i++;
+    }
     if (i < count && strncmp(parts[i], "IVF", 3) == 0) {
         SML_RETURN_IF(!sml_spec_numbers(parts[i], "IVF", '\0', &a, &b), SIMIL_ERR_INVALID_ARGUMENT,
                       "index '%s': write IVF<number of lists>, e.g. IVF1024, got '%s'", desc,
@@ -199,7 +216,7 @@ simil_status sml_index_spec_parse(const char *desc, int64_t dim, sml_index_spec 
         i++;
     }
     SML_RETURN_IF(i < count, SIMIL_ERR_INVALID_ARGUMENT,
-                  "index '%s': unexpected '%s' (order is [OPQ..,][IVF..,]encoding[,Refine])",
+                  "index '%s': unexpected '%s' (order is [OPQ..,|RR,][IVF..,]encoding[,Refine])",
                   desc, parts[i]);
     return sml_spec_check(desc, dim, spec);
 }
@@ -214,6 +231,7 @@ void sml_index_spec_format(const sml_index_spec *spec, char *out, size_t size)
     } while (0)
     if (spec->shards) SML_APPEND("Shards%" PRId64 ",", spec->shards);
     if (spec->opq_m) SML_APPEND("OPQ%" PRId64 "_%" PRId64 ",", spec->opq_m, spec->opq_dim);
+    if (spec->rotate) SML_APPEND("RR,");
     if (spec->ivf_nlist) SML_APPEND("IVF%" PRId64 ",", spec->ivf_nlist);
     switch (spec->encoding) {
     case SML_ENCODING_FLAT: SML_APPEND("Flat"); break;

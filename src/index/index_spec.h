@@ -1,13 +1,16 @@
 /* index_spec.h: Faiss-style index descriptions, parsed.
  *
  * Grammar (components separated by commas, in this order):
- *   [Shardss,] [IDMap,] [OPQm[_d],] [IVFn,] (Flat | PQm[xb] | XFBQ[QxB] | SQ8 | SQfp16 |
- *   SQbf16) [,Refine | ,RFlat]
+ *   [Shardss,] [IDMap,] [OPQm[_d], | RR,] [IVFn,] (Flat | PQm[xb] | XFBQ[QxB] | SQ8 |
+ *   SQfp16 | SQbf16) [,Refine | ,RFlat]
  * e.g. "Flat", "IVF4096,Flat", "IVF4096,PQ32x8", "OPQ32_128,IVF4096,PQ32",
  * "XFBQ4x3", "IVF1024,XFBQ", "IVF4096,PQ32,Refine", "IVF4096,SQ8", "SQfp16".  IDMap is accepted for
  * Faiss compatibility and ignored: every simil index takes ids.  "Shardss,"
  * splits the index into s parts on the devices of the device string (what a
- * device list such as gpu:0,1 also does); saved sharded indexes carry it. */
+ * device list such as gpu:0,1 also does); saved sharded indexes carry it.
+ * "RR" (Faiss's random rotation; "RR<dim>" also, at the input dimension) is
+ * taken by XFBQ alone: its codes are made from randomly rotated vectors (the
+ * XFBQ paper, section 3.5.1), while its floats stay the vectors given. */
 #ifndef SML_INDEX_SPEC_H
 #define SML_INDEX_SPEC_H
 
@@ -27,6 +30,7 @@ typedef struct sml_index_spec {
     int64_t shards;       /* 0: not sharded */
     int64_t opq_m;        /* 0: no OPQ */
     int64_t opq_dim;      /* OPQ output dimension (the input dimension unless _d) */
+    int rotate;           /* RR: XFBQ codes of randomly rotated vectors */
     int64_t ivf_nlist;    /* 0: no inverted file */
     sml_encoding encoding;
     int64_t pq_m;         /* sub-quantizers */

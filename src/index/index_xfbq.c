@@ -25,11 +25,12 @@ typedef struct sml_xfbq_flat {
 static sml_xfbq_flat *sml_xfbq_flat_of(const simil_index *index) { return index->impl; }
 
 /* Codes of n host vectors into buf (code_bytes each, padding zeroed). */
-static void sml_xfbq_flat_codes(const sml_xfbq_flat *x, const sml_xfbq *q, int64_t n,
-                                const float *v, uint8_t *buf)
+static simil_status sml_xfbq_flat_codes(const sml_xfbq_flat *x, const sml_xfbq *q, int64_t n,
+                                        const float *v, uint8_t *buf)
 {
     memset(buf, 0, (size_t)n * q->code_bytes);
-    sml_xfbq_encode(q, q->base_bits, n, v, x->base.normalize, (uint64_t *)buf, q->code_bytes);
+    return sml_xfbq_code_rows(&x->base, q, n, v, sizeof(float) * (size_t)q->dim,
+                              (uint64_t *)buf, q->code_bytes);
 }
 
 /* A new code column for q's alpha, from the stored vectors, swapped in. */
@@ -50,8 +51,8 @@ static simil_status sml_xfbq_flat_recode(simil_index *index, const sml_xfbq *q)
         const int64_t m = n - r < chunk ? n - r : chunk;
         s = b->ops->mem_download(b, v, sml_row_store_at(&x->rows, SML_XFBQ_VECTORS, r),
                                  sizeof *v * (size_t)(m * q->dim));
+        if (s == SIMIL_OK) s = sml_xfbq_flat_codes(x, q, m, v, buf);
         if (s == SIMIL_OK) {
-            sml_xfbq_flat_codes(x, q, m, v, buf);
             s = b->ops->mem_upload(b, fresh + (size_t)r * q->code_bytes, buf,
                                    (size_t)m * q->code_bytes);
         }
@@ -86,9 +87,10 @@ static simil_status sml_xfbq_flat_fill(const simil_index *index, sml_row_store *
     simil_status s = SIMIL_OK;
     for (int64_t i = 0; i < n && s == SIMIL_OK; i += chunk) {
         const int64_t m = n - i < chunk ? n - i : chunk;
-        sml_xfbq_flat_codes(x, &x->base.q, m, xs + i * dim, buf);
-        s = b->ops->mem_upload(b, sml_row_store_at(next, SML_XFBQ_CODES, at + i), buf,
-                               (size_t)m * cs);
+        s = sml_xfbq_flat_codes(x, &x->base.q, m, xs + i * dim, buf);
+        if (s == SIMIL_OK)
+            s = b->ops->mem_upload(b, sml_row_store_at(next, SML_XFBQ_CODES, at + i), buf,
+                                   (size_t)m * cs);
         if (s == SIMIL_OK)
             s = b->ops->mem_upload(b, sml_row_store_at(next, SML_XFBQ_VECTORS, at + i),
                                    xs + i * dim, sizeof(float) * (size_t)(m * dim));
@@ -197,6 +199,7 @@ static simil_status sml_xfbq_flat_load(simil_index *index, sml_reader *r)
 static void sml_xfbq_flat_destroy(simil_index *index)
 {
     sml_xfbq_flat_reset(index);
+    sml_xfbq_base_free(&sml_xfbq_flat_of(index)->base);
     sml_free(index->impl);
 }
 

@@ -5,12 +5,48 @@
 #include <math.h>
 #include <string.h>
 
+#include "algo/opq.h"
 #include "core/alloc.h"
 #include "core/error.h"
 
 static const uint32_t sml_tag_params = SML_TAG('X', 'F', 'B', 'Q');
 
-enum { SML_XFBQ_ALPHA_SET = 1, SML_XFBQ_ALPHA_MANUAL = 2 };
+enum { SML_XFBQ_ALPHA_SET = 1, SML_XFBQ_ALPHA_MANUAL = 2, SML_XFBQ_ROTATED = 4 };
+
+/* Rows rotated per block (core/blas.h, sml_sgemm_rows, through sml_opq_apply). */
+enum { SML_XFBQ_ROTATE_ROWS = 4096 };
+
+/* The seed of every RR rotation: one matrix per dimension. */
+static const uint64_t sml_xfbq_rotation_seed = 0x5846425152520001ull;
+
+/* A standard normal draw from counter c (splitmix64, Box-Muller in double):
+ * a pure function of c, the same on every platform. */
+static double sml_xfbq_gauss(uint64_t c)
+{
+    uint64_t h[2];
+    for (int i = 0; i < 2; i++) {
+        uint64_t x = c * 2 + (uint64_t)i + 0x9e3779b97f4a7c15ull;
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+        h[i] = x ^ (x >> 31);
+    }
+    const double u = ((double)(h[0] >> 11) + 0.5) * 0x1p-53, v = (double)(h[1] >> 11) * 0x1p-53;
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* rt = the orthogonal factor U V^T of a seeded Gaussian dim x dim matrix: a
+ * uniformly random rotation (the polar factor of a Gaussian matrix is
+ * Haar-distributed). */
+static simil_status sml_xfbq_make_rotation(int64_t dim, float *rt)
+{
+    float *g;
+    SML_TRY(sml_alloc((void **)&g, (size_t)(dim * dim), sizeof *g, "the XFBQ rotation"));
+    for (int64_t i = 0; i < dim * dim; i++)
+        g[i] = (float)sml_xfbq_gauss(sml_xfbq_rotation_seed ^ (uint64_t)i * 0x100000001b3ull);
+    const simil_status s = sml_opq_procrustes((int)dim, (int)dim, g, rt);
+    sml_free(g);
+    return s;
+}
 
 /* Whether the factory made index as one of the two XFBQ types (and not as a
  * wrapper around one: index_factory.c), whose impl starts with the base. */
@@ -30,7 +66,92 @@ simil_status sml_xfbq_base_init(sml_xfbq_base *base, const simil_index *index,
     base->normalize = index->metric != SIMIL_METRIC_COSINE;
     base->alpha_manual = 0;
     base->recode = recode;
+    base->rotation = NULL;
+    if (!index->spec.rotate) return SIMIL_OK;
+    SML_TRY(sml_alloc((void **)&base->rotation, (size_t)(index->dim * index->dim),
+                      sizeof(float), "the XFBQ rotation"));
+    const simil_status s = sml_xfbq_make_rotation(index->dim, base->rotation);
+    if (s != SIMIL_OK) sml_xfbq_base_free(base);
+    return s;
+}
+
+void sml_xfbq_base_free(sml_xfbq_base *base)
+{
+    sml_free(base->rotation);
+    base->rotation = NULL;
+}
+
+simil_status sml_xfbq_rotated(const sml_xfbq_base *base, int64_t n, const float *v,
+                              const float **coded, float **copy)
+{
+    *coded = v;
+    *copy = NULL;
+    if (base->rotation == NULL || n == 0) return SIMIL_OK;
+    const int64_t dim = base->q.dim;
+    SML_TRY(sml_alloc((void **)copy, (size_t)(n * dim), sizeof(float), "rotated vectors"));
+    const simil_status s = sml_opq_apply(n, dim, dim, base->rotation, v, *copy);
+    if (s != SIMIL_OK) {
+        sml_free(*copy);
+        *copy = NULL;
+        return s;
+    }
+    *coded = *copy;
     return SIMIL_OK;
+}
+
+simil_status sml_xfbq_code_rows(const sml_xfbq_base *base, const sml_xfbq *q, int64_t n,
+                                const float *v, size_t vstride, uint64_t *out, size_t stride)
+{
+    const int64_t dim = q->dim;
+    const size_t row_bytes = sizeof(float) * (size_t)dim;
+    if (base->rotation == NULL && vstride == row_bytes) {
+        sml_xfbq_encode(q, q->base_bits, n, v, base->normalize, out, stride);
+        return SIMIL_OK;
+    }
+    /* gather (and rotate) a block at a time */
+    const int64_t block = n < SML_XFBQ_ROTATE_ROWS ? n : SML_XFBQ_ROTATE_ROWS;
+    float *rows = NULL, *rotated = NULL;
+    simil_status s = sml_alloc((void **)&rows, (size_t)(block * dim), sizeof *rows, "rows to code");
+    if (s == SIMIL_OK && base->rotation != NULL)
+        s = sml_alloc((void **)&rotated, (size_t)(block * dim), sizeof *rotated, "rotated rows");
+    for (int64_t r = 0; r < n && s == SIMIL_OK; r += block) {
+        const int64_t m = n - r < block ? n - r : block;
+        for (int64_t i = 0; i < m; i++)
+            memcpy(rows + i * dim, (const char *)v + (size_t)(r + i) * vstride, row_bytes);
+        if (rotated != NULL) s = sml_opq_apply(m, dim, dim, base->rotation, rows, rotated);
+        if (s == SIMIL_OK)
+            sml_xfbq_encode(q, q->base_bits, m, rotated != NULL ? rotated : rows,
+                            base->normalize, (uint64_t *)((char *)out + (size_t)r * stride),
+                            stride);
+    }
+    sml_free(rows);
+    sml_free(rotated);
+    return s;
+}
+
+/* alpha for n host vectors: from the vectors, or with RR from the rotation
+ * of the rows sml_xfbq_choose_alpha would sample (evenly spaced, up to 2^21
+ * components), so that the rotation of a large batch costs no more. */
+static simil_status sml_xfbq_alpha_of(const sml_xfbq_base *base, int64_t n, const float *xs,
+                                      float *alpha)
+{
+    const int64_t dim = base->q.dim;
+    if (base->rotation == NULL || n == 0)
+        return sml_xfbq_choose_alpha(n, dim, xs, base->normalize, alpha);
+    int64_t rows = ((int64_t)1 << 21) / dim;
+    if (rows < 1) rows = 1;
+    if (rows > n) rows = n;
+    float *sample, *rotated = NULL;
+    SML_TRY(sml_alloc((void **)&sample, (size_t)(rows * dim), sizeof *sample, "an alpha sample"));
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(sample + r * dim, xs + (int64_t)((double)r * (double)n / (double)rows) * dim,
+               sizeof(float) * (size_t)dim);
+    const float *coded;
+    simil_status s = sml_xfbq_rotated(base, rows, sample, &coded, &rotated);
+    if (s == SIMIL_OK) s = sml_xfbq_choose_alpha(rows, dim, coded, base->normalize, alpha);
+    sml_free(sample);
+    sml_free(rotated);
+    return s;
 }
 
 /* Make alpha the index's scale, recoding whatever it stores. */
@@ -49,7 +170,7 @@ simil_status sml_xfbq_pick_alpha(simil_index *index, int64_t n, const float *xs)
     sml_xfbq_base *x = sml_xfbq_base_of(index);
     if (x->alpha_manual) return SIMIL_OK;
     float alpha;
-    SML_TRY(sml_xfbq_choose_alpha(n, index->dim, xs, x->normalize, &alpha));
+    SML_TRY(sml_xfbq_alpha_of(x, n, xs, &alpha));
     return sml_xfbq_set_alpha(index, alpha);
 }
 
@@ -62,28 +183,29 @@ simil_status sml_xfbq_add_with(simil_index *index, int64_t n, const float *xs,
     const sml_xfbq before = x->q;
     if (x->q.alpha == 0) {
         /* no alpha yet (an untrained flat index): this batch chooses it */
-        SML_TRY(sml_xfbq_choose_alpha(n, index->dim, xs, x->normalize, &x->q.alpha));
+        SML_TRY(sml_xfbq_alpha_of(x, n, xs, &x->q.alpha));
     }
     simil_status s = append(index, n, xs, ids);
     if (s != SIMIL_OK) x->q = before;
     return s;
 }
 
-/* codes (nq x query code words) of the queries: on the backend where it codes
- * them (queries and codes in its memory), else on the host. */
+/* codes (nq x query code words) of the queries to code (coded, rotated with
+ * RR): on the backend where it codes them (coded and codes in its memory),
+ * else on the host. */
 static simil_status sml_xfbq_query_codes(const simil_index *index, int64_t nq,
-                                         const float *queries, uint64_t *codes)
+                                         const float *coded, uint64_t *codes)
 {
     const sml_xfbq_base *x = sml_xfbq_base_of(index);
     sml_backend *b = index->backend;
     if (b->ops->xfbq_encode == NULL) {
         /* a backend without the op works in host memory */
-        sml_xfbq_encode(&x->q, x->q.query_bits, nq, queries, x->normalize, codes,
+        sml_xfbq_encode(&x->q, x->q.query_bits, nq, coded, x->normalize, codes,
                         (size_t)(x->q.query_bits * x->q.words) * sizeof *codes);
         return SIMIL_OK;
     }
     const sml_xfbq_encode_args enc = {
-        .x = queries,
+        .x = coded,
         .n = nq,
         .dim = index->dim,
         .bits = x->q.query_bits,
@@ -103,23 +225,29 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
     const int64_t nq = call->nq, dim = index->dim;
     const int64_t code_words = x->q.query_bits * x->q.words;
     uint64_t *codes = NULL;
-    char *device_block = NULL; /* GPU: the queries, then their codes */
-    const float *queries = call->queries;
-    const size_t qbytes = (sizeof(float) * (size_t)(nq * dim) + 255) / 256 * 256;
+    /* GPU: the queries, with RR their rotations, then their codes */
+    char *device_block = NULL;
+    const float *queries = call->queries, *coded = NULL;
+    float *rotated = NULL; /* host, RR */
+    const size_t fbytes = sizeof(float) * (size_t)(nq * dim);
+    const size_t qbytes = (fbytes + 255) / 256 * 256;
+    const size_t rbytes = x->rotation != NULL ? qbytes : 0;
     const size_t cbytes = sizeof *codes * (size_t)(nq * code_words);
-    simil_status s = SIMIL_OK;
-    if (b->gpu >= 0) {
-        s = b->ops->mem_alloc(b, qbytes + cbytes, (void **)&device_block);
+    simil_status s = sml_xfbq_rotated(x, nq, call->queries, &coded, &rotated);
+    if (s == SIMIL_OK && b->gpu >= 0) {
+        s = b->ops->mem_alloc(b, qbytes + rbytes + cbytes, (void **)&device_block);
         if (s == SIMIL_OK) {
             queries = (const float *)device_block;
-            codes = (uint64_t *)(device_block + qbytes);
-            s = b->ops->mem_upload(b, device_block, call->queries,
-                                   sizeof(float) * (size_t)(nq * dim));
+            coded = (const float *)(device_block + (rbytes ? qbytes : 0));
+            codes = (uint64_t *)(device_block + qbytes + rbytes);
+            s = b->ops->mem_upload(b, device_block, call->queries, fbytes);
+            if (s == SIMIL_OK && rotated != NULL)
+                s = b->ops->mem_upload(b, device_block + qbytes, rotated, fbytes);
         }
-    } else {
+    } else if (s == SIMIL_OK) {
         s = sml_alloc((void **)&codes, (size_t)(nq * code_words), sizeof *codes, "query codes");
     }
-    if (s == SIMIL_OK) s = sml_xfbq_query_codes(index, nq, queries, codes);
+    if (s == SIMIL_OK) s = sml_xfbq_query_codes(index, nq, coded, codes);
     if (s == SIMIL_OK) {
         sml_xfbq_select sel;
         const float extra = call->params.extra_distance < 0 ? 0.05f : call->params.extra_distance;
@@ -145,22 +273,50 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
         b->ops->mem_free(b, device_block);
     else
         sml_free(codes);
+    sml_free(rotated);
     return s;
 }
 
-/* Section XFBQ: f32 alpha (0: not chosen), u32 flags, u32 query bits, u32 base bits. */
+/* Section XFBQ: f32 alpha (0: not chosen), u32 flags, u32 query bits, u32 base
+ * bits; with RR (flag 4) the rotation after them, dim x dim f32.  Files
+ * written before RR have the 16 bytes alone, and load as before. */
 simil_status sml_xfbq_save_params(const simil_index *index, sml_writer *w)
 {
     const sml_xfbq_base *x = sml_xfbq_base_of(index);
     unsigned char p[16];
     const uint32_t flags = (x->q.alpha > 0 ? SML_XFBQ_ALPHA_SET : 0) |
-                           (x->alpha_manual ? SML_XFBQ_ALPHA_MANUAL : 0);
+                           (x->alpha_manual ? SML_XFBQ_ALPHA_MANUAL : 0) |
+                           (x->rotation != NULL ? SML_XFBQ_ROTATED : 0);
     const uint32_t qb = (uint32_t)x->q.query_bits, bb = (uint32_t)x->q.base_bits;
     memcpy(p, &x->q.alpha, 4);
     memcpy(p + 4, &flags, 4);
     memcpy(p + 8, &qb, 4);
     memcpy(p + 12, &bb, 4);
-    return sml_section_write(w, sml_tag_params, p, sizeof p);
+    if (x->rotation == NULL) return sml_section_write(w, sml_tag_params, p, sizeof p);
+    const size_t rbytes = sizeof(float) * (size_t)(index->dim * index->dim);
+    unsigned char *all;
+    SML_TRY(sml_alloc((void **)&all, sizeof p + rbytes, 1, "the XFBQ section"));
+    memcpy(all, p, sizeof p);
+    memcpy(all + sizeof p, x->rotation, rbytes);
+    const simil_status s = sml_section_write(w, sml_tag_params, all, sizeof p + rbytes);
+    sml_free(all);
+    return s;
+}
+
+/* The rotation as read: finite, and orthogonal to float precision (a damaged
+ * one would give codes unrelated to the vectors). */
+static int sml_xfbq_rotation_ok(int64_t dim, const float *rt)
+{
+    for (int64_t i = 0; i < dim; i++) {
+        double norm = 0;
+        for (int64_t j = 0; j < dim; j++) {
+            const float v = rt[i * dim + j];
+            if (!isfinite(v)) return 0;
+            norm += (double)v * v;
+        }
+        if (fabs(norm - 1) > 1e-3) return 0;
+    }
+    return 1;
 }
 
 simil_status sml_xfbq_load_params(simil_index *index, sml_reader *r)
@@ -168,11 +324,14 @@ simil_status sml_xfbq_load_params(simil_index *index, sml_reader *r)
     sml_xfbq_base *x = sml_xfbq_base_of(index);
     uint64_t bytes;
     unsigned char p[16];
+    const uint64_t rbytes =
+        x->rotation != NULL ? sizeof(float) * (uint64_t)(index->dim * index->dim) : 0;
     SML_TRY(sml_section_open(r, sml_tag_params, &bytes));
-    SML_RETURN_IF(bytes != sizeof p, SIMIL_ERR_CORRUPT,
-                  "'%s' is damaged: XFBQ parameters of %llu bytes", r->path,
-                  (unsigned long long)bytes);
+    SML_RETURN_IF(bytes != sizeof p + rbytes, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: XFBQ parameters of %llu bytes, expected %llu", r->path,
+                  (unsigned long long)bytes, (unsigned long long)(sizeof p + rbytes));
     SML_TRY(sml_section_read(r, p, sizeof p));
+    if (rbytes > 0) SML_TRY(sml_section_read(r, x->rotation, (size_t)rbytes));
     SML_TRY(sml_section_close(r));
     float alpha;
     uint32_t flags, qb, bb;
@@ -181,9 +340,12 @@ simil_status sml_xfbq_load_params(simil_index *index, sml_reader *r)
     memcpy(&qb, p + 8, 4);
     memcpy(&bb, p + 12, 4);
     const int set = (flags & SML_XFBQ_ALPHA_SET) != 0;
+    const int rotated = (flags & SML_XFBQ_ROTATED) != 0;
     SML_RETURN_IF(qb != (uint32_t)x->q.query_bits || bb != (uint32_t)x->q.base_bits ||
-                      flags > 3 || (set ? !(alpha > 0 && alpha <= 1e30f) : alpha != 0) ||
-                      (!set && index->ntotal > 0),
+                      flags > 7 || rotated != (x->rotation != NULL) ||
+                      (set ? !(alpha > 0 && alpha <= 1e30f) : alpha != 0) ||
+                      (!set && index->ntotal > 0) ||
+                      (rotated && !sml_xfbq_rotation_ok(index->dim, x->rotation)),
                   SIMIL_ERR_CORRUPT, "'%s' is damaged: impossible XFBQ parameters", r->path);
     x->q.alpha = alpha;
     x->alpha_manual = (flags & SML_XFBQ_ALPHA_MANUAL) != 0;

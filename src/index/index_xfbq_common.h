@@ -18,7 +18,19 @@
  * index has none yet (flat XFBQ needs no train call); or fixed by hand with
  * simil_index_set_xfbq_alpha, which train and add then keep.  Changing alpha
  * on a filled index recodes every stored row from its floats (each type's
- * recode). */
+ * recode).
+ *
+ * Rotation ("RR,", the XFBQ paper's section 3.5.1).  Data whose components
+ * are far from alike (a few dominant dimensions, sparse non-negative pixels)
+ * breaks the paper's Assumption 3.1, and one alpha suits no component.  With
+ * RR every code is made from the vector rotated by a fixed random orthogonal
+ * matrix rt (y = x rt, dim x dim, seeded: the same for every index of that
+ * dimension; saved with the index): alpha is chosen from rotated vectors,
+ * rows and queries are rotated before they are coded, and nothing else sees
+ * the rotation: the floats kept for re-ranking and reconstruct are the
+ * vectors given.  The rotation runs on the host (OpenBLAS, fixed blocks: the
+ * same bits on every backend and thread count), so CPU and GPU indexes make
+ * the same codes. */
 #ifndef SML_INDEX_XFBQ_COMMON_H
 #define SML_INDEX_XFBQ_COMMON_H
 
@@ -33,6 +45,7 @@ typedef struct sml_xfbq_base {
     sml_xfbq q;          /* dimensions, bits, alpha (0 until chosen) */
     int alpha_manual;    /* alpha set by hand: train and add keep it */
     int normalize;       /* metric IP or L2: codes from unit-norm copies */
+    float *rotation;     /* host, dim x dim (RR), else NULL: codes of x rotation */
     /* The type's stored rows recoded for q's alpha, and swapped in (all or
      * nothing); called only on an index with rows. */
     simil_status (*recode)(simil_index *index, const sml_xfbq *q);
@@ -46,6 +59,20 @@ static inline sml_xfbq_base *sml_xfbq_base_of(const simil_index *index)
 /* Fill base for the index's dimension, metric and bit counts. */
 simil_status sml_xfbq_base_init(sml_xfbq_base *base, const simil_index *index,
                                 simil_status (*recode)(simil_index *, const sml_xfbq *));
+
+/* Free what base_init allocated. */
+void sml_xfbq_base_free(sml_xfbq_base *base);
+
+/* The vectors to code for n host vectors v: *coded = v without a rotation,
+ * else a rotated copy that *copy owns (the caller frees it). */
+simil_status sml_xfbq_rotated(const sml_xfbq_base *base, int64_t n, const float *v,
+                              const float **coded, float **copy);
+
+/* Base codes of n host rows into out (q's base planes at stride bytes apart;
+ * bytes past the planes left alone) from the floats at v, vstride bytes
+ * apart, rotated first with RR. */
+simil_status sml_xfbq_code_rows(const sml_xfbq_base *base, const sml_xfbq *q, int64_t n,
+                                const float *v, size_t vstride, uint64_t *out, size_t stride);
 
 /* alpha from n vectors (host), unless it was set by hand. */
 simil_status sml_xfbq_pick_alpha(simil_index *index, int64_t n, const float *xs);
