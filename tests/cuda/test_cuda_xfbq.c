@@ -7,7 +7,8 @@
  * selection) and past n, every metric, extra distances (of the range and of
  * each query's spread), grouped queries of flat XFBQ (batches not a multiple
  * of 4), several blocks per query, probes of empty lists, remove, reconstruct, alpha set on the GPU, and precision on
- * Fashion-MNIST.  The GPU codes the queries itself: its codes must be the
+ * Fashion-MNIST; with RR (the random rotation, rotated on the host for both)
+ * the same results too, and reconstruct the vectors added.  The GPU codes the queries itself: its codes must be the
  * host encoder's, bit for bit (test_query_codes_match_host). */
 #include <math.h>
 #include <stdio.h>
@@ -374,6 +375,37 @@ static void test_query_codes_match_host(void **state)
     sml_backend_close(b);
 }
 
+/* RR: built on one backend, loaded on the other; with extra 0 the results
+ * are the same only where both take the same candidates, so codes and
+ * rotation must match exactly. */
+static void test_rotation_same_as_cpu(void **state)
+{
+    (void)state;
+    const int64_t dim = 96, n = 6000, nq = 101;
+    float *x = sml_test_malloc(sizeof(float) * n * dim);
+    float *q = sml_test_malloc(sizeof(float) * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 91, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 92, q));
+    const char *descs[] = {"RR,XFBQ", "RR,IVF16,XFBQ"};
+    const simil_metric metrics[] = {SIMIL_METRIC_COSINE, SIMIL_METRIC_IP};
+    for (int t = 0; t < 2; t++) {
+        simil_index *cpu, *gpu;
+        twin(descs[t], dim, metrics[t], n, x, t ? "cpu" : "gpu", &cpu, &gpu);
+        const float extras[] = {0.0f, 0.002f, -1.0f};
+        for (int e = 0; e < 3; e++)
+            compare(descs[t], cpu, gpu, x, n, q, nq, dim, 10, 4, extras[e], metrics[t]);
+        float a[96], b[96];
+        SML_ASSERT_OK(simil_index_reconstruct(gpu, 17, a));
+        SML_ASSERT_OK(simil_index_reconstruct(cpu, 17, b));
+        assert_memory_equal(a, b, sizeof a);
+        if (metrics[t] == SIMIL_METRIC_IP) assert_memory_equal(a, x + 17 * dim, sizeof a);
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+    }
+    free(x);
+    free(q);
+}
+
 int main(void)
 {
     sml_test_require_gpu();
@@ -385,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_ivf_same_as_cpu),
         cmocka_unit_test(test_flat_edits_on_gpu),
         cmocka_unit_test(test_fashion_mnist_precision),
+        cmocka_unit_test(test_rotation_same_as_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
