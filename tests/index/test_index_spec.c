@@ -38,6 +38,9 @@ static void test_accepts(void **state)
     expect_parse("XFBQ", 100, "XFBQ4x3");
     expect_parse("XFBQ8x1", 100, "XFBQ8x1");
     expect_parse("IVF1024,XFBQ", 100, "IVF1024,XFBQ4x3");
+    expect_parse("RR,XFBQ", 100, "RR,XFBQ4x3");
+    expect_parse("RR100,IVF64,XFBQ3x2", 100, "RR,IVF64,XFBQ3x2");
+    expect_parse("IDMap,RR,XFBQ,Refine", 100, "RR,XFBQ4x3,Refine");
     expect_parse("IVF4096,PQ32,Refine", 96, "IVF4096,PQ32x8,Refine");
     expect_parse("PQ8,RFlat", 64, "PQ8x8,Refine");
     expect_parse("SQ8", 7, "SQ8");
@@ -64,6 +67,10 @@ static void test_refuses(void **state)
     expect_error("XFBQ9x3", 64, "1 to 8");
     expect_error("XFBQ4", 64, "XFBQ<query bits>");
     expect_error("SQ4", 64, "SQ8, SQfp16 or SQbf16");
+    expect_error("RR,Flat", 64, "XFBQ codes only");
+    expect_error("RR,IVF8,PQ8", 64, "XFBQ codes only");
+    expect_error("RR32,XFBQ", 64, "keeps the dimension 64");
+    expect_error("RR,XFBQ", 8193, "at most 8192");
     expect_error("SQfp32", 64, "not an encoding");
     expect_error("OPQ16,SQ8", 64, "OPQ needs a PQ");
     expect_error("OPQ16,IVF10,Flat", 64, "OPQ needs a PQ");
