@@ -152,6 +152,12 @@ static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const c
     SML_RETURN_IF(h.trained && (uint64_t)(spec.ivf_nlist * coded_dim) > r->size / sizeof(float),
                   SIMIL_ERR_CORRUPT, "'%s' is damaged: %" PRId64 " lists cannot fit in %llu bytes",
                   r->path, spec.ivf_nlist, (unsigned long long)r->size);
+    /* an RR index stores its dim x dim rotation, trained or not (and making
+     * one costs an SVD): a file too small for it is refused first */
+    SML_RETURN_IF(spec.rotate && (uint64_t)(h.dim * h.dim) > r->size / sizeof(float),
+                  SIMIL_ERR_CORRUPT, "'%s' is damaged: a rotation of %" PRId64 " x %" PRId64
+                  " cannot fit in %llu bytes", r->path, h.dim, h.dim,
+                  (unsigned long long)r->size);
     /* One unsharded index cannot be spread over several devices as it loads:
      * sharding splits the vectors as they are added. */
     sml_placement placement;

@@ -833,6 +833,22 @@ static void test_rotation_spec(void **state)
         assert_null(index);
         printf("%s: %s\n", bad[i], simil_last_error());
     }
+    /* a file cut short of its rotation is refused before the rotation is made */
+    SML_ASSERT_OK(simil_index_create(&index, 65, "RR,XFBQ", SIMIL_METRIC_COSINE, "cpu"));
+    const char *path = sml_test_path("rr.simil"), *cut = sml_test_path("rr-cut.simil");
+    SML_ASSERT_OK(simil_index_save(index, path));
+    simil_index_destroy(index);
+    FILE *f = fopen(path, "rb");
+    char head[2000];
+    assert_int_equal(fread(head, 1, sizeof head, f), sizeof head);
+    fclose(f);
+    f = fopen(cut, "wb");
+    fwrite(head, 1, sizeof head, f);
+    fclose(f);
+    index = NULL;
+    SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_index_load(&index, cut, "cpu"));
+    assert_null(index);
+    assert_non_null(strstr(simil_last_error(), "rotation"));
 }
 
 /* Gaussian vectors whose first `strong` dimensions have 10x the scale of
