@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cli.h"
 #include "simil/simil.h"
 
 int cmd_bench(int argc, char **argv);
@@ -35,10 +36,6 @@ typedef struct bench_data {
     char paths[3][4096];                /* FILE.hdf5:train, :test, :neighbors */
 } bench_data;
 
-/* 1 if path names a whole ann-benchmarks file (FILE.hdf5 or FILE.h5, no
- * :DATASET), which holds its own queries and ground truth. */
-int bench_is_ann_file(const char *path);
-
 /* Read or generate the vectors into *d (zeroed first), checking that the
  * dimensions agree.  Returns a CLI exit code, having named what failed. */
 int bench_data_load(const bench_source *src, bench_data *d);
@@ -53,10 +50,11 @@ typedef struct bench_truth_opts {
     const char *dir; /* where the computed ground truth is cached */
 } bench_truth_opts;
 
-/* The true neighbours, nq x *cols (>= k) ids into *truth (free() it): from
- * d->gt; else from DIR/gt-NAME-METRIC-kK.ivecs when it fits the queries;
- * else by exact search with Flat, saved to that file. */
-int bench_truth(const bench_data *d, const bench_truth_opts *o, int64_t **truth, int64_t *cols);
+/* The true neighbours into *t (cli_truth_free() it): ids from d->gt; else
+ * from DIR/gt-NAME-METRIC-kK.ivecs when it fits the queries; else by exact
+ * search with Flat, saved to that file.  Their distances come from an
+ * ann-benchmarks file of the same metric, else from the base vectors. */
+int bench_truth(const bench_data *d, const bench_truth_opts *o, cli_truth *t);
 
 /* ---- results (bench_report.c) ---- */
 
@@ -68,7 +66,8 @@ typedef struct bench_point {
     int64_t k;
     double build_seconds;  /* train + add */
     int64_t memory_bytes;  /* size of the saved index file; -1 if unknown */
-    double qps, r_at_1, recall_at_k;
+    double qps;
+    cli_recall_result recall;
     char backend[128];     /* simil_backend_name() */
     char device[128];      /* the GPU's or CPU's model name */
 } bench_point;

@@ -20,7 +20,8 @@
 #include "cli.h"
 
 const char bench_csv_header[] = "dataset,index,params,k,build_seconds,memory_bytes,qps,"
-                                "r_at_1,recall_at_k,backend,device";
+                                "one_recall_at_1,one_recall_at_k,recall_k_at_k,recall_by,"
+                                "backend,device";
 
 enum { BENCH_PLOT_WIDTH = 1000, BENCH_PLOT_HEIGHT = 700 };
 
@@ -107,7 +108,8 @@ static void csv_row(FILE *f, const char *dataset, const bench_point *p)
     csv_field(f, p->params);
     fprintf(f, ",%" PRId64 ",%.6f,", p->k, p->build_seconds);
     if (p->memory_bytes >= 0) fprintf(f, "%" PRId64, p->memory_bytes);
-    fprintf(f, ",%.1f,%.6f,%.6f,", p->qps, p->r_at_1, p->recall_at_k);
+    fprintf(f, ",%.1f,%.6f,%.6f,%.6f,%s,", p->qps, p->recall.one_at_1, p->recall.one_at_k,
+            p->recall.k_at_k, p->recall.by_distance ? "distance" : "id");
     csv_field(f, p->backend);
     fputc(',', f);
     csv_field(f, p->device);
@@ -123,8 +125,11 @@ static void json_object(FILE *f, const char *dataset, const bench_point *p)
     fprintf(f, "\"k\": %" PRId64 ", \"build_seconds\": %.6f, ", p->k, p->build_seconds);
     if (p->memory_bytes >= 0) fprintf(f, "\"memory_bytes\": %" PRId64 ", ", p->memory_bytes);
     else fputs("\"memory_bytes\": null, ", f);
-    fprintf(f, "\"qps\": %.1f, \"r_at_1\": %.6f, \"recall_at_k\": %.6f, ", p->qps, p->r_at_1,
-            p->recall_at_k);
+    fprintf(f,
+            "\"qps\": %.1f, \"one_recall_at_1\": %.6f, \"one_recall_at_k\": %.6f, "
+            "\"recall_k_at_k\": %.6f, \"recall_by\": \"%s\", ",
+            p->qps, p->recall.one_at_1, p->recall.one_at_k, p->recall.k_at_k,
+            p->recall.by_distance ? "distance" : "id");
     json_field(f, "backend", p->backend, ", ");
     json_field(f, "device", p->device, "}");
 }
@@ -275,7 +280,7 @@ static void gp_ranges(const bench_point *points, size_t n, const bench_anchor *a
 {
     double rmin = 1, qmin = INFINITY, qmax = 0;
     for (size_t i = 0; i < n + nanchors; i++) {
-        double r = i < n ? points[i].recall_at_k : anchors[i - n].recall;
+        double r = i < n ? points[i].recall.k_at_k : anchors[i - n].recall;
         double q = i < n ? points[i].qps : anchors[i - n].qps;
         if (r < rmin) rmin = r;
         if (q > 0 && q < qmin) qmin = q;
@@ -295,7 +300,7 @@ static void gp_index_block(FILE *f, size_t id, const bench_point *points, size_t
     fprintf(f, "$P%zu << EOD\n", id);
     for (size_t i = 0; i < n; i++)
         if (!strcmp(points[i].index, name))
-            fprintf(f, "%.6f %.3f\n", points[i].recall_at_k, points[i].qps);
+            fprintf(f, "%.6f %.3f\n", points[i].recall.k_at_k, points[i].qps);
     fputs("EOD\n", f);
 }
 
@@ -319,7 +324,7 @@ static void gp_header(FILE *f, const char *title, int64_t k, double x0, double y
             BENCH_PLOT_HEIGHT);
     fputs("set output outfile\nset title ", f);
     gp_string(f, title);
-    fprintf(f, "\nset xlabel 'recall%" PRId64 "@%" PRId64 "'\n", k, k);
+    fprintf(f, "\nset xlabel 'recall %" PRId64 "@%" PRId64 "'\n", k, k);
     fputs("set ylabel 'queries per second (log scale)'\n"
           "set logscale y\nset format y '%.0s%c'\nset grid xtics ytics mytics\n"
           "set key below left Left reverse maxcols 3 width 2\n",

@@ -50,7 +50,9 @@ static const char bench_usage[] =
     "                    index that does not use NAME runs once for it\n"
     "  --param NAME=VALUE a search parameter for every point; repeatable\n"
     "  -k, --k K         neighbours per query (default 10)\n"
-    "  --metric M        l2 (default), ip or cosine\n"
+    "  --metric M        l2, ip or cosine.  Default: the metric an ann-benchmarks\n"
+    "                    file declares (euclidean: l2, angular: cosine), else l2;\n"
+    "                    a --metric that contradicts the file gets a warning\n"
     "  --device D        auto (default), cpu, gpu or gpu:N\n"
     "  --threads T       CPU threads for searching (default: all)\n"
     "  --anchors FILE    CSV of label,recall,qps points to draw for comparison\n"
@@ -132,8 +134,8 @@ typedef struct bench_run {
     const bench_args *a;
     simil_metric metric;
     const bench_data *d;
-    const int64_t *truth;
-    int64_t truth_cols;
+    const cli_truth *truth;
+    double *found;   /* nq x k exact distances of the results */
     float *dist;     /* nq x k, scratch for every search */
     int64_t *labels; /* nq x k */
     bench_point *points;
@@ -223,8 +225,8 @@ static int bench_measure(bench_run *r, const simil_index *index,
     }
     double seconds = cli_median(times, 3);
     p->qps = seconds > 0 ? (double)nq / seconds : 0.0;
-    if (cli_recall(nq, r->a->k, r->labels, r->truth, r->truth_cols, &p->r_at_1,
-                   &p->recall_at_k)) {
+    cli_exact_distances(r->metric, &r->d->base, &r->d->queries, r->a->k, r->labels, r->found);
+    if (cli_recall(nq, r->a->k, r->labels, r->found, r->truth, &p->recall)) {
         cli_error("out of memory computing recall");
         r->failed = 1;
         return 1;
@@ -234,10 +236,11 @@ static int bench_measure(bench_run *r, const simil_index *index,
 
 static void bench_print_header(int64_t k)
 {
-    char recall[32];
-    snprintf(recall, sizeof recall, "recall@%" PRId64, k);
-    printf("%-24s %-20s %9s %9s %12s %7s %10s\n", "index", "params", "build s", "size MiB",
-           "QPS", "R@1", recall);
+    char one_k[32], k_k[40];
+    snprintf(one_k, sizeof one_k, "1-recall@%" PRId64, k);
+    snprintf(k_k, sizeof k_k, "recall %" PRId64 "@%" PRId64, k, k);
+    printf("%-24s %-20s %9s %9s %12s %10s %11s %12s\n", "index", "params", "build s",
+           "size MiB", "QPS", "1-recall@1", one_k, k_k);
     fflush(stdout);
 }
 
@@ -246,8 +249,9 @@ static void bench_print_row(const bench_point *p)
     char size[32] = "-";
     if (p->memory_bytes >= 0)
         snprintf(size, sizeof size, "%.1f", (double)p->memory_bytes / 1048576.0);
-    printf("%-24s %-20s %9.3f %9s %12.0f %7.4f %10.4f\n", p->index, p->params,
-           p->build_seconds, size, p->qps, p->r_at_1, p->recall_at_k);
+    printf("%-24s %-20s %9.3f %9s %12.0f %10.4f %11.4f %12.4f\n", p->index, p->params,
+           p->build_seconds, size, p->qps, p->recall.one_at_1, p->recall.one_at_k,
+           p->recall.k_at_k);
     fflush(stdout);
 }
 
@@ -379,7 +383,9 @@ static int bench_sweeps(bench_run *r, const bench_anchor *anchors, size_t nancho
                          d->queries.rows, a->k);
     r->dist = malloc(cells * sizeof *r->dist);
     r->labels = malloc(cells * sizeof *r->labels);
-    if (!r->dist || !r->labels) return cli_error("out of memory for %zu results", cells);
+    r->found = malloc(cells * sizeof *r->found);
+    if (!r->dist || !r->labels || !r->found)
+        return cli_error("out of memory for %zu results", cells);
     printf("# %s: %" PRId64 " base vectors, %" PRId64 " queries, dim %" PRId64
            ", metric %s, k %" PRId64 "\n",
            d->name, d->base.rows, d->queries.rows, d->base.cols, simil_metric_name(r->metric),
@@ -392,37 +398,43 @@ static int bench_sweeps(bench_run *r, const bench_anchor *anchors, size_t nancho
     if (rc) return rc;
     if (r->npoints == 0) return cli_error("no results: none of the indexes could be run");
     const bench_point *p = &r->points[0];
-    snprintf(title, sizeof title, "%s (%" PRId64 " x %" PRId64 ", %" PRId64 " queries, %s) on %s%s%s",
+    /* a long title is cut to fit: it only labels the plot */
+    if (snprintf(title, sizeof title, "%s (%" PRId64 " x %" PRId64 ", %" PRId64 " queries, %s) on %s%s%s",
              d->name, d->base.rows, d->base.cols, d->queries.rows, simil_metric_name(r->metric),
              p->backend, strstr(p->backend, p->device) ? "" : ", ",
-             strstr(p->backend, p->device) ? "" : p->device);
+             strstr(p->backend, p->device) ? "" : p->device) < 0)
+        title[0] = '\0';
     return bench_plot(a->out, title, a->k, r->points, r->npoints, anchors, nanchors);
 }
 
-static int bench_main(const bench_args *a, simil_metric metric)
+static int bench_main(const bench_args *a)
 {
     const bench_source src = {a->dataset, a->data, a->queries, a->gt, a->train};
     bench_anchor *anchors = NULL;
     size_t nanchors = 0;
     bench_data d;
-    bench_run r = {.a = a, .metric = metric, .d = &d};
-    int64_t *truth = NULL;
+    simil_metric metric = SIMIL_METRIC_L2;
+    bench_run r = {.a = a, .d = &d};
+    cli_truth truth = {0, 0, NULL, NULL};
     int rc = bench_mkdir(a->out);
     memset(&d, 0, sizeof d);
     if (!rc && a->anchors) rc = bench_anchors_read(a->anchors, &anchors, &nanchors);
+    if (!rc) rc = cli_resolve_metric(a->metric, a->data, &metric);
+    r.metric = metric;
     if (!rc) rc = bench_data_load(&src, &d);
     if (!rc) rc = bench_check_indexes(a, metric, d.base.cols);
     if (!rc) {
         const bench_truth_opts o = {a->k, metric, a->device, (int)a->threads, a->out};
-        rc = bench_truth(&d, &o, &truth, &r.truth_cols);
-        r.truth = truth;
+        rc = bench_truth(&d, &o, &truth);
+        r.truth = &truth;
     }
     if (!rc) rc = bench_sweeps(&r, anchors, nanchors);
     if (!rc && r.failed) rc = CLI_EXIT_FAIL;
     free(r.dist);
     free(r.labels);
     free(r.points);
-    free(truth);
+    cli_truth_free(&truth);
+    free(r.found);
     free(anchors);
     bench_data_free(&d);
     return rc;
@@ -432,18 +444,19 @@ static int bench_main(const bench_args *a, simil_metric metric)
 
 /* Checks cli_parse cannot make; the search parameters of --param and
  * --sweep. */
-static int bench_check_args(bench_args *a, simil_metric *metric)
+static int bench_check_args(bench_args *a)
 {
+    simil_metric metric;
     int ok = 1;
     if (!a->data == !a->dataset)
         return cli_usage_error("give either --data or --dataset"), 0;
     if (a->dataset && !cli_check_choice("--dataset", a->dataset, bench_dataset_names)) return 0;
     if (a->dataset && a->queries)
         return cli_usage_error("--queries goes with --data, not with --dataset"), 0;
-    if (a->data && !a->queries && !bench_is_ann_file(a->data))
+    if (a->data && !a->queries && !cli_is_ann_file(a->data))
         return cli_usage_error("--data %s needs --queries (only an ann-benchmarks .hdf5 "
                                "file holds its own queries)", a->data), 0;
-    if (simil_metric_parse(a->metric, metric) != SIMIL_OK)
+    if (a->metric && simil_metric_parse(a->metric, &metric) != SIMIL_OK)
         return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a->metric), 0;
     if (!cli_check_device("--device", a->device)) return 0;
     if (!*a->out) return cli_usage_error("--out: empty folder name"), 0;
@@ -459,7 +472,7 @@ static int bench_check_args(bench_args *a, simil_metric *metric)
 
 int cmd_bench(int argc, char **argv)
 {
-    bench_args a = {.metric = "l2", .device = "auto", .k = 10};
+    bench_args a = {.device = "auto", .k = 10};
     const cli_opt opts[] = {
         {"data", 0, CLI_STRING, &a.data, 0, 0, 0},
         {"queries", 0, CLI_STRING, &a.queries, 0, 0, 0},
@@ -477,17 +490,16 @@ int cmd_bench(int argc, char **argv)
         {"out", 'o', CLI_STRING, &a.out, 1, 0, 0},
         {NULL, 0, CLI_FLAG, NULL, 0, 0, 0},
     };
-    simil_metric metric;
     char usage[12288];
     int rc;
     cli_params_usage(bench_usage, usage, sizeof usage);
     if (!cli_parse(argc, argv, opts, usage, NULL, 0, &rc)) return rc;
     if ((rc = cli_params_init(&a.base))) return rc;
-    if (!bench_check_args(&a, &metric)) {
+    if (!bench_check_args(&a)) {
         rc = CLI_EXIT_USAGE;
     } else {
         cli_progress_install(0);
-        rc = bench_main(&a, metric);
+        rc = bench_main(&a);
     }
     for (int i = 0; i < a.nsweeps; i++) {
         free(a.sweeps[i].text);

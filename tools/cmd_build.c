@@ -14,14 +14,16 @@ static const char build_usage[] =
     "Build an index over the vectors of FILE and save it to INDEX.\n"
     "\n"
     "  --data FILE      vectors to add: .fvecs .bvecs .ivecs .npy, idx[.gz],\n"
-    "                   or FILE.hdf5:train\n"
+    "                   or FILE.hdf5[:train] (an ann-benchmarks file: its train set)\n"
     "  --index DESC     index description: Flat, IVF4096,Flat, IVF4096,PQ32,\n"
     "                   OPQ32,IVF4096,PQ32, XFBQ, IVF1024,XFBQ, SQ8, SQfp16,\n"
     "                   IVF4096,SQ8, ...\n"
     "  --out INDEX      index file to write\n"
     "  --format F       simil (default) or faiss: a Faiss index file that\n"
     "                   faiss.read_index() loads (Flat, IVFn,Flat, IVFn,PQm)\n"
-    "  --metric M       l2 (default), ip or cosine\n"
+    "  --metric M       l2, ip or cosine.  Default: the metric an ann-benchmarks\n"
+    "                   file declares (euclidean: l2, angular: cosine), else l2;\n"
+    "                   a --metric that contradicts the file gets a warning\n"
     "  --train FILE     training vectors (default: the data itself)\n"
     "  --max-train N    train on at most the first N training vectors\n"
     "  --device D       auto (default), cpu, gpu, gpu:N, gpus, gpu:0,1, cpu:N\n"
@@ -40,6 +42,7 @@ typedef struct build_args {
     int64_t max_train;
     int64_t part_index, parts;
     int progress;
+    char paths[2][4096]; /* FILE.hdf5:train for --data and --train */
 } build_args;
 
 /* Train the index unless it needs none; *seconds gets the time taken. */
@@ -115,7 +118,7 @@ static int build_run(const build_args *a, simil_metric metric)
 
 int cmd_build(int argc, char **argv)
 {
-    build_args a = {NULL, NULL, NULL, "simil", "l2", NULL, "auto", NULL, 0, 0, 1, 0};
+    build_args a = {.format = "simil", .device = "auto", .parts = 1};
     const cli_opt opts[] = {
         {"data", 0, CLI_STRING, &a.data, 1, 0, 0},
         {"index", 0, CLI_STRING, &a.desc, 1, 0, 0},
@@ -132,8 +135,8 @@ int cmd_build(int argc, char **argv)
     simil_metric metric;
     int rc;
     if (!cli_parse(argc, argv, opts, build_usage, NULL, 0, &rc)) return rc;
-    if (simil_metric_parse(a.metric, &metric) != SIMIL_OK)
-        return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a.metric);
+    a.data = cli_ann_dataset(a.data, "train", a.paths[0], sizeof a.paths[0]);
+    a.train = cli_ann_dataset(a.train, "train", a.paths[1], sizeof a.paths[1]);
     if (!cli_check_device("--device", a.device)) return CLI_EXIT_USAGE;
     if (strcmp(a.format, "simil") != 0 && strcmp(a.format, "faiss") != 0)
         return cli_usage_error("--format: '%s' is not simil or faiss", a.format);
@@ -146,6 +149,7 @@ int cmd_build(int argc, char **argv)
         a.part_index = i;
         a.parts = n;
     }
+    if ((rc = cli_resolve_metric(a.metric, a.data, &metric))) return rc;
     cli_progress_install(a.progress);
     return build_run(&a, metric);
 }
