@@ -63,6 +63,7 @@ typedef struct sml_faiss_parsed {
     simil_metric metric;
     float *vectors;         /* Flat: ntotal x dim */
     int64_t nlist;          /* IVF */
+    int64_t nprobe;         /* IVF: the default the file carries */
     float *coarse;          /* IVF: nlist x dim */
     int64_t pq_m;           /* IVF-PQ */
     float *codebooks;       /* IVF-PQ: pq_m x 256 x dim / pq_m */
@@ -314,6 +315,9 @@ static simil_status sml_fr_ivf_header(sml_reader *r, sml_faiss_parsed *p, int le
     uint64_t nlist, nprobe;
     SML_TRY(sml_fr_u64(r, &nlist));
     SML_TRY(sml_fr_u64(r, &nprobe));
+    SML_RETURN_IF(nprobe > (uint64_t)INT64_MAX, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: nprobe %llu", r->path, (unsigned long long)nprobe);
+    p->nprobe = (int64_t)nprobe;
     SML_TRY(sml_fr_quantizer(r, p, nlist));
     if (legacy) SML_TRY(sml_fr_legacy_ids(r, p));
     return sml_fr_direct_map(r);
@@ -678,6 +682,7 @@ static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, 
     }
     index->ntotal = p->ntotal;
     index->next_id = next_id;
+    index->nprobe = p->nprobe; /* Faiss's default becomes the index's */
     return SIMIL_OK;
 }
 

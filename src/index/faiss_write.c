@@ -116,13 +116,13 @@ static simil_status sml_fw_invlists(sml_writer *w, sml_backend *b, const sml_ivf
     return SIMIL_OK;
 }
 
-/* Header, nlist, nprobe (1), the quantizer, and an empty direct map. */
+/* Header, nlist, the default nprobe, the quantizer, an empty direct map. */
 static simil_status sml_fw_ivf_header(sml_writer *w, const simil_index *index, sml_backend *b,
                                       const sml_ivf *ivf)
 {
     SML_TRY(sml_fw_header(w, index, index->ntotal));
     SML_TRY(sml_fw_u64(w, (uint64_t)ivf->nlist));
-    SML_TRY(sml_fw_u64(w, 1));
+    SML_TRY(sml_fw_u64(w, (uint64_t)simil_index_nprobe(index)));
     SML_TRY(sml_fw_flat(w, index, b, ivf->centroids_mem, ivf->nlist));
     SML_TRY(sml_fw_u8(w, 0));
     return sml_fw_u64(w, 0);

@@ -227,6 +227,10 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
                   "search: the outputs are in GPU memory, but the index is on the CPU");
     sml_search_call call = {.nq = nq, .k = k, .distances = distances, .labels = labels};
     call.params = params != NULL ? *params : *sml_search_defaults();
+    /* a search that does not set nprobe visits the index's default (saved
+     * with it, or read from a Faiss file) */
+    if (!sml_search_param_given(&call.params, "nprobe") && index->nprobe > 0)
+        call.params.nprobe = index->nprobe;
     /* an inverted file probes min(nprobe, nlist) lists per query */
     const int64_t probes = call.params.nprobe < index->spec.ivf_nlist ? call.params.nprobe
                                                                        : index->spec.ivf_nlist;
@@ -290,6 +294,24 @@ simil_status simil_index_reset(simil_index *index)
     index->vt->reset(index);
     index->ntotal = 0;
     return SIMIL_OK;
+}
+
+simil_status simil_index_set_nprobe(simil_index *index, int64_t nprobe)
+{
+    SML_CHECK_INDEX(index);
+    SML_RETURN_IF(index->spec.ivf_nlist == 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "set_nprobe: index '%s' has no inverted lists", index->description);
+    SML_RETURN_IF(nprobe < 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "set_nprobe: nprobe=%" PRId64 " must be >= 1 (or 0 for the default, 1)",
+                  nprobe);
+    index->nprobe = nprobe;
+    return SIMIL_OK;
+}
+
+int64_t simil_index_nprobe(const simil_index *index)
+{
+    if (index == NULL || index->spec.ivf_nlist == 0) return 0;
+    return index->nprobe > 0 ? index->nprobe : 1;
 }
 
 int64_t simil_index_size(const simil_index *index) { return index ? index->ntotal : 0; }

@@ -28,6 +28,7 @@ struct simil_search_params {
     int extra_of;            /* XFBQ: what extra_distance is a fraction of, an sml_extra_of */
     int lut;                 /* IVF-PQ on a GPU: an sml_lut_precision */
     int precomputed_tables;  /* IVF-PQ, L2: 1 term tables per query, 0 per (query, list) */
+    unsigned given;          /* bit i: the setting of row i of the table was set */
 };
 
 /* Precision of IVF-PQ lookup tables in GPU shared memory. */
@@ -46,6 +47,10 @@ typedef enum sml_extra_of {
 
 /* Every setting at its default (what a NULL params means). */
 const simil_search_params *sml_search_defaults(void);
+
+/* 1 if the setting called name was set in params (not left at its default):
+ * an index's own default nprobe applies only where nprobe was not. */
+int sml_search_param_given(const simil_search_params *params, const char *name);
 
 /* Queries and results are in host memory, except for a type with device_io
  * set, which also gets the caller's GPU arrays as they are (cosine queries
@@ -90,6 +95,8 @@ struct simil_index {
     char device[48];   /* the device string it was created with, for inner indexes */
     int64_t ntotal;
     int64_t next_id;   /* one past the largest id ever added (see sml_id_fits) */
+    int64_t nprobe;    /* inverted lists a search visits when its parameters do
+                          not set nprobe; 0 here means the table's default, 1 */
     int trained;
     void *impl;
 };

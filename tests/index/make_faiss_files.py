@@ -47,11 +47,12 @@ def search(faiss, index, q, k=K, nprobe=NPROBE):
     return index.search(q, k)
 
 
-def save(faiss, out, name, index, q):
+def save(faiss, out, name, index, q, own_nprobe=False):
+    """With own_nprobe, Faiss searches with the nprobe stored in the file."""
     path = f"{out}/{name}.faiss"
     faiss.write_index(index, path)
     index = faiss.read_index(path)  # the results of the file, not of the object
-    D, I = search(faiss, index, q)
+    D, I = index.search(q, K) if own_nprobe else search(faiss, index, q)
     np.save(f"{out}/{name}.q.npy", q)
     np.save(f"{out}/{name}.D.npy", D.astype(np.float32))
     np.save(f"{out}/{name}.I.npy", I.astype(np.int64))
@@ -144,6 +145,10 @@ def gen_ivf_flat(faiss, out):
     index = faiss.IndexIDMap2(ivf_flat(faiss, d, 16, faiss.METRIC_L2, xb))
     index.add_with_ids(xb, (np.arange(n, dtype=np.int64)[::-1] * 2 + 100).copy())
     save(faiss, out, "idmap2_ivfflat", index, q)
+    index = ivf_flat(faiss, d, 16, faiss.METRIC_L2, xb)
+    index.add(xb)
+    index.nprobe = 6  # saved in the file: the default of Faiss's searches of it
+    save(faiss, out, "ivfflat_nprobe6", index, q, own_nprobe=True)
 
 
 def gen_ivf_pq(faiss, out):

@@ -169,6 +169,30 @@ static void test_read_ivf_flat(void **state)
     check_read("legacy_ivfflat", "IVF16,Flat", SIMIL_METRIC_L2, flat_tol);
 }
 
+/* The nprobe a Faiss file carries is the default of the loaded index: a
+ * search that does not set nprobe visits as many lists as Faiss's does. */
+static void test_read_nprobe(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    simil_index *index = NULL;
+    SML_ASSERT_OK(simil_index_load(&index, data_path("ivfflat_nprobe6.faiss"), "cpu"));
+    assert_int_equal(simil_index_nprobe(index), 6);
+    simil_matrix q = npy("ivfflat_nprobe6", "q"), rd = npy("ivfflat_nprobe6", "D"),
+                 rl = npy("ivfflat_nprobe6", "I");
+    float *d = sml_test_malloc(sizeof(float) * (size_t)(q.rows * K));
+    int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q.rows * K));
+    SML_ASSERT_OK(simil_index_search(index, q.rows, q.data, K, NULL, d, l));
+    check_same("ivfflat_nprobe6 searched with its own nprobe", q.rows, d, l, rd.data, rl.data,
+               flat_tol);
+    free(d);
+    free(l);
+    simil_matrix_free(&q);
+    simil_matrix_free(&rd);
+    simil_matrix_free(&rl);
+    simil_index_destroy(index);
+}
+
 static void test_read_ivf_pq(void **state)
 {
     (void)state;
@@ -442,6 +466,24 @@ static void test_write_round_trip(void **state)
     free(q);
 }
 
+/* The index's default nprobe goes into the Faiss file and comes back. */
+static void test_write_nprobe(void **state)
+{
+    (void)state;
+    float *x = sml_test_malloc(sizeof(float) * WN * WD);
+    sml_test_fill_uniform(x, WN * WD, 81, -1, 1);
+    const char *path = sml_test_path("nprobe.faiss");
+    simil_index *index = built("IVF16,Flat", SIMIL_METRIC_L2, x, 0), *back;
+    assert_int_equal(simil_index_nprobe(index), 1);
+    SML_ASSERT_OK(simil_index_set_nprobe(index, 7));
+    SML_ASSERT_OK(simil_index_save_faiss(index, path));
+    SML_ASSERT_OK(simil_index_load(&back, path, "cpu"));
+    assert_int_equal(simil_index_nprobe(back), 7);
+    simil_index_destroy(back);
+    simil_index_destroy(index);
+    free(x);
+}
+
 static void test_write_errors(void **state)
 {
     (void)state;
@@ -477,6 +519,7 @@ int main(void)
         cmocka_unit_test(test_read_flat),     cmocka_unit_test(test_read_ivf_flat),
         cmocka_unit_test(test_read_ivf_pq),   cmocka_unit_test(test_read_sq),
         cmocka_unit_test(test_read_unsupported),
+        cmocka_unit_test(test_read_nprobe),   cmocka_unit_test(test_write_nprobe),
         cmocka_unit_test(test_read_damaged),  cmocka_unit_test(test_write),
         cmocka_unit_test(test_write_round_trip), cmocka_unit_test(test_write_errors),
     };
