@@ -20,7 +20,8 @@ static const char build_usage[] =
     "                   IVF4096,SQ8, ...\n"
     "  --out INDEX      index file to write\n"
     "  --format F       simil (default) or faiss: a Faiss index file that\n"
-    "                   faiss.read_index() loads (Flat, IVFn,Flat, IVFn,PQm)\n"
+    "                   faiss.read_index() loads (Flat, IVFn,Flat, IVFn,PQm[xb],\n"
+    "                   OPQm,...); checked before training\n"
     "  --metric M       l2, ip or cosine.  Default: the metric an ann-benchmarks\n"
     "                   file declares (euclidean: l2, angular: cosine), else l2;\n"
     "                   a --metric that contradicts the file gets a warning\n"
@@ -85,6 +86,9 @@ static int build_run(const build_args *a, simil_metric metric)
     if (rc) return rc;
     st = simil_index_create(&index, data.cols, a->desc, metric, a->device);
     if (st != SIMIL_OK) rc = cli_fail(st, NULL);
+    /* before the training, which can take long: can Faiss hold it at all? */
+    if (!rc && !strcmp(a->format, "faiss") && (st = simil_index_check_faiss(index)) != SIMIL_OK)
+        rc = cli_fail(st, NULL);
     if (!rc) rc = build_train(index, a, &data, &train_s);
     if (!rc) {
         /* the whole data, or one part of it with global row numbers as ids */

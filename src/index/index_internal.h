@@ -162,6 +162,9 @@ simil_status sml_ivf_pq_set_trained(simil_index *index, const float *coarse,
                                     const float *codebooks);
 void sml_ivf_pq_parts(const simil_index *index, struct sml_ivf **ivf, struct sml_pq **pq);
 
+/* OPQ: its rotation (host, dim x dout: y = x rt) and the index inside. */
+void sml_opq_parts(const simil_index *index, float **rt, int64_t *dout, simil_index **inner);
+
 /* Bytes of an IVF-PQ row: the code (sml_pq_code_size), then, for the L2
  * kernel metric, the row's term 1 as a float. */
 size_t sml_ivf_pq_row_bytes(int64_t m, simil_metric kernel_metric);

@@ -133,6 +133,14 @@ static void sml_opq_destroy(simil_index *index)
     sml_free(o);
 }
 
+void sml_opq_parts(const simil_index *index, float **rt, int64_t *dout, simil_index **inner)
+{
+    sml_opq *o = sml_opq_of(index);
+    *rt = o->rt;
+    *dout = o->dout;
+    *inner = o->inner;
+}
+
 static const sml_index_vtable sml_opq_vtable = {
     .train = sml_opq_train_index,
     .add = sml_opq_add,

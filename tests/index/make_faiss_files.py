@@ -117,6 +117,18 @@ def ivf_pq(faiss, d, nlist, m, nbits, metric, xt, by_residual=True):
     return index
 
 
+def factory(faiss, d, desc, metric=None):
+    """index_factory(d, desc), trained quickly: OPQ for 5 iterations (not 50),
+    and an IVF-PQ without polysemous training (minutes on a busy machine)."""
+    index = faiss.index_factory(d, desc, faiss.METRIC_L2 if metric is None else metric)
+    if desc.startswith("OPQ"):
+        faiss.downcast_VectorTransform(index.chain.at(0)).niter = 5
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    if isinstance(ivf, faiss.IndexIVFPQ):
+        ivf.do_polysemous_training = False
+    return index
+
+
 def gen_flat(faiss, out):
     d, n = 20, 1000
     xb, q = rand(1, n, d), rand(2, NQ, d)
@@ -161,6 +173,34 @@ def gen_ivf_pq(faiss, out):
     index = ivf_pq(faiss, d, 16, 8, 8, faiss.METRIC_INNER_PRODUCT, xb)
     index.add(xb)
     save(faiss, out, "ivfpq_ip", index, q)
+    index = ivf_pq(faiss, d, 16, 8, 4, faiss.METRIC_L2, xb)  # 4-bit codes, packed two a byte
+    index.add(xb)
+    save(faiss, out, "ivfpq4_l2", index, q)
+    index = factory(faiss, d, "OPQ8,IVF16,PQ8")  # an IndexPreTransform
+    index.train(xb)
+    index.add(xb)
+    save(faiss, out, "opq_ivfpq", index, q)
+    index = faiss.IndexIDMap2(factory(faiss, d, "OPQ8_16,IVF16,PQ8x4",
+                                          faiss.METRIC_INNER_PRODUCT))
+    index.train(xb)
+    index.add_with_ids(xb, np.arange(n, dtype=np.int64) * 3 + 1)
+    save(faiss, out, "idmap_opq_ivfpq4_ip", index, q)
+
+
+def gen_hnsw(faiss, out):
+    """IndexHNSWFlat loads as Flat: the reference is exact search of its vectors."""
+    d, n = 16, 800
+    xb, q = rand(12, n, d), rand(13, NQ, d)
+    for name, metric in (("hnsw_l2", faiss.METRIC_L2), ("hnsw_ip", faiss.METRIC_INNER_PRODUCT)):
+        index = faiss.IndexHNSWFlat(d, 8, metric)
+        index.add(xb)
+        faiss.write_index(index, f"{out}/{name}.faiss")
+        flat = faiss.IndexFlat(d, metric)
+        flat.add(xb)
+        D, I = flat.search(q, K)
+        np.save(f"{out}/{name}.q.npy", q)
+        np.save(f"{out}/{name}.D.npy", D.astype(np.float32))
+        np.save(f"{out}/{name}.I.npy", I.astype(np.int64))
 
 
 def sq_types(faiss):
@@ -211,10 +251,20 @@ def gen_unsupported(faiss, out):
     index = ivf_pq(faiss, d, 4, 4, 8, faiss.METRIC_L2, xb, by_residual=False)
     index.add(xb[:20])
     faiss.write_index(index, f"{out}/unsupported_noresidual.faiss")
-    index = ivf_pq(faiss, d, 4, 4, 4, faiss.METRIC_L2, xb)
+    index = ivf_pq(faiss, d, 4, 4, 2, faiss.METRIC_L2, xb)
     index.add(xb[:20])
-    faiss.write_index(index, f"{out}/unsupported_nbits4.faiss")
-    faiss.write_index(faiss.IndexIDMap(faiss.IndexHNSWFlat(d, 8)), f"{out}/unsupported_idmap_hnsw.faiss")
+    faiss.write_index(index, f"{out}/unsupported_nbits2.faiss")
+    faiss.write_index(faiss.IndexIDMap(faiss.IndexHNSWFlat(d, 8)), f"{out}/idmap_hnsw_empty.faiss")
+    index = faiss.IndexHNSWPQ(d, 4, 8)
+    index.train(xb)
+    index.add(xb[:30])
+    faiss.write_index(index, f"{out}/unsupported_hnswpq.faiss")
+    index = factory(faiss, d, "PCA8,IVF4,PQ4")
+    index.train(xb)
+    faiss.write_index(index, f"{out}/unsupported_pca.faiss")
+    index = factory(faiss, d, "OPQ4,IVF4,Flat")
+    index.train(xb)
+    faiss.write_index(index, f"{out}/unsupported_opq_ivfflat.faiss")
     index = faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_4bit)
     index.train(xb)
     index.add(xb[:20])
@@ -253,6 +303,13 @@ def gen_tiny(faiss, out):
     index = ivf_sq(faiss, 4, 2, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_L2, xb)
     index.add(xb[:6])
     faiss.write_index(index, f"{out}/tiny_ivfsqfp16.faiss")
+    index = faiss.IndexHNSWFlat(3, 4)
+    index.add(rand(14, 6, 3))
+    faiss.write_index(index, f"{out}/tiny_hnsw.faiss")
+    index = factory(faiss, 4, "OPQ2,IVF2,PQ2x4")
+    index.train(xb)
+    index.add(xb[:7])
+    faiss.write_index(index, f"{out}/tiny_opq.faiss")
 
 
 def main(argv):
@@ -266,6 +323,7 @@ def main(argv):
         gen_ivf_flat(faiss, out)
         gen_ivf_pq(faiss, out)
         gen_sq(faiss, out)
+        gen_hnsw(faiss, out)
         gen_unsupported(faiss, out)
         gen_tiny(faiss, out)
         return 0

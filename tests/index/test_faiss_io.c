@@ -200,6 +200,70 @@ static void test_read_ivf_pq(void **state)
     check_read("ivfpq_l2", "IVF16,PQ8x8", SIMIL_METRIC_L2, pq_tol);
     check_read("ivfpq_ip", "IVF16,PQ8x8", SIMIL_METRIC_IP, pq_tol);
     check_read("legacy_ivfpq", "IVF16,PQ8x8", SIMIL_METRIC_L2, pq_tol);
+    check_read("ivfpq4_l2", "IVF16,PQ8x4", SIMIL_METRIC_L2, pq_tol);
+}
+
+/* IndexPreTransform with an OPQ rotation around an IVF-PQ: simil's OPQ. */
+static void test_read_opq(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    check_read("opq_ivfpq", "OPQ8_32,IVF16,PQ8x8", SIMIL_METRIC_L2, pq_tol);
+    check_read("idmap_opq_ivfpq4_ip", "OPQ8_16,IVF16,PQ8x4", SIMIL_METRIC_IP, pq_tol);
+}
+
+/* IndexHNSWFlat loads as Flat over its vectors: exact search, which the
+ * reference files hold (Faiss's IndexFlat over the same vectors). */
+static void test_read_hnsw(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    check_read("hnsw_l2", "Flat", SIMIL_METRIC_L2, flat_tol);
+    check_read("hnsw_ip", "Flat", SIMIL_METRIC_IP, flat_tol);
+    simil_index *index = NULL;
+    SML_ASSERT_OK(simil_index_load(&index, data_path("idmap_hnsw_empty.faiss"), "cpu"));
+    assert_int_equal(simil_index_size(index), 0);
+    simil_index_destroy(index);
+}
+
+/* Descriptions name every object read, also of files simil does not load. */
+static void expect_described(const char *file, const char *words)
+{
+    char text[512];
+    SML_ASSERT_OK(simil_faiss_describe(data_path(file), text, sizeof text));
+    if (strstr(text, words) == NULL) fail_msg("%s: '%s' does not say '%s'", file, text, words);
+}
+
+static void test_describe(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    expect_described("flat_l2.faiss", "IndexFlatL2: d=20, ntotal=1000, metric l2");
+    expect_described("idmap2_ivfflat.faiss",
+                     "IndexIDMap2 > IndexIVFFlat (nlist 16, nprobe 1): d=32, ntotal=3000");
+    expect_described("ivfflat_nprobe6.faiss", "(nlist 16, nprobe 6)");
+    expect_described("ivfpq4_l2.faiss", "IndexIVFPQ (nlist 16, nprobe 1, M 8, nbits 4, by_residual)");
+    expect_described("opq_ivfpq.faiss", "IndexPreTransform [LinearTransform 32 -> 32] > IndexIVFPQ");
+    expect_described("hnsw_l2.faiss", "IndexHNSWFlat (M 8, ");
+    expect_described("hnsw_l2.faiss", "> IndexFlatL2: d=16, ntotal=800");
+    expect_described("unsupported_hnswpq.faiss", "IndexHNSWPQ");
+    expect_described("unsupported_hnswpq.faiss", "d=16, ntotal=30, metric l2");
+    expect_described("unsupported_noresidual.faiss", "by_residual = false");
+    expect_described("unsupported_pca.faiss", "IndexPreTransform [transform 'Pcam']");
+    expect_described("sq8_l2.faiss", "IndexScalarQuantizer (QT_8bit): d=24, ntotal=3000");
+    expect_described("ivfsqfp16_ip.faiss", "(nlist 16, nprobe 1, QT_fp16): d=24");
+    expect_described("unsupported_sq4.faiss", "IndexScalarQuantizer (QT_4bit)");
+    expect_described("unsupported_ivfsq_noresidual.faiss", "QT_8bit), by_residual = false");
+    /* a simil file is not a Faiss file; a missing file is an I/O error */
+    char text[64];
+    simil_index *index;
+    const char *own = sml_test_path("own.simil");
+    SML_ASSERT_OK(simil_index_create(&index, 4, "Flat", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_save(index, own));
+    simil_index_destroy(index);
+    SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_faiss_describe(own, text, sizeof text));
+    SML_ASSERT_STATUS(SIMIL_ERR_IO,
+                      simil_faiss_describe(sml_test_path("nothing-here"), text, sizeof text));
 }
 
 /* Scalar quantizers: simil decodes Faiss's codes to the same floats, so the
@@ -245,11 +309,12 @@ static void test_read_unsupported(void **state)
 {
     (void)state;
     REQUIRE_FILES();
-    expect_unsupported("unsupported_hnsw.faiss", "Faiss index type 'IHNf' (HNSW)");
-    expect_unsupported("unsupported_idmap_hnsw.faiss", "'IHNf'");
+    expect_unsupported("unsupported_hnswpq.faiss", "Faiss index type 'IHNp' (IndexHNSWPQ)");
     expect_unsupported("unsupported_pq.faiss", "'IxPq'");
     expect_unsupported("unsupported_noresidual.faiss", "by_residual = false");
-    expect_unsupported("unsupported_nbits4.faiss", "nbits=4");
+    expect_unsupported("unsupported_nbits2.faiss", "nbits=2");
+    expect_unsupported("unsupported_pca.faiss", "'Pcam'");
+    expect_unsupported("unsupported_opq_ivfflat.faiss", "around a Faiss IVF-Flat index");
     expect_unsupported("unsupported_sq4.faiss", "scalar quantizer of type 1");
     expect_unsupported("unsupported_ivfsq_noresidual.faiss", "by_residual = false");
 }
@@ -321,6 +386,8 @@ static void test_read_damaged(void **state)
     for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) check_damage(tiny[i], 1, 1);
     /* most bytes of these are PQ codebooks: flip some of those */
     check_damage("tiny_ivfpq.faiss", 1, 7);
+    check_damage("tiny_hnsw.faiss", 1, 1);
+    check_damage("tiny_opq.faiss", 1, 7);
     check_damage("tiny_legacy_ivfpq.faiss", 1, 7);
     check_damage("idmap2_ivfflat.faiss", 997, 0);
     check_damage("ivfpq_l2.faiss", 101, 0);
@@ -415,6 +482,10 @@ static void test_write(void **state)
         {"w_ivfpq", "IVF16,PQ8x8", SIMIL_METRIC_L2, 1, "IndexIVFPQ", pq_tol},
         {"w_ivfpq_ip", "IVF16,PQ8x8", SIMIL_METRIC_IP, 0, "IndexIVFPQ", pq_tol},
         {"w_pq", "PQ6", SIMIL_METRIC_L2, 0, "IndexIVFPQ", pq_tol},
+        {"w_ivfpq4", "IVF16,PQ8x4", SIMIL_METRIC_L2, 1, "IndexIVFPQ", pq_tol},
+        {"w_ivfpq6_ip", "IVF16,PQ6x6", SIMIL_METRIC_IP, 0, "IndexIVFPQ", pq_tol},
+        {"w_opq", "OPQ6,IVF16,PQ6", SIMIL_METRIC_L2, 1, "IndexPreTransform", pq_tol},
+        {"w_opq4_ip", "OPQ4_12,IVF16,PQ4x4", SIMIL_METRIC_IP, 0, "IndexPreTransform", pq_tol},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         simil_index *index = built(cases[i].desc, cases[i].metric, x, cases[i].shuffle);
@@ -442,7 +513,8 @@ static void test_write_round_trip(void **state)
     sml_test_fill_uniform(q, WQ * WD, 80, -1, 1);
     simil_matrix qm = {.rows = WQ, .cols = WD, .dtype = SIMIL_DTYPE_FLOAT32, .data = q};
     const char *devices[] = {"cpu", "gpu"};
-    const char *descs[] = {"Flat", "IVF16,Flat", "IVF16,PQ6", "PQ4"};
+    const char *descs[] = {"Flat", "IVF16,Flat", "IVF16,PQ6", "PQ4", "IVF16,PQ6x5",
+                           "OPQ6_12,IVF16,PQ6x4"};
     const char *path = sml_test_path("round.faiss");
     float d[WQ * K], d2[WQ * K];
     int64_t l[WQ * K], l2[WQ * K];
@@ -454,7 +526,8 @@ static void test_write_round_trip(void **state)
             simil_index *index = built_on(devices[dev], descs[i], SIMIL_METRIC_L2, x, 1), *back;
             SML_ASSERT_OK(simil_index_save_faiss(index, path));
             SML_ASSERT_OK(simil_index_load(&back, path, "cpu"));
-            const char *want[] = {"Flat", "IVF16,Flat", "IVF16,PQ6x8", "IVF1,PQ4x8"};
+            const char *want[] = {"Flat", "IVF16,Flat", "IVF16,PQ6x8", "IVF1,PQ4x8",
+                                  "IVF16,PQ6x5", "OPQ6_12,IVF16,PQ6x4"};
             assert_string_equal(simil_index_description(back), want[i]);
             search(index, &qm, d, l);
             search(back, &qm, d2, l2);
@@ -494,10 +567,25 @@ static void test_write_errors(void **state)
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_save_faiss(index, NULL));
     SML_ASSERT_STATUS(SIMIL_ERR_NOT_TRAINED, simil_index_save_faiss(index, path));
     simil_index_destroy(index);
-    const char *refused[] = {"IVF4,PQ4x6", "OPQ4,IVF4,PQ4", "IVF4,PQ4,Refine"};
+    /* refused for what they are, before any training (simil_index_check_faiss) */
+    const struct {
+        const char *desc, *words;
+    } refused[] = {{"IVF4,PQ4,Refine", "IndexRefineFlat"},
+                   {"XFBQ", "no Faiss counterpart"},
+                   {"Shards2,IVF4,Flat", "IndexShards"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        SML_ASSERT_OK(simil_index_create(&index, 8, refused[i], SIMIL_METRIC_L2, "cpu"));
+        SML_ASSERT_OK(simil_index_create(&index, 8, refused[i].desc, SIMIL_METRIC_L2, "cpu"));
+        SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_index_check_faiss(index));
+        if (strstr(simil_last_error(), refused[i].words) == NULL)
+            fail_msg("%s: '%s' does not say '%s'", refused[i].desc, simil_last_error(),
+                     refused[i].words);
         SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_index_save_faiss(index, path));
+        simil_index_destroy(index);
+    }
+    const char *accepted[] = {"Flat", "IVF4,Flat", "IVF4,PQ4x6", "OPQ4,IVF4,PQ4", "PQ2x4"};
+    for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++) {
+        SML_ASSERT_OK(simil_index_create(&index, 8, accepted[i], SIMIL_METRIC_COSINE, "cpu"));
+        SML_ASSERT_OK(simil_index_check_faiss(index));
         simil_index_destroy(index);
     }
     struct stat st;
@@ -520,6 +608,8 @@ int main(void)
         cmocka_unit_test(test_read_ivf_pq),   cmocka_unit_test(test_read_sq),
         cmocka_unit_test(test_read_unsupported),
         cmocka_unit_test(test_read_nprobe),   cmocka_unit_test(test_write_nprobe),
+        cmocka_unit_test(test_read_opq),      cmocka_unit_test(test_read_hnsw),
+        cmocka_unit_test(test_describe),
         cmocka_unit_test(test_read_damaged),  cmocka_unit_test(test_write),
         cmocka_unit_test(test_write_round_trip), cmocka_unit_test(test_write_errors),
     };

@@ -376,7 +376,19 @@ check(r["recall_k_at_k"] >= 0.995, "IVF8,Flat from a Faiss file, nprobe 8: %r" %
     expect 2 "$SIMIL" build --data "$TMP/base.fvecs" --index Flat --format hnsw --out "$TMP/x.idx"
     err_has "--format"
     expect 1 "$SIMIL" build --data "$TMP/base.fvecs" --index XFBQ --format faiss --out "$TMP/x.faiss"
+    err_has "no Faiss counterpart"
     [ -e "$TMP/x.faiss" ] && fail "a refused Faiss export left $TMP/x.faiss"
+    # Refused before training: the training file is never opened.
+    expect 1 "$SIMIL" build --data "$TMP/base.fvecs" --index IVF8,PQ4,Refine --format faiss \
+        --train "$TMP/absent-train.fvecs" --out "$TMP/x.faiss"
+    err_has "IndexRefineFlat"
+    grep -q "absent-train" "$TMP/err" && fail "trained before refusing: $(cat "$TMP/err")"
+    # OPQ and PQ codes of fewer than 8 bits have Faiss counterparts.
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index OPQ4,IVF8,PQ4x4 --format faiss \
+        --device cpu --out "$TMP/opq.faiss"
+    expect 0 "$SIMIL" info "$TMP/opq.faiss"
+    out_has "description: OPQ4_"
+    out_has ",IVF8,PQ4x4"
 
     # --progress reports each stage's end to a stderr that is not a terminal;
     # without it, such a stderr gets only the summary.
