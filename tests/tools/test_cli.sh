@@ -240,6 +240,32 @@ test_flat() {
     out_has "file size: $(stat -c %s "$TMP/flat.idx") bytes"
     out_has "built with CUDA: "
     out_has "GPUs: "
+    out_has "format: simil"
+    out_has "loads: yes"
+    grep -q "^nprobe:" "$TMP/out" && fail "a Flat index has no nprobe: $(cat "$TMP/out")"
+    expect 0 "$SIMIL" info "$TMP/flat.idx" --json
+    py '
+r = json.load(sys.stdin)
+want = {"format": "simil", "loads": True, "description": "Flat", "metric": "l2", "dim": 24,
+        "size": 2000, "trained": True}
+check(all(r.get(k) == v for k, v in want.items()), "info --json: %r" % r)
+check(r["file_size"] > 0 and isinstance(r["gpus"], int) and "faiss" not in r, "info --json: %r" % r)
+' <"$TMP/out"
+    # A Faiss file of a type simil does not load is described, and exits 0.
+    py '
+head = b"IHNp" + struct.pack("<iqqq?i", 7, 3, 1 << 20, 1 << 20, True, 1)
+open(sys.argv[1], "wb").write(head + bytes(40))
+' "$TMP/hnswpq.faiss"
+    expect 0 "$SIMIL" info "$TMP/hnswpq.faiss"
+    out_has "format: faiss"
+    out_has "faiss: IndexHNSWPQ: d=7, ntotal=3, metric l2"
+    out_has "loads: no: "
+    expect 0 "$SIMIL" info "$TMP/hnswpq.faiss" --json
+    py '
+r = json.load(sys.stdin)
+check(r["format"] == "faiss" and r["loads"] is False and "IndexHNSWPQ" in r["why_not"], "%r" % r)
+check("description" not in r, "%r" % r)
+' <"$TMP/out"
 
     # Exact search, checked against the float64 oracle; the ids become ground truth.
     expect 0 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q.fvecs" -k 10 \
@@ -367,6 +393,9 @@ check(r["recall_k_at_k"] >= 0.995, "IVF8,Flat trained on data, nprobe 8: %r" % r
         --device cpu --out "$TMP/ivf.faiss"
     expect 0 "$SIMIL" info "$TMP/ivf.faiss"
     out_has "description: IVF8,Flat"
+    out_has "format: faiss"
+    out_has "faiss: IndexIVFFlat (nlist 8, nprobe 1): d=16, ntotal=3000, metric l2"
+    out_has "nprobe: 1"
     expect 0 "$SIMIL" search --index "$TMP/ivf.faiss" --queries "$TMP/q.fvecs" -k 10 --nprobe 8 \
         --gt "$TMP/gt.ivecs" --json
     py '
