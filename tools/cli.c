@@ -66,7 +66,8 @@ int cli_fail(simil_status status, const char *path)
         cli_error("%s: %s", path, msg);
     else
         cli_error("%s", msg);
-    if (status == SIMIL_ERR_NO_DEVICE && !strstr(msg, "--device cpu"))
+    /* the library names devices as its API does; the tool's words for that */
+    if (status == SIMIL_ERR_NO_DEVICE || strstr(msg, "(device \"cpu\")"))
         cli_error("hint: use --device cpu");
     return CLI_EXIT_FAIL;
 }

@@ -401,8 +401,8 @@ extern "C" simil_status sml_cuda_backend_open(int gpu, sml_backend **out)
     *out = nullptr;
     const int count = sml_cuda_device_count();
     SML_RETURN_IF(gpu < 0 || gpu >= count || gpu >= kMaxDevices, SIMIL_ERR_NO_DEVICE,
-                  "GPU %d requested, but %d GPU%s usable (no driver or device?); use --device "
-                  "cpu",
+                  "GPU %d requested, but %d GPU%s usable (no driver or device?); use the CPU "
+                  "(device \"cpu\")",
                   gpu, count, count == 1 ? " is" : "s are");
     sml_backend *b;
     SML_TRY(sml_calloc(reinterpret_cast<void **>(&b), 1, sizeof *b, "the GPU backend"));

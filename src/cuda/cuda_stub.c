@@ -17,7 +17,7 @@ simil_status sml_cuda_backend_open(int gpu, sml_backend **backend)
     *backend = NULL;
     return sml_error(SIMIL_ERR_NO_DEVICE,
                      "GPU %d requested, but this simil was built without CUDA; rebuild with "
-                     "-DSIMIL_CUDA=ON on a machine with nvcc, or use --device cpu",
+                     "-DSIMIL_CUDA=ON on a machine with nvcc, or use the CPU (device \"cpu\")",
                      gpu);
 }
 

@@ -125,7 +125,7 @@ simil_status simil_index_train(simil_index *index, int64_t n, const float *x)
                   SIMIL_ERR_INVALID_ARGUMENT,
                   "train: index '%s' holds %" PRId64 " vectors, placed and encoded with its "
                   "current training, which retraining would leave unreachable; remove them "
-                  "first (simil_index_reset) or train a new index",
+                  "first (reset the index) or train a new index",
                   index->description, index->ntotal);
     const float *prepared;
     float *copy;

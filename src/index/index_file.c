@@ -172,8 +172,7 @@ static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const c
     SML_TRY(sml_device_placement(device, &placement));
     SML_RETURN_IF(!spec.shards && placement.count > 1, SIMIL_ERR_INVALID_ARGUMENT,
                   "'%s' holds one unsharded %s index, which loads onto one device, not the %d "
-                  "of '%s'; to search on several, build it with that --device (simil build "
-                  "--device %s)",
+                  "of '%s'; to search on several, build it with that device string ('%s')",
                   r->path, desc, placement.count, device, device);
     simil_status s = sml_index_new(&index, h.dim, desc, (simil_metric)h.metric, device);
     SML_TRY(s);

@@ -339,7 +339,7 @@ simil_status sml_ivf_pq_init(simil_index *index)
 {
     const sml_backend_ops *ops = index->backend->ops;
     SML_RETURN_IF(ops->ivf_pq_scan == NULL || ops->pq_encode == NULL, SIMIL_ERR_UNSUPPORTED,
-                  "IVF-PQ is not built for %s yet; use --device cpu", index->backend->name);
+                  "IVF-PQ is not built for %s yet; use the CPU (device \"cpu\")", index->backend->name);
     sml_ivf_pq *x;
     SML_TRY(sml_calloc((void **)&x, 1, sizeof *x, "an IVF-PQ index"));
     const sml_index_spec *spec = &index->spec;
