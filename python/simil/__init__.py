@@ -29,6 +29,7 @@ import collections
 import numbers
 import operator
 import os
+import tempfile
 import textwrap
 
 import numpy as np
@@ -38,9 +39,11 @@ from . import _core
 __version__ = _core.version()
 
 __all__ = [
-    "Index", "load", "kmeans", "select_k", "generate", "read", "write",
+    "Index", "load", "serialize_index", "deserialize_index", "set_progress",
+    "kmeans", "select_k", "generate", "read", "write",
     "search_parameters", "SearchParameter",
     "gpu_count", "built_with_cuda", "__version__",
+    "METRIC_L2", "METRIC_INNER_PRODUCT",
     "Error", "InvalidArgumentError", "OutOfMemoryError", "UnsupportedError",
     "NoDeviceError", "FileError", "CorruptFileError", "NotTrainedError",
     "DeviceError", "InternalError",
@@ -107,6 +110,11 @@ class InternalError(Error, RuntimeError):
 _ERRORS = (InvalidArgumentError, OutOfMemoryError, UnsupportedError, NoDeviceError,
            FileError, CorruptFileError, NotTrainedError, DeviceError, InternalError)
 _core._set_error_classes({cls.code: cls for cls in _ERRORS})
+
+
+# Faiss's numbers for its metrics, as Index.metric_type gives them.
+METRIC_INNER_PRODUCT = 0
+METRIC_L2 = 1
 
 
 # ---- argument normalization ----
@@ -250,18 +258,24 @@ class Index:
 
     len(index) is the number of vectors held.  Searches may run from many
     threads at once; train, add, remove and reset wait for them.
+
+    The names Faiss users know work too: d, ntotal, is_trained, nprobe (the
+    default of searches), metric_type, add_with_ids, reconstruct_n; and an
+    Index pickles (through the bytes of its file, serialize_index).
     """
 
-    __slots__ = ("_core",)
+    __slots__ = ("_core", "_device")
 
     def __init__(self, dim, description="Flat", metric="l2", device="auto"):
-        self._core = _core.Index(operator.index(dim), description, metric, _device(device))
+        self._device = _device(device)
+        self._core = _core.Index(operator.index(dim), description, metric, self._device)
 
     @classmethod
-    def _wrap(cls, core):
+    def _wrap(cls, core, device):
         """An Index around a _core.Index (as simil.load makes)."""
         index = cls.__new__(cls)
         index._core = core
+        index._device = device
         return index
 
     def train(self, x):
@@ -291,16 +305,23 @@ class Index:
                     f"{ids.shape[0]} ids were given for {x.shape[0]} vectors")
         self._core.add(x, ids)
 
+    def add_with_ids(self, x, ids):
+        """Add the vectors x with these ids (Faiss's name for add(x, ids))."""
+        if ids is None:
+            raise InvalidArgumentError("add_with_ids needs ids; add(x) numbers the vectors")
+        self.add(x, ids)
+
     def search(self, q, k, **params):
         """Find the k nearest neighbours of each query.
 
         q: queries, nq x dim (or one query of dim values, giving nq = 1).
         k: neighbours per query, >= 1.
         params: search parameters by name, such as nprobe=16 or lut="fp16";
-            None or absent for the default.  A setting this index does not
-            use is ignored (Index.uses_search_parameter tells).  An unknown
-            name or a value of the wrong type raises TypeError, a value out
-            of range InvalidArgumentError (a ValueError).  They are:
+            None or absent for the default (for nprobe, the index's own,
+            index.nprobe).  A setting this index does not use is ignored
+            (Index.uses_search_parameter tells).  An unknown name or a value
+            of the wrong type raises TypeError, a value out of range
+            InvalidArgumentError (a ValueError).  They are:
         {parameters}
 
         Returns (distances, ids): float32 nq x k and int64 nq x k.  Each row
@@ -341,6 +362,19 @@ class Index:
         """
         return self._core.reconstruct(operator.index(id))
 
+    def reconstruct_n(self, n0=0, ni=-1):
+        """The stored vectors with ids n0 .. n0 + ni - 1, float32 ni x dim.
+
+        ni = -1: up to ntotal - 1, as in Faiss (where ids are 0 .. ntotal - 1
+        unless given).  InvalidArgumentError if one of the ids is not present.
+        """
+        n0, ni = operator.index(n0), operator.index(ni)
+        if ni == -1:
+            ni = self.ntotal - n0
+        if n0 < 0 or ni < 0:
+            raise InvalidArgumentError(f"reconstruct_n: n0={n0} and ni={ni} must be >= 0")
+        return self._core.reconstruct_batch(np.arange(n0, n0 + ni, dtype=np.int64))
+
     def reset(self):
         """Remove every vector; training is kept."""
         self._core.reset()
@@ -366,6 +400,31 @@ class Index:
     def dim(self):
         """The vector dimension."""
         return self._core.dim
+
+    @property
+    def d(self):
+        """The vector dimension (Faiss's name for dim)."""
+        return self._core.dim
+
+    @property
+    def nprobe(self):
+        """Inverted lists a search visits unless it says otherwise (1 unless set).
+
+        Saved with the index; a Faiss file's nprobe becomes it.  Setting it
+        on an index without inverted lists raises InvalidArgumentError; it
+        reads 0 there.
+        """
+        return self._core.nprobe
+
+    @nprobe.setter
+    def nprobe(self, value):
+        self._core.nprobe = _positive(value, "nprobe") if value is not None else 0
+
+    @property
+    def metric_type(self):
+        """Faiss's number for the metric: METRIC_L2 (1), or METRIC_INNER_PRODUCT (0)
+        for "ip" and "cosine" (cosine is inner product over normalized vectors)."""
+        return METRIC_L2 if self._core.metric == "l2" else METRIC_INNER_PRODUCT
 
     @property
     def ntotal(self):
@@ -396,6 +455,10 @@ class Index:
         """The number of vectors held."""
         return self.ntotal
 
+    def __reduce__(self):
+        """Pickle as the bytes of the index file; it loads back on the same device string."""
+        return (_unpickle, (serialize_index(self), self._device))
+
     def __repr__(self):
         """simil.Index(dim=..., description=..., metric=..., ntotal=..., backend=...)."""
         return (f"simil.Index(dim={self.dim}, description={self.description!r}, "
@@ -410,7 +473,45 @@ def load(path, device="auto"):
     damaged or unknown file CorruptFileError; a missing or unreadable one
     FileError.
     """
-    return Index._wrap(_core.load(os.fspath(path), _device(device)))
+    device = _device(device)
+    return Index._wrap(_core.load(os.fspath(path), device), device)
+
+
+def serialize_index(index):
+    """The bytes of index's file (what Index.save writes), as Faiss's serialize_index.
+
+    The file goes through a temporary folder (tempfile.gettempdir()).
+    """
+    with tempfile.TemporaryDirectory(prefix="simil-") as folder:
+        path = os.path.join(folder, "index.simil")
+        index.save(path)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def deserialize_index(data, device="auto"):
+    """An Index from the bytes of an index file (simil's or Faiss's) onto device."""
+    with tempfile.TemporaryDirectory(prefix="simil-") as folder:
+        path = os.path.join(folder, "index.bin")
+        with open(path, "wb") as f:
+            f.write(memoryview(data))
+        return load(path, device)
+
+
+def _unpickle(data, device):
+    return deserialize_index(data, device)
+
+
+def set_progress(callback):
+    """Report the progress of long calls (train, add, kmeans, k-NN graphs).
+
+    callback(stage, done, total) is called a few times a second, from the
+    thread that made the call, with stage a str such as "add" and done out
+    of total work units; once more with done == total at the end.  None
+    stops the reports.  An exception in the callback does not stop the
+    work: it goes to sys.unraisablehook.  One callback serves the process.
+    """
+    _core.set_progress(callback)
 
 
 # ---- clustering and selection ----

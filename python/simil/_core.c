@@ -376,6 +376,50 @@ static PyObject *core_search_parameters(PyObject *Py_UNUSED(module), PyObject *P
     return all;
 }
 
+/* ---- progress ---- */
+
+/* The callable that progress reports go to, or NULL.  The library calls
+ * progress_trampoline on the thread of the call in progress, which runs
+ * without the GIL: the trampoline takes it for the callback.  An exception
+ * raised by the callback cannot stop the library's call; it goes to
+ * sys.unraisablehook and the work goes on.  The trampoline stays installed
+ * once set (a None callback makes it return at once), so that the
+ * library's pointer never changes under a running call. */
+static PyObject *progress_callback;
+
+static void progress_trampoline(const char *stage, int64_t done, int64_t total, void *user)
+{
+    (void)user;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *callback = progress_callback;
+    if (callback != NULL) {
+        Py_INCREF(callback);
+        PyObject *r = PyObject_CallFunction(callback, "sLL", stage, (long long)done,
+                                            (long long)total);
+        if (r == NULL) PyErr_WriteUnraisable(callback);
+        Py_XDECREF(r);
+        Py_DECREF(callback);
+    }
+    PyGILState_Release(gil);
+}
+
+static PyObject *core_set_progress(PyObject *Py_UNUSED(module), PyObject *callback)
+{
+    if (callback != Py_None && !PyCallable_Check(callback)) {
+        PyErr_Format(PyExc_TypeError, "set_progress needs a callable or None, got %R", callback);
+        return NULL;
+    }
+    PyObject *old = progress_callback;
+    progress_callback = callback == Py_None ? NULL : (Py_INCREF(callback), callback);
+    Py_XDECREF(old);
+    static int installed;
+    if (!installed && progress_callback != NULL) {
+        simil_set_progress(progress_trampoline, NULL);
+        installed = 1;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef core_methods[] = {
     {"search_parameters", core_search_parameters, METH_NOARGS,
      "search_parameters() -> ((name, type, default, range, index_types, help, choices), ...)"},
@@ -384,6 +428,8 @@ static PyMethodDef core_methods[] = {
     {"built_with_cuda", core_built_with_cuda, METH_NOARGS,
      "built_with_cuda() -> whether libsimil has its CUDA backend"},
     {"status_name", core_status_name, METH_O, "status_name(code) -> 'SIMIL_ERR_...'"},
+    {"set_progress", core_set_progress, METH_O,
+     "set_progress(callback): callback(stage, done, total) or None"},
     {"_set_error_classes", core_set_error_classes, METH_O,
      "_set_error_classes({code: class}): the exceptions raised for each status"},
     {"select_k", PYSIMIL_KW_METHOD(core_select_k), METH_VARARGS | METH_KEYWORDS,

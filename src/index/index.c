@@ -300,9 +300,9 @@ simil_status simil_index_set_nprobe(simil_index *index, int64_t nprobe)
 {
     SML_CHECK_INDEX(index);
     SML_RETURN_IF(index->spec.ivf_nlist == 0, SIMIL_ERR_INVALID_ARGUMENT,
-                  "set_nprobe: index '%s' has no inverted lists", index->description);
+                  "nprobe: index '%s' has no inverted lists", index->description);
     SML_RETURN_IF(nprobe < 0, SIMIL_ERR_INVALID_ARGUMENT,
-                  "set_nprobe: nprobe=%" PRId64 " must be >= 1 (or 0 for the default, 1)",
+                  "nprobe=%" PRId64 " must be >= 1 (or 0 for the default, 1)",
                   nprobe);
     index->nprobe = nprobe;
     return SIMIL_OK;
