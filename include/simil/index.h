@@ -138,6 +138,11 @@ SIMIL_API simil_status simil_index_load(simil_index **index, const char *path,
 /* Number of GPUs this build can use (0 without CUDA, driver or device). */
 SIMIL_API int simil_gpu_count(void);
 
+/* Memory of GPU gpu (0 .. simil_gpu_count() - 1): bytes free and in total, as
+ * the driver counts them (every process's allocations).  SIMIL_ERR_NO_DEVICE
+ * where there is no such GPU. */
+SIMIL_API simil_status simil_gpu_memory(int gpu, size_t *free_bytes, size_t *total_bytes);
+
 /* 1 if this library was built with the CUDA backend, else 0. */
 SIMIL_API int simil_built_with_cuda(void);
 

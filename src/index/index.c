@@ -352,4 +352,11 @@ simil_status simil_index_load(simil_index **index, const char *path, const char 
 
 int simil_gpu_count(void) { return sml_cuda_device_count(); }
 
+simil_status simil_gpu_memory(int gpu, size_t *free_bytes, size_t *total_bytes)
+{
+    SML_RETURN_IF(free_bytes == NULL || total_bytes == NULL, SIMIL_ERR_INVALID_ARGUMENT,
+                  "gpu_memory: NULL argument");
+    return sml_cuda_memory_info(gpu, free_bytes, total_bytes);
+}
+
 int simil_built_with_cuda(void) { return sml_cuda_built(); }

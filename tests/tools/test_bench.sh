@@ -18,7 +18,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 FAILS=0
 SKIPPED=0
-HEADER="dataset,index,params,k,build_seconds,memory_bytes,qps,one_recall_at_1,one_recall_at_k,recall_k_at_k,recall_by,backend,device"
+HEADER="dataset,index,params,mode,k,build_seconds,index_bytes,qps,runs,p50_ms,p95_ms,p99_ms,p999_ms,one_recall_at_1,one_recall_at_k,recall_k_at_k,recall_by,backend,device"
 
 fail() { echo "FAIL [$GROUP]: $*" >&2; FAILS=$((FAILS + 1)); }
 skip() { echo "SKIP [$GROUP]: $*"; SKIPPED=1; }
@@ -82,7 +82,10 @@ def results(folder):
         for key in ("one_recall_at_1", "one_recall_at_k", "recall_k_at_k"):
             check(0.0 <= float(r[key]) <= 1.0, "%s = %s outside [0, 1]" % (key, r[key]))
         check(float(r["qps"]) > 0 and float(r["build_seconds"]) >= 0, "row %r" % r)
-        check(r["memory_bytes"] == "" or int(r["memory_bytes"]) > 0, "row %r" % r)
+        check(r["index_bytes"] == "" or int(r["index_bytes"]) >= 0, "row %r" % r)
+        check(r["mode"] in ("batch", "single") and int(r["runs"]) >= 1, "row %r" % r)
+        lat = [float(r[key]) for key in ("p50_ms", "p95_ms", "p99_ms", "p999_ms")]
+        check(0 <= lat[0] <= lat[1] <= lat[2] <= lat[3], "latency percentiles %r" % lat)
         check(r["backend"] != "" and r["device"] != "", "row %r" % r)
     objs = json.load(open(folder + "/results.json"))
     check(len(objs) == len(rows), "%d JSON objects, %d CSV rows" % (len(objs), len(rows)))
@@ -90,7 +93,7 @@ def results(folder):
         check(list(o.keys()) == HEADER, "JSON keys %r" % list(o.keys()))
         for key in HEADER:
             want = r[key]
-            if key == "memory_bytes" and want == "":
+            if key == "index_bytes" and want == "":
                 check(o[key] is None, "JSON %s %r" % (key, o[key]))
             elif isinstance(o[key], str):
                 check(o[key] == want, "JSON %s %r, CSV %r" % (key, o[key], want))
@@ -137,7 +140,8 @@ test_usage() {
     expect 0 "$SIMIL" bench --help
     out_has "usage: simil bench"
     for opt in --data --queries --dataset --gt --train --index --sweep --k --metric \
-        --device --threads --anchors --out fashion-mnist uniform1M mix10M memory_bytes; do
+        --device --threads --anchors --out --mode --runs fashion-mnist uniform1M mix10M \
+        index_bytes; do
         out_has "$opt"
     done
     expect 0 "$SIMIL" bench -h
@@ -162,7 +166,7 @@ check(all(float(r[key]) == 1.0 for key in ("one_recall_at_1", "one_recall_at_k",
 check(r["recall_by"] == "distance", "bench has the base vectors, yet recall by %r" % r)
 ' "$TMP/r1"
     for h in index params QPS 1-recall@1 1-recall@10 "recall 10@10"; do out_has "$h"; done
-    grep -Eq '^Flat +[0-9.]+ +[0-9.]+ +[0-9]+ +1\.0000 +1\.0000 +1\.0000$' "$TMP/out" ||
+    grep -Eq '^Flat +batch +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +1\.0000 +1\.0000 +1\.0000$' "$TMP/out" ||
         fail "no Flat row in the table: $(cat "$TMP/out")"
     grep -q $'\r' "$TMP/err" && fail "progress printed although stderr is not a terminal"
 
@@ -190,6 +194,21 @@ rows = results(sys.argv[1])
 check([r["params"] for r in rows] == ["threads=1", "threads=2"], "params %r" % rows)
 check(all(r["k"] == "5" and float(r["recall_k_at_k"]) == 1.0 for r in rows), "rows %r" % rows)
 ' "$TMP/r3"
+
+    # Batch and single-query modes: one row each per point, the same results;
+    # single-query latencies of a small Flat are far below a whole batch call.
+    expect 0 "${BENCH[@]}" --index Flat --mode both --runs 2 --gt "$TMP/gt25.ivecs" --out "$TMP/m"
+    py '
+rows = results(sys.argv[1])
+check([r["mode"] for r in rows] == ["batch", "single"], "modes %r" % rows)
+check(all(r["runs"] == "2" and float(r["recall_k_at_k"]) == 1.0 for r in rows), "rows %r" % rows)
+batch, single = rows
+check(float(single["p50_ms"]) < float(batch["p50_ms"]), "one query as slow as 40: %r" % rows)
+check(int(batch["index_bytes"]) >= 2000 * 16 * 4, "Flat of 2000 x 16 floats in %s bytes" % batch["index_bytes"])
+' "$TMP/m"
+    expect 0 "${BENCH[@]}" --index Flat --mode single --runs 1 --out "$TMP/m1"
+    py 'check([r["mode"] for r in results(sys.argv[1])] == ["single"], "modes")' "$TMP/m1"
+    out_has "single"
 
     # Several indexes; one that is valid but not built is skipped with a message.
     local un
@@ -252,6 +271,19 @@ EOF
         --out "$TMP/gp"
     png_size "$TMP/gp/plot.png" 1000 700
     grep -qF "'Other, IVF'" "$TMP/gp/plot.gp" || fail "plot.gp lacks the anchor series"
+    grep -qF "logit(\$1)" "$TMP/gp/plot.gp" || fail "plot.gp draws recall on no logit axis"
+    grep -qF "'0.99' logit(0.99)" "$TMP/gp/plot.gp" || fail "plot.gp lacks the 0.99 tick"
+    # The Pareto frontier of a series: of points (recall, qps), those no other
+    # point beats on both.  Made-up points through the plot's own code.
+    py '
+import re
+text = open(sys.argv[1]).read()
+blocks = dict(re.findall(r"\$(\w+) << EOD\n(.*?)EOD\n", text, re.S))
+pts = [tuple(map(float, l.split())) for l in blocks["P0"].splitlines()]
+front = [tuple(map(float, l.split())) for l in blocks["F0"].splitlines()]
+want = sorted(p for p in pts if not any(o != p and o[0] >= p[0] and o[1] >= p[1] for o in pts))
+check(sorted(front) == want and front == sorted(front), "frontier %r of %r" % (front, pts))
+' "$TMP/gp/plot.gp"
     ls "$TMP/gp" | grep -q tmp && fail "temporary files left in $TMP/gp: $(ls "$TMP/gp")"
     # The script redraws the same picture by itself.
     (cd "$TMP/gp" && rm plot.png && gnuplot plot.gp) || fail "gnuplot plot.gp failed"
@@ -391,6 +423,8 @@ test_errors() {
     expect 2 "${B[@]}" --index Flat --sweep nprobe=1 --sweep nprobe=2; err_has "twice"
     expect 2 "${B[@]}" --index Flat -k 0;                       err_has "-k"
     expect 2 "${B[@]}" --index Flat --threads 0;                err_has "--threads"
+    expect 2 "${B[@]}" --index Flat --mode fast;                err_has "--mode"
+    expect 2 "${B[@]}" --index Flat --runs 0;                   err_has "--runs"
     expect 2 "${B[@]}" --index Flat --metric hamming;           err_has "hamming"
     expect 2 "${B[@]}" --index Flat --device tpu;               err_has "tpu"
     expect 2 "${B[@]}" --index "";                              err_has "--index"
