@@ -119,9 +119,26 @@ METRIC_L2 = 1
 
 # ---- argument normalization ----
 
+def _host(x, what):
+    """x itself, or for an array in GPU memory its host copy (add and train
+    take host memory: the library trains and encodes there)."""
+    if not (hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack_device__")):
+        return x
+    library = type(x).__module__.partition(".")[0]
+    if library == "torch" and x.device.type == "cuda":
+        return x.detach().cpu().numpy()
+    if library == "cupy":
+        return x.get()
+    if hasattr(x, "__cuda_array_interface__") or (
+            hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] in _DLPACK_CUDA):
+        raise UnsupportedError(f"{what} in GPU memory: simil copies those of PyTorch and "
+                               "CuPy to the host for add and train; copy this one yourself")
+    return x
+
+
 def _rows(x, what, dim=None):
     """x as C-contiguous float32 rows; a 1-d array is one row."""
-    a = np.asarray(x)
+    a = np.asarray(_host(x, what))
     if a.dtype.kind not in "fiu":
         raise TypeError(f"{what} must be an array of numbers, got dtype {a.dtype}")
     if a.ndim == 1:
@@ -241,6 +258,90 @@ def _search_parameters_doc():
         for p in _SEARCH_PARAMETERS.values())
 
 
+# ---- arrays in GPU memory ----
+
+_DLPACK_CUDA = (2, 13)          # kDLCUDA, kDLCUDAManaged
+_DLPACK_TYPES = {(2, 32, 1): "<f4", (0, 64, 1): "<i8", (0, 32, 1): "<i4", (1, 8, 1): "|u1"}
+
+
+class _GpuArray:
+    """Where a C-contiguous array in GPU memory lies; owner keeps it alive."""
+    __slots__ = ("address", "shape", "typestr", "owner")
+
+    def __init__(self, address, shape, typestr, owner):
+        self.address, self.shape, self.typestr, self.owner = address, shape, typestr, owner
+
+
+def _c_strides(shape, itemsize):
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _gpu_array(x, what):
+    """x as a _GpuArray when it is in GPU memory (__cuda_array_interface__, or
+    __dlpack__ on a CUDA device: PyTorch, CuPy, JAX, Numba), else None."""
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None:
+        shape, typestr = tuple(cai["shape"]), cai["typestr"]
+        strides = cai.get("strides")
+        if strides is not None and tuple(strides) != _c_strides(shape, int(typestr[2:])):
+            raise InvalidArgumentError(f"{what} in GPU memory must be C-contiguous "
+                                       f"(strides {tuple(strides)}, shape {shape})")
+        _sync_producer(x)
+        return _GpuArray(int(cai["data"][0]), shape, typestr, x)
+    if not (hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")):
+        return None
+    if x.__dlpack_device__()[0] not in _DLPACK_CUDA:
+        return None
+    try:
+        capsule = x.__dlpack__(stream=1)  # the legacy default stream, which simil waits for
+    except TypeError:
+        capsule = x.__dlpack__()
+    address, shape, strides, dtype, _ = _core.dlpack_info(capsule)
+    if dtype not in _DLPACK_TYPES:
+        raise TypeError(f"{what}: DLPack type code {dtype[0]} of {dtype[1]} bits is not one "
+                        "simil takes (float32 vectors, int64 ids)")
+    if strides is not None and tuple(strides) != _c_strides(shape, 1):  # in elements
+        raise InvalidArgumentError(f"{what} in GPU memory must be C-contiguous")
+    return _GpuArray(address, shape, _DLPACK_TYPES[dtype], (x, capsule))
+
+
+def _sync_producer(x):
+    """Wait for the work PyTorch or CuPy queued on a stream other than the
+    legacy default one, which simil's calls wait for themselves."""
+    library = type(x).__module__.partition(".")[0]
+    if library == "torch":
+        import torch
+        stream = torch.cuda.current_stream(x.device)
+        if stream != torch.cuda.default_stream(x.device):
+            stream.synchronize()
+    elif library == "cupy":
+        import cupy
+        stream = cupy.cuda.get_current_stream()
+        if stream.ptr != 0:
+            stream.synchronize()
+
+
+def _gpu_empty_like(x, shape, typestr):
+    """A new array in GPU memory beside x, of x's library (PyTorch or CuPy)."""
+    library = type(x).__module__.partition(".")[0]
+    if library == "torch":
+        import torch
+        dtype = {"<f4": torch.float32, "<i8": torch.int64}[typestr]
+        return torch.empty(shape, dtype=dtype, device=x.device)
+    if library == "cupy":
+        import cupy
+        with cupy.cuda.Device(x.device.id):
+            return cupy.empty(shape, dtype=np.dtype(typestr))
+    raise UnsupportedError(
+        f"the queries, a {type(x).__name__}, are in GPU memory, and simil makes result "
+        "arrays in GPU memory for PyTorch and CuPy only: pass out=(distances, labels), "
+        "float32 and int64 arrays of nq x k in GPU memory")
+
+
 # ---- the index ----
 
 class Index:
@@ -311,10 +412,14 @@ class Index:
             raise InvalidArgumentError("add_with_ids needs ids; add(x) numbers the vectors")
         self.add(x, ids)
 
-    def search(self, q, k, **params):
+    def search(self, q, k, out=None, **params):
         """Find the k nearest neighbours of each query.
 
-        q: queries, nq x dim (or one query of dim values, giving nq = 1).
+        q: queries, nq x dim (or one query of dim values, giving nq = 1):
+            numpy or anything numpy reads, or an array in GPU memory (an
+            object with __cuda_array_interface__ or __dlpack__ on a CUDA
+            device, such as a PyTorch or CuPy array), float32 and
+            C-contiguous, which the search reads where it is.
         k: neighbours per query, >= 1.
         params: search parameters by name, such as nprobe=16 or lut="fp16";
             None or absent for the default (for nprobe, the index's own,
@@ -323,16 +428,41 @@ class Index:
             of the wrong type raises TypeError, a value out of range
             InvalidArgumentError (a ValueError).  They are:
         {parameters}
+        out: None, or (distances, ids): float32 and int64 nq x k arrays,
+            C-contiguous, that the results go to (numpy, or in GPU memory).
 
-        Returns (distances, ids): float32 nq x k and int64 nq x k.  Each row
-        is sorted by distance (ascending for "l2", descending similarity for
-        "ip" and "cosine"), then by id.  L2 distances are squared.  Slots
-        beyond the number of vectors held get id -1 and distance +inf
-        ("l2") or -inf ("ip", "cosine").
+        Returns (distances, ids): float32 nq x k and int64 nq x k; numpy
+        arrays for queries in host memory, and for queries in GPU memory new
+        arrays of the queries' library (PyTorch or CuPy) on their GPU, with
+        no copy through the host; or out.  Each row is sorted by distance
+        (ascending for "l2", descending similarity for "ip" and "cosine"),
+        then by id.  L2 distances are squared.  Slots beyond the number of
+        vectors held get id -1 and distance +inf ("l2") or -inf ("ip",
+        "cosine").
         """
         settings = _search_settings(params)
-        q = _rows(q, "queries", self.dim)
-        return self._core.search(q, operator.index(k), settings)
+        gq = _gpu_array(q, "queries")
+        if gq is None and out is None:
+            q = _rows(q, "queries", self.dim)
+            return self._core.search(q, operator.index(k), settings)
+        k = operator.index(k)
+        if gq is None:
+            q = _rows(q, "queries", self.dim)
+            gq = _GpuArray(q.ctypes.data, q.shape, "<f4", q)
+        shape = gq.shape if len(gq.shape) == 2 else (1,) + tuple(gq.shape)
+        if gq.typestr != "<f4" or len(shape) != 2 or shape[1] != self.dim:
+            raise InvalidArgumentError(
+                f"queries in GPU memory must be float32 nq x {self.dim}, C-contiguous; got "
+                f"{gq.typestr} of shape {tuple(gq.shape)}")
+        if k < 1:
+            raise InvalidArgumentError(f"search: k={k} must be >= 1")
+        if out is None:
+            out = (_gpu_empty_like(q, (shape[0], k), "<f4"),
+                   _gpu_empty_like(q, (shape[0], k), "<i8"))
+        dist, ids = (self._result_array(a, (shape[0], k), t, w)
+                     for a, t, w in zip(out, ("<f4", "<i8"), ("distances", "ids")))
+        self._core.search_pointers(gq.address, shape[0], k, settings, dist.address, ids.address)
+        return out
 
     search.__doc__ = search.__doc__.replace("        {parameters}", _search_parameters_doc())
 
@@ -346,6 +476,19 @@ class Index:
             raise InvalidArgumentError(f"unknown search parameter {name!r}; the search "
                                        f"parameters are {', '.join(_SEARCH_PARAMETERS)}")
         return self._core.uses_search_param(name)
+
+    @staticmethod
+    def _result_array(a, shape, typestr, what):
+        """Where a result array of out lies, checked: GPU memory or numpy."""
+        g = _gpu_array(a, what)
+        if g is None:
+            if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.writeable):
+                raise InvalidArgumentError(f"out: {what} must be a writable C-contiguous array")
+            g = _GpuArray(a.ctypes.data, a.shape, a.dtype.str, a)
+        if tuple(g.shape) != shape or g.typestr != typestr:
+            raise InvalidArgumentError(f"out: {what} must be {np.dtype(typestr)} of shape "
+                                       f"{shape}, got {g.typestr} of shape {tuple(g.shape)}")
+        return g
 
     def remove(self, ids):
         """Remove every vector whose id is in ids (an int or a sequence of ints).

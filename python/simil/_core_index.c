@@ -265,6 +265,35 @@ static PyObject *index_uses_search_param(IndexObject *self, PyObject *name)
     return PyBool_FromLong(simil_index_uses_search_param(self->index, text));
 }
 
+/* search_pointers(queries, nq, k, settings, distances, labels): the search
+ * of index_search on memory given by address, for arrays the library reads
+ * and writes where they are (GPU memory: __cuda_array_interface__, DLPack).
+ * The Python layer has checked shapes and types against the owners of the
+ * memory, which it keeps alive for the call; the library checks that the
+ * memory kinds agree with each other and with the index's device. */
+static PyObject *index_search_pointers(IndexObject *self, PyObject *args)
+{
+    unsigned long long q, d, l;
+    long long nq, k;
+    PyObject *settings;
+    if (!PyArg_ParseTuple(args, "KLLO!KK:search_pointers", &q, &nq, &k, &PyTuple_Type,
+                          &settings, &d, &l))
+        return NULL;
+    if (nq < 0) return pysimil_invalid("search: nq=%lld is negative", nq);
+    simil_search_params *params = NULL;
+    if (!search_params_of(settings, &params)) return NULL;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, SHARED);
+    s = simil_index_search(self->index, nq, (const float *)(uintptr_t)q, k, params,
+                           (float *)(uintptr_t)d, (int64_t *)(uintptr_t)l);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    simil_search_params_destroy(params);
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    Py_RETURN_NONE;
+}
+
 static PyObject *index_remove(IndexObject *self, PyObject *obj)
 {
     PyArrayObject *ids = ids_arg(obj);
@@ -452,6 +481,8 @@ static PyMethodDef index_methods[] = {
     {"search", PYSIMIL_KW_METHOD(index_search), METH_VARARGS | METH_KEYWORDS,
      "search(queries, k, settings=()) -> (distances, labels); settings: (name, value) "
      "pairs"},
+    {"search_pointers", (PyCFunction)index_search_pointers, METH_VARARGS,
+     "search_pointers(queries, nq, k, settings, distances, labels): by address"},
     {"uses_search_param", (PyCFunction)index_uses_search_param, METH_O,
      "uses_search_param(name) -> whether searches of this index read that setting"},
     {"remove", (PyCFunction)index_remove, METH_O, "remove(ids) -> number removed"},
