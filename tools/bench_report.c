@@ -76,19 +76,6 @@ static void csv_field(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* "key": "escaped s", with sep after it. */
-static void json_field(FILE *f, const char *key, const char *s, const char *sep)
-{
-    fprintf(f, "\"%s\": \"", key);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fprintf(f, "\"%s", sep);
-}
-
 static void csv_row(FILE *f, const char *dataset, const bench_point *p)
 {
     csv_field(f, dataset);
@@ -110,10 +97,10 @@ static void csv_row(FILE *f, const char *dataset, const bench_point *p)
 static void json_object(FILE *f, const char *dataset, const bench_point *p)
 {
     fputs("  {", f);
-    json_field(f, "dataset", dataset, ", ");
-    json_field(f, "index", p->index, ", ");
-    json_field(f, "params", p->params, ", ");
-    json_field(f, "mode", p->mode, ", ");
+    cli_json_string(f, "dataset", dataset, ", ");
+    cli_json_string(f, "index", p->index, ", ");
+    cli_json_string(f, "params", p->params, ", ");
+    cli_json_string(f, "mode", p->mode, ", ");
     fprintf(f, "\"k\": %" PRId64 ", \"build_seconds\": %.6f, ", p->k, p->build_seconds);
     if (p->index_bytes >= 0) fprintf(f, "\"index_bytes\": %" PRId64 ", ", p->index_bytes);
     else fputs("\"index_bytes\": null, ", f);
@@ -123,8 +110,8 @@ static void json_object(FILE *f, const char *dataset, const bench_point *p)
             "\"one_recall_at_k\": %.6f, \"recall_k_at_k\": %.6f, \"recall_by\": \"%s\", ",
             p->qps, p->runs, p->p50_ms, p->p95_ms, p->p99_ms, p->p999_ms, p->recall.one_at_1,
             p->recall.one_at_k, p->recall.k_at_k, p->recall.by_distance ? "distance" : "id");
-    json_field(f, "backend", p->backend, ", ");
-    json_field(f, "device", p->device, "}");
+    cli_json_string(f, "backend", p->backend, ", ");
+    cli_json_string(f, "device", p->device, "}");
 }
 
 int bench_results_write(const char *dir, const char *dataset, const bench_point *points,

@@ -279,6 +279,20 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, const char *usage,
     return 1;
 }
 
+/* ---- JSON ---- */
+
+void cli_json_string(FILE *f, const char *key, const char *s, const char *sep)
+{
+    fprintf(f, "\"%s\": \"", key);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fprintf(f, "\"%s", sep);
+}
+
 /* ---- time and progress ---- */
 
 double cli_now(void)

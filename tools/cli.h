@@ -8,6 +8,7 @@
 #define SIMIL_TOOLS_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "simil/simil.h"
 
@@ -138,6 +139,11 @@ int cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
  * one helps, and return CLI_EXIT_FAIL.  path, if not NULL, is the file the
  * call worked on, prefixed when the library's message does not name it. */
 int cli_fail(simil_status status, const char *path);
+
+/* ---- JSON ---- */
+
+/* "key": "s" on f, s escaped as JSON wants, then sep (", " or "}"...). */
+void cli_json_string(FILE *f, const char *key, const char *s, const char *sep);
 
 /* ---- progress, time ---- */
 

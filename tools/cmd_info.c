@@ -32,30 +32,18 @@ typedef struct info_file {
     long long bytes;        /* file size, -1 if unknown */
 } info_file;
 
-static void info_json_string(const char *key, const char *s, const char *sep)
-{
-    printf("\"%s\": \"", key);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    printf("\"%s", sep);
-}
-
 static void info_json(const info_file *f)
 {
     const simil_index *ix = f->index;
     putchar('{');
-    info_json_string("file", f->path, ", ");
-    info_json_string("format", f->faiss ? "faiss" : "simil", ", ");
-    if (f->faiss) info_json_string("faiss", f->structure, ", ");
+    cli_json_string(stdout, "file", f->path, ", ");
+    cli_json_string(stdout, "format", f->faiss ? "faiss" : "simil", ", ");
+    if (f->faiss) cli_json_string(stdout, "faiss", f->structure, ", ");
     printf("\"loads\": %s, ", ix ? "true" : "false");
-    if (!ix) info_json_string("why_not", f->why, ", ");
+    if (!ix) cli_json_string(stdout, "why_not", f->why, ", ");
     if (ix) {
-        info_json_string("description", simil_index_description(ix), ", ");
-        info_json_string("metric", simil_metric_name(simil_index_metric(ix)), ", ");
+        cli_json_string(stdout, "description", simil_index_description(ix), ", ");
+        cli_json_string(stdout, "metric", simil_metric_name(simil_index_metric(ix)), ", ");
         printf("\"dim\": %" PRId64 ", \"size\": %" PRId64 ", \"trained\": %s, ",
                simil_index_dim(ix), simil_index_size(ix),
                simil_index_is_trained(ix) ? "true" : "false");

@@ -106,25 +106,13 @@ static int search_write(const search_args *a, int64_t nq, float *dist, int64_t *
     return CLI_EXIT_OK;
 }
 
-static void json_string(const char *key, const char *s)
-{
-    printf("\"%s\": \"", key);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    printf("\", ");
-}
-
 static void search_report(const search_args *a, const simil_index *index, const search_result *r)
 {
     double qps = r->seconds > 0 ? (double)r->nq / r->seconds : 0.0;
     if (a->json) {
         putchar('{');
-        json_string("index", simil_index_description(index));
-        json_string("backend", simil_backend_name(index));
+        cli_json_string(stdout, "index", simil_index_description(index), ", ");
+        cli_json_string(stdout, "backend", simil_backend_name(index), ", ");
         printf("\"n_queries\": %" PRId64 ", \"k\": %" PRId64 ", ", r->nq, a->k);
         cli_params_print_json(&a->params);
         if (r->have_recall)

@@ -117,13 +117,15 @@ static void search(const simil_index *index, const simil_matrix *q, float *d, in
     simil_search_params_destroy(p);
 }
 
-/* Load NAME.faiss on device and compare its search with Faiss's. */
-static void check_read_on(const char *name, const char *device, const char *desc,
-                          simil_metric metric, double tol)
+/* Load NAME.faiss on device and compare its search with Faiss's: at
+ * nprobe NPROBE, or with the index's own default nprobe when own_nprobe. */
+static void check_read_nprobe(const char *name, const char *device, const char *desc,
+                              simil_metric metric, double tol, int own_nprobe)
 {
     char file[256], ctx[256];
     snprintf(file, sizeof file, "%s.faiss", name);
-    snprintf(ctx, sizeof ctx, "%s on %s (K=%d nprobe=%d)", name, device, K, NPROBE);
+    snprintf(ctx, sizeof ctx, "%s on %s (K=%d nprobe=%s)", name, device, K,
+             own_nprobe ? "the file's" : "4");
     simil_index *index = NULL;
     SML_ASSERT_OK(simil_index_load(&index, data_path(file), device));
     assert_string_equal(simil_index_description(index), desc);
@@ -133,7 +135,8 @@ static void check_read_on(const char *name, const char *device, const char *desc
     assert_int_equal(rd.cols, K);
     float *d = sml_test_malloc(sizeof(float) * (size_t)(q.rows * K));
     int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q.rows * K));
-    search(index, &q, d, l);
+    if (own_nprobe) SML_ASSERT_OK(simil_index_search(index, q.rows, q.data, K, NULL, d, l));
+    else search(index, &q, d, l);
     check_same(ctx, q.rows, d, l, rd.data, rl.data, tol);
     free(d);
     free(l);
@@ -141,6 +144,12 @@ static void check_read_on(const char *name, const char *device, const char *desc
     simil_matrix_free(&rd);
     simil_matrix_free(&rl);
     simil_index_destroy(index);
+}
+
+static void check_read_on(const char *name, const char *device, const char *desc,
+                          simil_metric metric, double tol)
+{
+    check_read_nprobe(name, device, desc, metric, tol, 0);
 }
 
 static void check_read(const char *name, const char *desc, simil_metric metric, double tol)
@@ -178,19 +187,10 @@ static void test_read_nprobe(void **state)
     simil_index *index = NULL;
     SML_ASSERT_OK(simil_index_load(&index, data_path("ivfflat_nprobe6.faiss"), "cpu"));
     assert_int_equal(simil_index_nprobe(index), 6);
-    simil_matrix q = npy("ivfflat_nprobe6", "q"), rd = npy("ivfflat_nprobe6", "D"),
-                 rl = npy("ivfflat_nprobe6", "I");
-    float *d = sml_test_malloc(sizeof(float) * (size_t)(q.rows * K));
-    int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q.rows * K));
-    SML_ASSERT_OK(simil_index_search(index, q.rows, q.data, K, NULL, d, l));
-    check_same("ivfflat_nprobe6 searched with its own nprobe", q.rows, d, l, rd.data, rl.data,
-               flat_tol);
-    free(d);
-    free(l);
-    simil_matrix_free(&q);
-    simil_matrix_free(&rd);
-    simil_matrix_free(&rl);
     simil_index_destroy(index);
+    check_read_nprobe("ivfflat_nprobe6", "cpu", "IVF16,Flat", SIMIL_METRIC_L2, flat_tol, 1);
+    if (simil_gpu_count() > 0)
+        check_read_nprobe("ivfflat_nprobe6", "gpu", "IVF16,Flat", SIMIL_METRIC_L2, flat_tol, 1);
 }
 
 static void test_read_ivf_pq(void **state)
