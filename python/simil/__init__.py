@@ -561,7 +561,12 @@ class Index:
 
     @nprobe.setter
     def nprobe(self, value):
-        self._core.nprobe = _positive(value, "nprobe") if value is not None else 0
+        if value is not None:
+            value = operator.index(value)
+            if value < 1:
+                raise InvalidArgumentError(
+                    f"nprobe={value} must be >= 1 (or None for the default, 1)")
+        self._core.nprobe = 0 if value is None else value
 
     @property
     def metric_type(self):

@@ -917,32 +917,13 @@ static simil_status sml_faiss_fill_sq(simil_index *index, sml_faiss_parsed *p, c
     return SIMIL_OK;
 }
 
-/* OPQ: the rotation, then the IVF-PQ inside, then the outer counters. */
-static simil_status sml_faiss_fill_opq(simil_index *index, sml_faiss_parsed *p, const char *path)
-{
-    float *rt;
-    int64_t dout;
-    simil_index *inner;
-    sml_opq_parts(index, &rt, &dout, &inner);
-    assert(dout == p->dim);
-    memcpy(rt, p->pre_rt, sizeof *rt * (size_t)(index->dim * dout));
-    SML_TRY(sml_faiss_fill_ivf(inner, p, path));
-    index->trained = 1;
-    index->ntotal = inner->ntotal;
-    index->next_id = inner->next_id;
-    index->nprobe = inner->nprobe;
-    return SIMIL_OK;
-}
-
+/* The simil index of what was read; an IndexPreTransform becomes an OPQ
+ * index around the IVF-PQ inside. */
 static simil_status sml_faiss_build(sml_faiss_parsed *p, const char *path, const char *device,
                                     simil_index **out)
 {
     char desc[96];
-    const int64_t dim = p->pre_din ? p->pre_din : p->dim;
-    if (p->pre_din)
-        snprintf(desc, sizeof desc, "OPQ%" PRId64 "_%" PRId64 ",IVF%" PRId64 ",PQ%" PRId64 "x%d",
-                 p->pq_m, p->dim, p->nlist, p->pq_m, p->pq_nbits);
-    else if (p->kind == SML_FAISS_FLAT)
+    if (p->kind == SML_FAISS_FLAT)
         snprintf(desc, sizeof desc, "Flat");
     else if (p->kind == SML_FAISS_IVF_FLAT)
         snprintf(desc, sizeof desc, "IVF%" PRId64 ",Flat", p->nlist);
@@ -959,19 +940,26 @@ static simil_status sml_faiss_build(sml_faiss_parsed *p, const char *path, const
             snprintf(desc, sizeof desc, "IVF%" PRId64 ",%s", p->nlist, sq);
     }
     simil_index *index;
-    simil_status s = sml_index_new(&index, dim, desc, p->metric, device);
+    simil_status s = sml_index_new(&index, p->dim, desc, p->metric, device);
     if (s == SIMIL_ERR_INVALID_ARGUMENT)
         return sml_error_context(SIMIL_ERR_UNSUPPORTED, "'%s' is a Faiss %s index", path, desc);
     SML_TRY(s);
-    s = p->pre_din                  ? sml_faiss_fill_opq(index, p, path)
-        : p->kind == SML_FAISS_FLAT ? sml_faiss_fill_flat(index, p, path)
-        : p->kind == SML_FAISS_SQ   ? sml_faiss_fill_sq(index, p, path)
-                                    : sml_faiss_fill_ivf(index, p, path);
+    s = p->kind == SML_FAISS_FLAT ? sml_faiss_fill_flat(index, p, path)
+        : p->kind == SML_FAISS_SQ ? sml_faiss_fill_sq(index, p, path)
+                                  : sml_faiss_fill_ivf(index, p, path);
+    simil_index *outer = index;
+    if (s == SIMIL_OK && p->pre_din) {
+        assert(p->kind == SML_FAISS_IVF_PQ);
+        s = sml_index_new_opq(&outer, p->pre_din, p->pq_m, p->pre_rt, index, device);
+        if (s == SIMIL_ERR_INVALID_ARGUMENT)
+            s = sml_error_context(SIMIL_ERR_UNSUPPORTED, "'%s' is a Faiss OPQ around %s", path,
+                                  desc);
+    }
     if (s != SIMIL_OK) {
         sml_index_free(index);
         return s;
     }
-    *out = index;
+    *out = outer;
     return SIMIL_OK;
 }
 

@@ -165,6 +165,11 @@ void sml_ivf_pq_parts(const simil_index *index, struct sml_ivf **ivf, struct sml
 /* OPQ: its rotation (host, dim x dout: y = x rt) and the index inside. */
 void sml_opq_parts(const simil_index *index, float **rt, int64_t *dout, simil_index **inner);
 
+/* Make the fresh OPQ index take rotation rt (copied) and the trained index
+ * inner (adopted, of the description and dimension its own inner index has,
+ * which goes), with inner's counters and default nprobe. */
+simil_status sml_opq_adopt(simil_index *index, const float *rt, simil_index *inner);
+
 /* Bytes of an IVF-PQ row: the code (sml_pq_code_size), then, for the L2
  * kernel metric, the row's term 1 as a float. */
 size_t sml_ivf_pq_row_bytes(int64_t m, simil_metric kernel_metric);
@@ -213,6 +218,13 @@ simil_status sml_index_append(simil_index *index, int64_t n, const float *x, con
 
 /* Destroy an index and its backend; NULL does nothing. */
 void sml_index_free(simil_index *index);
+
+/* An OPQ index of dimension dim, OPQm with rotation rt (dim x inner's
+ * dimension, copied), around inner, a trained index on device (loading
+ * Faiss's IndexPreTransform).  On success *out owns inner; on failure the
+ * caller still does. */
+simil_status sml_index_new_opq(simil_index **out, int64_t dim, int64_t m, const float *rt,
+                               simil_index *inner, const char *device);
 
 /* The index a wrapper type (OPQ, Refine) holds: spec without the wrapper's
  * part, on the same device, with the counters of the outer index. */

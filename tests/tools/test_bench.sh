@@ -195,15 +195,14 @@ check([r["params"] for r in rows] == ["threads=1", "threads=2"], "params %r" % r
 check(all(r["k"] == "5" and float(r["recall_k_at_k"]) == 1.0 for r in rows), "rows %r" % rows)
 ' "$TMP/r3"
 
-    # Batch and single-query modes: one row each per point, the same results;
-    # single-query latencies of a small Flat are far below a whole batch call.
+    # Batch and single-query modes: one row each per point, the same results
+    # (times are not compared: a shared machine makes them noise).
     expect 0 "${BENCH[@]}" --index Flat --mode both --runs 2 --gt "$TMP/gt25.ivecs" --out "$TMP/m"
     py '
 rows = results(sys.argv[1])
 check([r["mode"] for r in rows] == ["batch", "single"], "modes %r" % rows)
 check(all(r["runs"] == "2" and float(r["recall_k_at_k"]) == 1.0 for r in rows), "rows %r" % rows)
-batch, single = rows
-check(float(single["p50_ms"]) < float(batch["p50_ms"]), "one query as slow as 40: %r" % rows)
+batch = rows[0]
 check(int(batch["index_bytes"]) >= 2000 * 16 * 4, "Flat of 2000 x 16 floats in %s bytes" % batch["index_bytes"])
 ' "$TMP/m"
     expect 0 "${BENCH[@]}" --index Flat --mode single --runs 1 --out "$TMP/m1"
