@@ -2,7 +2,8 @@
  *
  * simil_index_load() reads Faiss index files as well as its own (it looks at
  * the first bytes): IndexFlatL2, IndexFlatIP, IndexIVFFlat, IndexIVFPQ with
- * 4- to 8-bit codes encoding residuals, IndexPreTransform of one linear
+ * 4- to 8-bit codes of residuals (or, for L2, by_residual = false: of the
+ * vectors), IndexPreTransform of one linear
  * transform without bias around an IndexIVFPQ (OPQ), IndexHNSWFlat (loaded
  * as Flat: the graph is dropped and searches are exact), and
  * IndexIDMap/IndexIDMap2 around them.  Other Faiss types give
@@ -23,8 +24,9 @@ extern "C" {
  *   Flat          -> IndexFlatL2 / IndexFlatIP, inside an IndexIDMap2 unless
  *                    the ids are 0, 1, ..., ntotal-1 in order
  *   IVFn,Flat     -> IndexIVFFlat (ids are kept in its inverted lists)
- *   IVFn,PQmxb    -> IndexIVFPQ, by_residual, b-bit codes packed as Faiss packs
- *                    them (PQmxb alone: an IndexIVFPQ of 1 list)
+ *   IVFn,PQmxb    -> IndexIVFPQ, b-bit codes packed as Faiss packs them
+ *                    (PQmxb alone: an IndexIVFPQ of 1 list); by_residual
+ *                    unless it was read with by_residual = false
  *   OPQm_d,...    -> IndexPreTransform: the rotation as a LinearTransform,
  *                    around the IndexIVFPQ
  * Cosine indexes are written as inner product over their normalized vectors

@@ -1,8 +1,8 @@
 /* faiss_read.c: loading index files written by Faiss (faiss::write_index).
  *
  * simil reads IndexFlatL2/IP ("IxF2", "IxFI", "IxFl"), IndexIVFFlat ("IwFl",
- * and the older "IvFl"/"IvFL"), IndexIVFPQ with 4- to 8-bit codes and
- * residual encoding ("IwPQ", and the older "IvPQ"), IndexScalarQuantizer
+ * and the older "IvFl"/"IvFL"), IndexIVFPQ with 4- to 8-bit codes ("IwPQ",
+ * and the older "IvPQ"; by_residual = false for L2 only), IndexScalarQuantizer
  * ("IxSQ") and IndexIVFScalarQuantizer with residual encoding ("IwSQ", "IwSq")
  * for the types QT_8bit, QT_fp16 and QT_bf16, IndexPreTransform ("IxPT") of
  * one linear transform without bias around an IndexIVFPQ (which is OPQ),
@@ -88,6 +88,7 @@ typedef struct sml_faiss_parsed {
     float *coarse;          /* IVF: nlist x dim */
     int64_t pq_m;           /* IVF-PQ */
     int pq_nbits;           /* IVF-PQ: 4 to 8; codes of fewer are unpacked */
+    int by_residual;        /* IVF-PQ: 0 where the codes are of the vectors */
     float *codebooks;       /* IVF-PQ: pq_m x 256 x dim / pq_m */
     sml_sq_type sq_type;    /* SQ */
     float *sq_ranges;       /* SQ8: vmin (dim), then vdiff (dim) */
@@ -499,10 +500,14 @@ static simil_status sml_fr_pq(sml_reader *r, sml_faiss_parsed *p)
     sml_fr_note(p, " (nlist %" PRId64 ", nprobe %" PRId64 ", M %llu, nbits %llu, %s)", p->nlist,
                 p->nprobe, (unsigned long long)m, (unsigned long long)nbits,
                 by_residual ? "by_residual" : "by_residual = false");
-    SML_RETURN_IF(!by_residual, SIMIL_ERR_UNSUPPORTED,
-                  "'%s' is an IndexIVFPQ with by_residual = false (codes of the vectors, not of "
-                  "their residuals); simil's IVF-PQ encodes residuals (by_residual = true) only",
+    /* codes of the vectors scan as residuals of a zero centroid: for L2, the
+     * table route that takes x - c (index_ivf_pq.c); inner-product scans
+     * add the coarse similarity, which such codes do not have */
+    SML_RETURN_IF(!by_residual && p->metric != SIMIL_METRIC_L2, SIMIL_ERR_UNSUPPORTED,
+                  "'%s' is an inner-product IndexIVFPQ with by_residual = false (codes of the "
+                  "vectors, not of their residuals); simil reads such files for L2 only",
                   r->path);
+    p->by_residual = by_residual;
     SML_RETURN_IF(d != (uint64_t)p->dim || m < 1 || m > d || d % m != 0 || nbits < 1 ||
                       nbits > 24 || code_size != (m * nbits + 7) / 8,
                   SIMIL_ERR_CORRUPT,
@@ -868,8 +873,9 @@ static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, 
     SML_TRY(sml_faiss_ids(p, path, &next_id));
     if (p->kind == SML_FAISS_IVF_PQ) {
         sml_pq *pq;
-        sml_ivf_pq_parts(index, &ivf, &pq);
-        SML_TRY(sml_ivf_pq_set_trained(index, p->coarse, p->codebooks));
+        int by_residual;
+        sml_ivf_pq_parts(index, &ivf, &pq, &by_residual);
+        SML_TRY(sml_ivf_pq_set_trained(index, p->coarse, p->codebooks, p->by_residual));
     } else if (p->kind == SML_FAISS_IVF_SQ) {
         ivf = sml_ivf_sq_ivf(index);
         SML_TRY(sml_ivf_set_centroids(b, ivf, p->coarse));

@@ -151,14 +151,15 @@ static simil_status sml_fw_ivf_index(sml_writer *w, const simil_index *index, in
     sml_backend *b = index->backend;
     sml_ivf *ivf = index->impl;
     sml_pq *pq = NULL;
-    if (kind == SML_FW_IVF_PQ) sml_ivf_pq_parts(index, &ivf, &pq);
+    int by_residual = 1;
+    if (kind == SML_FW_IVF_PQ) sml_ivf_pq_parts(index, &ivf, &pq, &by_residual);
     SML_TRY(sml_fw_code(w, kind == SML_FW_IVF_PQ ? "IwPQ" : "IwFl"));
     SML_TRY(sml_fw_ivf_header(w, index, b, ivf));
     size_t code_size = ivf->code_size;
     if (pq != NULL) {
         code_size = (size_t)((pq->m * pq->nbits + 7) / 8);
         uint64_t count = (uint64_t)(pq->m * pq->ksub * pq->dsub);
-        SML_TRY(sml_fw_u8(w, 1)); /* by_residual */
+        SML_TRY(sml_fw_u8(w, (uint8_t)by_residual));
         SML_TRY(sml_fw_u64(w, (uint64_t)code_size));
         SML_TRY(sml_fw_u64(w, (uint64_t)pq->dim));
         SML_TRY(sml_fw_u64(w, (uint64_t)pq->m));

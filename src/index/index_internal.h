@@ -151,16 +151,19 @@ simil_status sml_ivf_sq_init(simil_index *index);
 
 /* Reading and writing Faiss files (faiss_read.c, faiss_write.c) needs the
  * insides of three types.  Flat: its vectors (backend memory, ntotal x dim)
- * and host ids.  IVF-PQ: its inverted file and product quantizer; set_trained
- * makes a fresh, untrained IVF-PQ index trained with these coarse centroids
- * (nlist x dim) and codebooks (m x ksub x dsub), uploading both; if it fails,
- * the caller destroys the index. */
+ * and host ids.  IVF-PQ: its inverted file, product quantizer and whether
+ * its codes are of residuals (Faiss's by_residual); set_trained makes a fresh,
+ * untrained IVF-PQ index trained with these coarse centroids (nlist x dim)
+ * and codebooks (m x ksub x dsub), uploading both, its codes of residuals or
+ * (by_residual = 0, L2 only) of the vectors; if it fails, the caller
+ * destroys the index. */
 struct sml_ivf;
 struct sml_pq;
 void sml_flat_data(const simil_index *index, const float **vectors, const int64_t **host_ids);
 simil_status sml_ivf_pq_set_trained(simil_index *index, const float *coarse,
-                                    const float *codebooks);
-void sml_ivf_pq_parts(const simil_index *index, struct sml_ivf **ivf, struct sml_pq **pq);
+                                    const float *codebooks, int by_residual);
+void sml_ivf_pq_parts(const simil_index *index, struct sml_ivf **ivf, struct sml_pq **pq,
+                      int *by_residual);
 
 /* OPQ: its rotation (host, dim x dout: y = x rt) and the index inside. */
 void sml_opq_parts(const simil_index *index, float **rt, int64_t *dout, simil_index **inner);

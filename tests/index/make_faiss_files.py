@@ -176,6 +176,9 @@ def gen_ivf_pq(faiss, out):
     index = ivf_pq(faiss, d, 16, 8, 4, faiss.METRIC_L2, xb)  # 4-bit codes, packed two a byte
     index.add(xb)
     save(faiss, out, "ivfpq4_l2", index, q)
+    index = ivf_pq(faiss, d, 16, 8, 8, faiss.METRIC_L2, xb, by_residual=False)
+    index.add(xb)
+    save(faiss, out, "ivfpq_noresidual", index, q)
     index = factory(faiss, d, "OPQ8,IVF16,PQ8")  # an IndexPreTransform
     index.train(xb)
     index.add(xb)
@@ -248,9 +251,9 @@ def gen_unsupported(faiss, out):
     index = faiss.IndexPQ(d, 4, 8)
     index.train(xb)
     faiss.write_index(index, f"{out}/unsupported_pq.faiss")
-    index = ivf_pq(faiss, d, 4, 4, 8, faiss.METRIC_L2, xb, by_residual=False)
+    index = ivf_pq(faiss, d, 4, 4, 8, faiss.METRIC_INNER_PRODUCT, xb, by_residual=False)
     index.add(xb[:20])
-    faiss.write_index(index, f"{out}/unsupported_noresidual.faiss")
+    faiss.write_index(index, f"{out}/unsupported_noresidual_ip.faiss")
     index = ivf_pq(faiss, d, 4, 4, 2, faiss.METRIC_L2, xb)
     index.add(xb[:20])
     faiss.write_index(index, f"{out}/unsupported_nbits2.faiss")

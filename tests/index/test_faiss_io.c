@@ -203,6 +203,79 @@ static void test_read_ivf_pq(void **state)
     check_read("ivfpq4_l2", "IVF16,PQ8x4", SIMIL_METRIC_L2, pq_tol);
 }
 
+/* IndexIVFPQ with by_residual = false (L2; its codes are of the vectors, not
+ * of their residuals): searched as Faiss searches it; saved in both formats
+ * and loaded back to the same results; extended with the queries, each coded
+ * as itself, so that with every list probed a query's nearest neighbour is its
+ * own code (PQ picks the nearest codeword of each part), at the distance of
+ * its reconstruction. */
+static void check_write(const char *name, const simil_index *index, const simil_matrix *q,
+                        const char *faiss_type, double tol);
+
+static void check_noresidual_add(simil_index *index, const simil_matrix *q)
+{
+    int64_t *ids = sml_test_malloc(sizeof(int64_t) * (size_t)q->rows);
+    for (int64_t i = 0; i < q->rows; i++) ids[i] = 1000000 + i;
+    SML_ASSERT_OK(simil_index_add(index, q->rows, q->data, ids));
+    float *d = sml_test_malloc(sizeof(float) * (size_t)(q->rows * K));
+    int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q->rows * K));
+    simil_search_params *p = sml_test_params("");
+    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", 16));
+    SML_ASSERT_OK(simil_index_search(index, q->rows, q->data, K, p, d, l));
+    simil_search_params_destroy(p);
+    const float *x = q->data;
+    float rec[64];
+    assert_true(q->cols <= 64);
+    for (int64_t i = 0; i < q->rows; i++) {
+        SML_ASSERT_OK(simil_index_reconstruct(index, ids[i], rec));
+        double want = 0;
+        for (int64_t t = 0; t < q->cols; t++) {
+            const double e = (double)x[i * q->cols + t] - rec[t];
+            want += e * e;
+        }
+        if (fabs(d[i * K] - want) > pq_tol * (1.0 + want))
+            fail_msg("query %ld: nearest at %.6g, its own code at %.6g", (long)i,
+                     (double)d[i * K], want);
+    }
+    free(ids);
+    free(d);
+    free(l);
+}
+
+static void test_read_noresidual(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    check_read("ivfpq_noresidual", "IVF16,PQ8x8", SIMIL_METRIC_L2, pq_tol);
+    simil_index *index, *back;
+    SML_ASSERT_OK(simil_index_load(&index, data_path("ivfpq_noresidual.faiss"), "cpu"));
+    simil_matrix q = npy("ivfpq_noresidual", "q");
+    const char *path = sml_test_path("noresidual.simil");
+    SML_ASSERT_OK(simil_index_save(index, path));
+    SML_ASSERT_OK(simil_index_load(&back, path, "cpu"));
+    float *d = sml_test_malloc(sizeof(float) * (size_t)(q.rows * K));
+    float *d2 = sml_test_malloc(sizeof(float) * (size_t)(q.rows * K));
+    int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q.rows * K));
+    int64_t *l2 = sml_test_malloc(sizeof(int64_t) * (size_t)(q.rows * K));
+    search(index, &q, d, l);
+    search(back, &q, d2, l2);
+    check_same("by_residual = false, saved by simil and loaded", q.rows, d2, l2, d, l, 1e-6);
+    simil_index_destroy(back);
+    if (have_faiss) check_write("w_noresidual", index, &q, "IndexIVFPQ", pq_tol);
+    check_noresidual_add(index, &q);
+    if (simil_gpu_count() > 0) {
+        simil_index_destroy(index);
+        SML_ASSERT_OK(simil_index_load(&index, data_path("ivfpq_noresidual.faiss"), "gpu"));
+        check_noresidual_add(index, &q);
+    }
+    simil_index_destroy(index);
+    simil_matrix_free(&q);
+    free(d);
+    free(d2);
+    free(l);
+    free(l2);
+}
+
 /* IndexPreTransform with an OPQ rotation around an IVF-PQ: simil's OPQ. */
 static void test_read_opq(void **state)
 {
@@ -248,7 +321,8 @@ static void test_describe(void **state)
     expect_described("hnsw_l2.faiss", "> IndexFlatL2: d=16, ntotal=800");
     expect_described("unsupported_hnswpq.faiss", "IndexHNSWPQ");
     expect_described("unsupported_hnswpq.faiss", "d=16, ntotal=30, metric l2");
-    expect_described("unsupported_noresidual.faiss", "by_residual = false");
+    expect_described("unsupported_noresidual_ip.faiss", "by_residual = false");
+    expect_described("ivfpq_noresidual.faiss", "nbits 8, by_residual = false)");
     expect_described("unsupported_pca.faiss", "IndexPreTransform [transform 'Pcam']");
     expect_described("sq8_l2.faiss", "IndexScalarQuantizer (QT_8bit): d=24, ntotal=3000");
     expect_described("ivfsqfp16_ip.faiss", "(nlist 16, nprobe 1, QT_fp16): d=24");
@@ -311,7 +385,7 @@ static void test_read_unsupported(void **state)
     REQUIRE_FILES();
     expect_unsupported("unsupported_hnswpq.faiss", "Faiss index type 'IHNp' (IndexHNSWPQ)");
     expect_unsupported("unsupported_pq.faiss", "'IxPq'");
-    expect_unsupported("unsupported_noresidual.faiss", "by_residual = false");
+    expect_unsupported("unsupported_noresidual_ip.faiss", "inner-product IndexIVFPQ with by_residual = false");
     expect_unsupported("unsupported_nbits2.faiss", "nbits=2");
     expect_unsupported("unsupported_pca.faiss", "'Pcam'");
     expect_unsupported("unsupported_opq_ivfflat.faiss", "around a Faiss IVF-Flat index");
@@ -606,6 +680,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_flat),     cmocka_unit_test(test_read_ivf_flat),
         cmocka_unit_test(test_read_ivf_pq),   cmocka_unit_test(test_read_sq),
+        cmocka_unit_test(test_read_noresidual),
         cmocka_unit_test(test_read_unsupported),
         cmocka_unit_test(test_read_nprobe),   cmocka_unit_test(test_write_nprobe),
         cmocka_unit_test(test_read_opq),      cmocka_unit_test(test_read_hnsw),
