@@ -52,39 +52,39 @@ static const float *sml_ivf_pq_base(const sml_ivf_pq *x)
     return x->by_residual ? x->ivf.centroids_mem : x->zero_mem;
 }
 
+/* *slot = new backend memory holding these host bytes; the old block is
+ * freed only once the new one is complete. */
+static simil_status sml_ivf_pq_put(sml_backend *b, float **slot, const float *host, size_t bytes)
+{
+    float *mem = NULL;
+    simil_status s = b->ops->mem_alloc(b, bytes, (void **)&mem);
+    if (s == SIMIL_OK) s = b->ops->mem_upload(b, mem, host, bytes);
+    if (s != SIMIL_OK) {
+        b->ops->mem_free(b, mem);
+        return s;
+    }
+    b->ops->mem_free(b, *slot);
+    *slot = mem;
+    return SIMIL_OK;
+}
+
 /* The codebooks to backend memory. */
 static simil_status sml_ivf_pq_upload(sml_backend *b, sml_ivf_pq *x)
 {
     const sml_pq *pq = &x->pq;
-    const size_t cb_bytes = sizeof(float) * (size_t)(pq->m * pq->ksub * pq->dsub);
-    float *cb = NULL;
-    simil_status s = b->ops->mem_alloc(b, cb_bytes, (void **)&cb);
-    if (s == SIMIL_OK) s = b->ops->mem_upload(b, cb, pq->centroids, cb_bytes);
-    if (s != SIMIL_OK) {
-        b->ops->mem_free(b, cb);
-        return s;
-    }
-    b->ops->mem_free(b, x->codebooks_mem);
-    x->codebooks_mem = cb;
-    return SIMIL_OK;
+    return sml_ivf_pq_put(b, &x->codebooks_mem, pq->centroids,
+                          sizeof(float) * (size_t)(pq->m * pq->ksub * pq->dsub));
 }
 
 /* The zero centroids of codes of the vectors, to backend memory. */
 static simil_status sml_ivf_pq_zero_upload(sml_backend *b, sml_ivf_pq *x)
 {
     const size_t count = (size_t)(x->ivf.nlist * x->ivf.dim);
-    float *zeros = NULL, *mem = NULL;
+    float *zeros = NULL;
     SML_TRY(sml_calloc((void **)&zeros, count, sizeof *zeros, "zero centroids"));
-    simil_status s = b->ops->mem_alloc(b, count * sizeof *zeros, (void **)&mem);
-    if (s == SIMIL_OK) s = b->ops->mem_upload(b, mem, zeros, count * sizeof *zeros);
+    simil_status s = sml_ivf_pq_put(b, &x->zero_mem, zeros, count * sizeof *zeros);
     sml_free(zeros);
-    if (s != SIMIL_OK) {
-        b->ops->mem_free(b, mem);
-        return s;
-    }
-    b->ops->mem_free(b, x->zero_mem);
-    x->zero_mem = mem;
-    return SIMIL_OK;
+    return s;
 }
 
 size_t sml_ivf_pq_row_bytes(int64_t m, simil_metric kernel_metric)
