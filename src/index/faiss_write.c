@@ -218,9 +218,16 @@ static simil_status sml_fw_kind(const simil_index *index, int *kind)
                   index->description);
     SML_RETURN_IF(sp->encoding == SML_ENCODING_XFBQ, SIMIL_ERR_UNSUPPORTED,
                   "index '%s': XFBQ codes have no Faiss counterpart", index->description);
+    SML_RETURN_IF(sp->encoding == SML_ENCODING_SQ, SIMIL_ERR_UNSUPPORTED,
+                  "index '%s': simil reads Faiss's IndexScalarQuantizer and "
+                  "IndexIVFScalarQuantizer but does not write them yet; save it as a simil file",
+                  index->description);
     SML_RETURN_IF(sp->refine, SIMIL_ERR_UNSUPPORTED,
                   "index '%s': simil does not write Faiss's IndexRefineFlat yet; write the "
                   "index without ',Refine'",
+                  index->description);
+    SML_RETURN_IF(sp->encoding != SML_ENCODING_PQ && sp->encoding != SML_ENCODING_FLAT,
+                  SIMIL_ERR_INTERNAL, "index '%s': an encoding the Faiss writer does not know",
                   index->description);
     SML_RETURN_IF(sp->opq_m && sp->encoding != SML_ENCODING_PQ, SIMIL_ERR_INTERNAL,
                   "index '%s': OPQ without PQ", index->description);

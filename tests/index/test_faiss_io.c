@@ -646,7 +646,9 @@ static void test_write_errors(void **state)
         const char *desc, *words;
     } refused[] = {{"IVF4,PQ4,Refine", "IndexRefineFlat"},
                    {"XFBQ", "no Faiss counterpart"},
-                   {"Shards2,IVF4,Flat", "IndexShards"}};
+                   {"Shards2,IVF4,Flat", "IndexShards"},
+                   {"SQ8", "does not write them yet"},
+                   {"IVF4,SQfp16", "IndexIVFScalarQuantizer"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         SML_ASSERT_OK(simil_index_create(&index, 8, refused[i].desc, SIMIL_METRIC_L2, "cpu"));
         SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_index_check_faiss(index));
