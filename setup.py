@@ -2,14 +2,22 @@
 
     pip install .            # from the repository root
 
-The build runs CMake on the repository to make the shared libsimil, copies it
-into the package next to the extension simil._core, and links the extension
-against it with rpath $ORIGIN, so the installed package needs nothing outside
-itself but numpy (and the libraries libsimil links: OpenBLAS, libgomp, zlib).
+The build runs CMake on the repository to make the shared libsimil and the
+simil command, copies both into the package next to the extension
+simil._core, and links the extension against libsimil with rpath $ORIGIN, so
+the installed package needs nothing outside itself but numpy (and the
+libraries libsimil links: OpenBLAS, libgomp, zlib, HDF5).  The command is
+installed as `simil` (and runs as `python -m simil`).
 
 Environment:
   SIMIL_CUDA=AUTO|ON|OFF      the CMake option; AUTO (default) builds the CUDA
                               backend when nvcc is found
+  SIMIL_CUDA_ARCHITECTURES=L  the GPUs to compile for (CMAKE_CUDA_ARCHITECTURES);
+                              default "80-real;90": every 8.x GPU (A100, A10,
+                              L4, L40, RTX 30/40) and sm_90 (H100, H200), with
+                              PTX for newer ones.  One, such as 90, builds in
+                              about half the time; "native" targets the GPUs
+                              of the building machine
   SIMIL_CMAKE_BUILD_DIR=DIR   build libsimil in DIR instead of a private tree;
                               if DIR is already configured (such as the build/
                               of scripts/test.sh) it is only built, target
@@ -37,9 +45,8 @@ def library_version():
     return ".".join(parts)
 
 
-def library_target(build_dir):
-    """The build target that makes the shared libsimil in a configured tree."""
-    return "simil_shared"
+# What the package ships from the CMake tree: the shared library and the tool.
+CMAKE_TARGETS = ["simil_shared", "simil_cli"]
 
 
 class BuildExtWithLibsimil(build_ext):
@@ -56,7 +63,9 @@ class BuildExtWithLibsimil(build_ext):
             ext.depends.append(os.path.realpath(os.path.join(libdir, "libsimil.so")))
         super().run()
         for ext in self.extensions:
-            self.copy_libsimil(libdir, os.path.dirname(self.get_ext_fullpath(ext.name)))
+            dest = os.path.dirname(self.get_ext_fullpath(ext.name))
+            self.copy_libsimil(libdir, dest)
+            self.copy_tool(libdir, dest)
 
     def build_libsimil(self):
         """Configure (where needed) and build the CMake target simil; returns its folder."""
@@ -69,13 +78,25 @@ class BuildExtWithLibsimil(build_ext):
         if own_tree or not configured:
             args = ["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
                     "-DSIMIL_TESTS=OFF", "-DSIMIL_CUDA=" + os.environ.get("SIMIL_CUDA", "AUTO")]
+            if os.environ.get("SIMIL_CUDA_ARCHITECTURES"):
+                args.append("-DCMAKE_CUDA_ARCHITECTURES=" + os.environ["SIMIL_CUDA_ARCHITECTURES"])
             if not configured and shutil.which("ninja"):
                 args += ["-G", "Ninja"]
             args += shlex.split(os.environ.get("SIMIL_CMAKE_ARGS", ""))
             self.spawn(args)
-        self.spawn(["cmake", "--build", build_dir, "--target", library_target(build_dir),
+        self.spawn(["cmake", "--build", build_dir, "--target", *CMAKE_TARGETS,
                     "-j", str(os.cpu_count() or 1)])
         return build_dir
+
+    def copy_tool(self, bindir, dest):
+        """The simil command (statically linked against libsimil) into dest/bin."""
+        tool = os.path.join(bindir, "simil")
+        if not os.path.isfile(tool):
+            raise RuntimeError(f"CMake built no simil command in {bindir}")
+        os.makedirs(os.path.join(dest, "bin"), exist_ok=True)
+        target = os.path.join(dest, "bin", "simil")
+        shutil.copyfile(tool, target)
+        os.chmod(target, 0o755)
 
     def copy_libsimil(self, libdir, dest):
         """Copy the library file the extension loads into dest.

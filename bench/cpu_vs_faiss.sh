@@ -3,8 +3,8 @@
 #   bash bench/cpu_vs_faiss.sh [INDEX] [K] [NPROBE] [THREADS]
 # Defaults: Flat, k=100, 2 threads.  Needs build-rel/simil (Release) and
 # python3-faiss.  For an approximate INDEX the true neighbours come from an
-# exact simil search first, and both sides report 1-recall@K (key r_at_1)
-# and recall K@K against them.  Prints both JSON lines and the QPS ratio simil / Faiss.
+# exact simil search first, and both sides report 1-recall@1, 1-recall@K and
+# recall K@K against them, by id.  Prints both JSON lines and the QPS ratio simil / Faiss.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 index=${1:-Flat}; k=${2:-100}; nprobe=${3:-0}; threads=${4:-2}

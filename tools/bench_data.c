@@ -79,17 +79,6 @@ void bench_data_free(bench_data *d)
     }
 }
 
-static int bench_ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
-
-int bench_is_ann_file(const char *path)
-{
-    return bench_ends_with(path, ".hdf5") || bench_ends_with(path, ".h5");
-}
-
 /* The dataset's name for a file: its base name up to the first dot. */
 static void bench_file_label(const char *path, char *out, size_t size)
 {
@@ -116,7 +105,7 @@ static int bench_load_files(const bench_source *src, bench_data *d)
 {
     const char *base = src->data, *queries = src->queries;
     bench_file_label(src->data, d->name, sizeof d->name);
-    if (bench_is_ann_file(src->data)) {
+    if (cli_is_ann_file(src->data)) {
         snprintf(d->paths[0], sizeof d->paths[0], "%s:train", src->data);
         snprintf(d->paths[1], sizeof d->paths[1], "%s:test", src->data);
         snprintf(d->paths[2], sizeof d->paths[2], "%s:neighbors", src->data);
@@ -149,45 +138,13 @@ int bench_data_load(const bench_source *src, bench_data *d)
 
 /* ---- ground truth ---- */
 
-/* Copy nq x (>= k) ids of m (int32 or int64) into *truth. */
-static int bench_truth_take(const char *path, const simil_matrix *m, int64_t nq, int64_t k,
-                            int64_t **truth, int64_t *cols)
-{
-    if (m->dtype != SIMIL_DTYPE_INT32 && m->dtype != SIMIL_DTYPE_INT64)
-        return cli_error("%s: ground truth must hold int32 or int64 ids", path);
-    if (m->rows != nq)
-        return cli_error("%s has %" PRId64 " rows but there are %" PRId64 " queries", path,
-                         m->rows, nq);
-    if (m->cols < k)
-        return cli_error("%s has %" PRId64 " neighbours per query, fewer than k=%" PRId64, path,
-                         m->cols, k);
-    if (!(*truth = malloc((size_t)(m->rows * m->cols) * sizeof **truth)))
-        return cli_error("out of memory for the ground truth");
-    for (int64_t i = 0; i < m->rows * m->cols; i++)
-        (*truth)[i] = m->dtype == SIMIL_DTYPE_INT64 ? ((const int64_t *)m->data)[i]
-                                                   : ((const int32_t *)m->data)[i];
-    *cols = m->cols;
-    return CLI_EXIT_OK;
-}
-
-static int bench_truth_file(const char *path, int64_t nq, int64_t k, int64_t **truth,
-                            int64_t *cols)
-{
-    simil_matrix m = {0, 0, SIMIL_DTYPE_INT32, NULL};
-    simil_status st = simil_matrix_read(path, 0, -1, &m);
-    if (st != SIMIL_OK) return cli_fail(st, path);
-    int rc = bench_truth_take(path, &m, nq, k, truth, cols);
-    simil_matrix_free(&m);
-    return rc;
-}
-
 /* The cached ground truth, if path holds nq x k int32 ids below nb; 1 when
  * *truth was filled. */
 static int bench_truth_cached(const char *path, int64_t nq, int64_t k, int64_t nb,
-                              int64_t **truth)
+                              cli_truth *truth)
 {
     simil_matrix m = {0, 0, SIMIL_DTYPE_INT32, NULL};
-    int64_t rows = 0, cols = 0, tcols;
+    int64_t rows = 0, cols = 0;
     simil_dtype dtype;
     int fits = 0;
     if (access(path, F_OK) != 0) return 0;
@@ -197,7 +154,7 @@ static int bench_truth_cached(const char *path, int64_t nq, int64_t k, int64_t n
         for (int64_t i = 0; i < rows * cols; i++)
             if (((const int32_t *)m.data)[i] >= nb || ((const int32_t *)m.data)[i] < -1) fits = 0;
     }
-    if (fits && bench_truth_take(path, &m, nq, k, truth, &tcols)) fits = 0;
+    if (fits && cli_truth_take(path, &m, nq, k, truth)) fits = 0;
     simil_matrix_free(&m);
     if (!fits)
         fprintf(stderr, "simil bench: %s does not fit this data; computing it again\n", path);
@@ -206,8 +163,9 @@ static int bench_truth_cached(const char *path, int64_t nq, int64_t k, int64_t n
 
 /* Exact search with Flat on o->device; saves the ids to path. */
 static int bench_truth_compute(const bench_data *d, const bench_truth_opts *o, const char *path,
-                               int64_t **truth)
+                               cli_truth *t)
 {
+    int64_t **truth = &t->ids;
     int64_t nq = d->queries.rows, k = o->k;
     simil_index *flat = NULL;
     simil_search_params *params = NULL;
@@ -234,30 +192,35 @@ static int bench_truth_compute(const bench_data *d, const bench_truth_opts *o, c
     simil_index_destroy(flat);
     simil_search_params_destroy(params);
     free(dist);
+    t->nq = nq;
+    t->cols = k;
     return st == SIMIL_OK ? CLI_EXIT_OK : cli_fail(st, st == SIMIL_ERR_IO ? path : NULL);
 }
 
-int bench_truth(const bench_data *d, const bench_truth_opts *o, int64_t **truth, int64_t *cols)
+/* The true ids: from the file given, else from the cache, else computed. */
+static int bench_truth_ids(const bench_data *d, const bench_truth_opts *o, cli_truth *t)
 {
     static const char safe[] =
         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_";
     char name[160], path[4096];
-    *truth = NULL;
-    if (d->gt) return bench_truth_file(d->gt, d->queries.rows, o->k, truth, cols);
+    if (d->gt) return cli_truth_read(d->gt, d->queries.rows, o->k, o->metric, t);
     snprintf(name, sizeof name, "gt-%s-%s-k%" PRId64 ".ivecs", d->name,
              simil_metric_name(o->metric), o->k);
     for (char *c = name; *c; c++)
         if (!strchr(safe, *c)) *c = '_';
     if (!bench_path(path, sizeof path, o->dir, name)) return cli_error("%s: path too long", o->dir);
-    *cols = o->k;
-    if (bench_truth_cached(path, d->queries.rows, o->k, d->base.rows, truth)) {
+    if (bench_truth_cached(path, d->queries.rows, o->k, d->base.rows, t)) {
         fprintf(stderr, "simil bench: ground truth from %s\n", path);
         return CLI_EXIT_OK;
     }
-    int rc = bench_truth_compute(d, o, path, truth);
-    if (rc) {
-        free(*truth);
-        *truth = NULL;
-    }
+    return bench_truth_compute(d, o, path, t);
+}
+
+int bench_truth(const bench_data *d, const bench_truth_opts *o, cli_truth *t)
+{
+    memset(t, 0, sizeof *t);
+    int rc = bench_truth_ids(d, o, t);
+    if (!rc) rc = cli_truth_distances(t, o->metric, &d->base, &d->queries);
+    if (rc) cli_truth_free(t);
     return rc;
 }

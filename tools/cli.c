@@ -38,6 +38,16 @@ int cli_usage_error(const char *fmt, ...)
     return CLI_EXIT_USAGE;
 }
 
+void cli_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "simil%s%s: warning: ", *cli_command ? " " : "", cli_command);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
 int cli_error(const char *fmt, ...)
 {
     va_list ap;
@@ -56,7 +66,8 @@ int cli_fail(simil_status status, const char *path)
         cli_error("%s: %s", path, msg);
     else
         cli_error("%s", msg);
-    if (status == SIMIL_ERR_NO_DEVICE && !strstr(msg, "--device cpu"))
+    /* the library names devices as its API does; the tool's words for that */
+    if (status == SIMIL_ERR_NO_DEVICE || strstr(msg, "(device \"cpu\")"))
         cli_error("hint: use --device cpu");
     return CLI_EXIT_FAIL;
 }
@@ -268,6 +279,20 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, const char *usage,
     return 1;
 }
 
+/* ---- JSON ---- */
+
+void cli_json_string(FILE *f, const char *key, const char *s, const char *sep)
+{
+    fprintf(f, "\"%s\": \"", key);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fprintf(f, "\"%s", sep);
+}
+
 /* ---- time and progress ---- */
 
 double cli_now(void)
@@ -401,50 +426,41 @@ int cli_read_source(const char *spec, simil_matrix *out)
     return CLI_EXIT_OK;
 }
 
-/* ---- recall ---- */
+/* ---- ann-benchmarks files ---- */
 
-static int cli_cmp_i64(const void *a, const void *b)
+int cli_is_ann_file(const char *path)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
+    return cli_ends_with(path, ".hdf5") || cli_ends_with(path, ".h5");
 }
 
-/* Sort the ids >= 0 of v[0..n) into out without repeats; returns how many. */
-static int64_t cli_id_set(const int64_t *v, int64_t n, int64_t *out)
+const char *cli_ann_dataset(const char *path, const char *dataset, char *out, size_t size)
 {
-    int64_t m = 0, u = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (v[i] >= 0) out[m++] = v[i];
-    qsort(out, (size_t)m, sizeof *out, cli_cmp_i64);
-    for (int64_t i = 0; i < m; i++)
-        if (u == 0 || out[i] != out[u - 1]) out[u++] = out[i];
-    return u;
+    if (!path || !cli_is_ann_file(path)) return path;
+    if (snprintf(out, size, "%s:%s", path, dataset) >= (int)size) return path;
+    return out;
 }
 
-int cli_recall(int64_t nq, int64_t k, const int64_t *found, const int64_t *truth,
-               int64_t truth_cols, double *r_at_1, double *recall_at_k)
+int cli_resolve_metric(const char *option, const char *path, simil_metric *metric)
 {
-    int64_t *a = malloc(2 * (size_t)(k > 0 ? k : 1) * sizeof *a), *b = a + (k > 0 ? k : 1);
-    int64_t hits1 = 0;
-    double sum = 0;
-    if (!a) return -1;
-    for (int64_t q = 0; q < nq; q++) {
-        const int64_t *f = found + q * k, *t = truth + q * truth_cols;
-        for (int64_t j = 0; j < k; j++)
-            if (t[0] >= 0 && f[j] == t[0]) {
-                hits1++;
-                break;
-            }
-        int64_t na = cli_id_set(f, k, a), nb = cli_id_set(t, k, b), i = 0, j = 0, both = 0;
-        while (i < na && j < nb) {
-            if (a[i] == b[j]) both++, i++, j++;
-            else if (a[i] < b[j]) i++;
-            else j++;
-        }
-        sum += k > 0 ? (double)both / (double)k : 0.0;
-    }
-    free(a);
-    *r_at_1 = nq > 0 ? (double)hits1 / (double)nq : 0.0;
-    *recall_at_k = nq > 0 ? sum / (double)nq : 0.0;
-    return 0;
+    simil_metric declared = SIMIL_METRIC_L2;
+    int has = 0;
+    if (option && simil_metric_parse(option, metric) != SIMIL_OK)
+        return cli_usage_error("--metric: '%s' is not l2, ip or cosine", option);
+    simil_status st = path ? simil_dataset_metric(path, &declared, &has) : SIMIL_OK;
+    if (st != SIMIL_OK) return cli_fail(st, path);
+    if (!option) *metric = has ? declared : SIMIL_METRIC_L2;
+    else if (has && *metric != declared)
+        cli_warn("--metric %s contradicts %s, which declares %s distances; using %s", option,
+                 path, simil_metric_name(declared), simil_metric_name(*metric));
+    return CLI_EXIT_OK;
+}
+
+void cli_check_metric(const char *path, simil_metric metric)
+{
+    simil_metric declared;
+    int has = 0;
+    if (path && simil_dataset_metric(path, &declared, &has) == SIMIL_OK && has &&
+        declared != metric)
+        cli_warn("the index measures %s, but %s is meant for %s", simil_metric_name(metric), path,
+                 simil_metric_name(declared));
 }

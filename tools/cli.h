@@ -8,6 +8,7 @@
 #define SIMIL_TOOLS_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "simil/simil.h"
 
@@ -129,6 +130,9 @@ void cli_params_usage(const char *usage, char *out, size_t size);
 /* Report a usage mistake and return CLI_EXIT_USAGE. */
 int cli_usage_error(const char *fmt, ...) CLI_PRINTF(1, 2);
 
+/* Report something doubtful that does not stop the command. */
+void cli_warn(const char *fmt, ...) CLI_PRINTF(1, 2);
+
 /* Report a runtime failure and return CLI_EXIT_FAIL. */
 int cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
 
@@ -136,6 +140,11 @@ int cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
  * one helps, and return CLI_EXIT_FAIL.  path, if not NULL, is the file the
  * call worked on, prefixed when the library's message does not name it. */
 int cli_fail(simil_status status, const char *path);
+
+/* ---- JSON ---- */
+
+/* "key": "s" on f, s escaped as JSON wants, then sep (", " or "}"...). */
+void cli_json_string(FILE *f, const char *key, const char *s, const char *sep);
 
 /* ---- progress, time ---- */
 
@@ -163,15 +172,71 @@ int cli_read_float(const char *path, int64_t first, int64_t count, simil_matrix 
  * float32 matrix, whose data the caller frees with free(). */
 int cli_read_source(const char *spec, simil_matrix *out);
 
-/* ---- recall ---- */
+/* ---- ann-benchmarks files ---- */
 
-/* The recall measures of docs/datasets.md for nq queries.
- * found: nq x k ids returned by search (-1 for an empty slot).
- * truth: nq x truth_cols true ids, nearest first; truth_cols >= k.
- * *r_at_1: fraction of queries whose truth[q][0] is among its k found ids.
- * *recall_at_k: |found top-k ∩ true top-k| / k, averaged over queries.
+/* 1 if path names a whole ann-benchmarks file (FILE.hdf5 or FILE.h5, without
+ * :DATASET), which holds train, test, neighbors and distances. */
+int cli_is_ann_file(const char *path);
+
+/* path + ":" + dataset into out when path names a whole ann-benchmarks file,
+ * and that is returned; otherwise path itself. */
+const char *cli_ann_dataset(const char *path, const char *dataset, char *out, size_t size);
+
+/* The metric to build with: option (the text of --metric, NULL when not
+ * given), else the one the data file at path declares (ann-benchmarks'
+ * "distance" attribute), else l2.  An option that contradicts the file gets
+ * a warning.  Returns a CLI exit code, having reported what failed. */
+int cli_resolve_metric(const char *option, const char *path, simil_metric *metric);
+
+/* Warn when the file at path declares another metric than the index's. */
+void cli_check_metric(const char *path, simil_metric metric);
+
+/* ---- ground truth and recall (cli_recall.c) ---- */
+
+/* The true neighbours of nq queries, nearest first, with their distances
+ * where known, in ann-benchmarks' units: the Euclidean distance (l2), 1 -
+ * cosine similarity (cosine) or the negated inner product (ip). */
+typedef struct cli_truth {
+    int64_t nq, cols;
+    int64_t *ids;       /* nq x cols; -1 for none */
+    double *distances;  /* nq x cols, or NULL when unknown */
+} cli_truth;
+
+void cli_truth_free(cli_truth *t);
+
+/* Read true ids (.ivecs, .npy, FILE.hdf5:neighbors), nq rows of at least k.
+ * From an ann-benchmarks file, also its "distances" dataset when the file
+ * declares metric.  Returns a CLI exit code, having named what failed. */
+int cli_truth_read(const char *path, int64_t nq, int64_t k, simil_metric metric, cli_truth *t);
+
+/* The same from a matrix already read (int32 or int64 ids). */
+int cli_truth_take(const char *path, const simil_matrix *m, int64_t nq, int64_t k,
+                   cli_truth *t);
+
+/* out (nq x k): the exact distance from each query to the base vector
+ * numbered ids[q * k + j], +inf for an id outside base.  float32 matrices. */
+void cli_exact_distances(simil_metric metric, const simil_matrix *base,
+                         const simil_matrix *queries, int64_t k, const int64_t *ids,
+                         double *out);
+
+/* Fill in t->distances, if unknown, from the base vectors. */
+int cli_truth_distances(cli_truth *t, simil_metric metric, const simil_matrix *base,
+                        const simil_matrix *queries);
+
+/* The recall measures, named as in the GPU paper and Faiss. */
+typedef struct cli_recall_result {
+    double one_at_1;  /* 1-recall@1: the true nearest neighbour ranked first */
+    double one_at_k;  /* 1-recall@k: the true nearest neighbour among the k found */
+    double k_at_k;    /* recall k@k: the share of the true k nearest found */
+    int by_distance;  /* 1: counted by distance, as ann-benchmarks; 0: by id */
+} cli_recall_result;
+
+/* Recall of nq x k found ids against truth (truth->cols >= k).  With
+ * found_distances (exact, nq x k, cli_exact_distances) and true distances,
+ * a result counts when its distance is at most the true one it stands for
+ * plus 1e-3 (ann-benchmarks): ties count.  Otherwise ids are compared.
  * Returns 0, or -1 if out of memory. */
-int cli_recall(int64_t nq, int64_t k, const int64_t *found, const int64_t *truth,
-               int64_t truth_cols, double *r_at_1, double *recall_at_k);
+int cli_recall(int64_t nq, int64_t k, const int64_t *found, const double *found_distances,
+               const cli_truth *truth, cli_recall_result *r);
 
 #endif

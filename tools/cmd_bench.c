@@ -1,11 +1,12 @@
 /* tools/cmd_bench.c: "simil bench", recall-QPS sweeps in the manner of
  * ann-benchmarks.  For each index description: build it (train, add), then
- * search the queries at every point of the sweep (one warm-up, then the
- * median of 3 timed searches), and measure recall against ground truth
- * (given, or computed once with Flat and cached in the output folder).  The
- * results go to a table on stdout and, through bench_report.c, to
- * results.csv, results.json and plot.png; the vectors and the ground truth
- * come from bench_data.c.
+ * search the queries at every point of the sweep, in batch and/or
+ * single-query mode (bench_measure.c: a warm-up, then the fastest of N
+ * runs), and measure recall against ground truth (given, or computed once
+ * with Flat and cached in the output folder).  The results go to a table on
+ * stdout and, through bench_report.c and bench_plot.c, to results.csv,
+ * results.json and plot.png; the vectors and the ground truth come from
+ * bench_data.c.
  *
  * Nothing here knows an index type: an index that the library does not build
  * (SIMIL_ERR_UNSUPPORTED) is skipped, and a sweep parameter applies to the
@@ -50,15 +51,21 @@ static const char bench_usage[] =
     "                    index that does not use NAME runs once for it\n"
     "  --param NAME=VALUE a search parameter for every point; repeatable\n"
     "  -k, --k K         neighbours per query (default 10)\n"
-    "  --metric M        l2 (default), ip or cosine\n"
+    "  --metric M        l2, ip or cosine.  Default: the metric an ann-benchmarks\n"
+    "                    file declares (euclidean: l2, angular: cosine), else l2;\n"
+    "                    a --metric that contradicts the file gets a warning\n"
     "  --device D        auto (default), cpu, gpu or gpu:N\n"
     "  --threads T       CPU threads for searching (default: all)\n"
     "  --anchors FILE    CSV of label,recall,qps points to draw for comparison\n"
     "  --out DIR         output folder, created if missing\n"
+    "  --mode M          batch (default): all queries in one call; single: one\n"
+    "                    call per query, with latency percentiles; or both\n"
+    "  --runs N          timed passes over the queries per point (default 3); QPS\n"
+    "                    is that of the fastest, as in ann-benchmarks\n"
     "\n"
-    "Each point is timed as one warm-up search, then the median of 3 searches of\n"
-    "all queries in one call.  build_seconds is train + add; memory_bytes is the\n"
-    "size of the index saved to a file (simil_index_save), not resident memory.\n"
+    "Each point is timed as one warm-up pass, then N passes over all queries;\n"
+    "qps counts the fastest.  build_seconds is train + add; index_bytes is the\n"
+    "memory the build took: growth of the resident set, plus of GPU memory in use.\n"
     "Exit status: 0 if every index ran or was skipped as not built (and at least\n"
     "one ran), 1 on a failure, 2 on a usage mistake.\n";
 
@@ -73,8 +80,8 @@ typedef struct bench_sweep {
 } bench_sweep;
 
 typedef struct bench_args {
-    const char *data, *queries, *dataset, *gt, *train, *metric, *device, *anchors, *out;
-    int64_t k, threads;
+    const char *data, *queries, *dataset, *gt, *train, *metric, *device, *anchors, *out, *mode;
+    int64_t k, threads, runs;
     cli_list indexes, sweep, param;
     cli_params base;     /* --param: settings of every point (after --threads) */
     bench_sweep sweeps[CLI_LIST_MAX];
@@ -132,8 +139,8 @@ typedef struct bench_run {
     const bench_args *a;
     simil_metric metric;
     const bench_data *d;
-    const int64_t *truth;
-    int64_t truth_cols;
+    const cli_truth *truth;
+    double *found;   /* nq x k exact distances of the results */
     float *dist;     /* nq x k, scratch for every search */
     int64_t *labels; /* nq x k */
     bench_point *points;
@@ -179,52 +186,31 @@ static void bench_device_name(const char *backend, char *out, size_t size)
     if (f) fclose(f);
 }
 
-/* Size of the index saved to a file in dir, or -1 (with a warning). */
-static int64_t bench_index_bytes(const simil_index *index, const char *dir)
-{
-    char name[64], path[4096];
-    struct stat sb;
-    int64_t bytes = -1;
-    snprintf(name, sizeof name, ".bench-size-%ld.simil", (long)getpid());
-    if (!bench_path(path, sizeof path, dir, name)) return -1;
-    simil_status st = simil_index_save(index, path);
-    if (st == SIMIL_OK && stat(path, &sb) == 0) bytes = (int64_t)sb.st_size;
-    else
-        fprintf(stderr, "simil bench: warning: no size for %s: %s\n",
-                simil_index_description(index), st ? simil_last_error() : strerror(errno));
-    unlink(path);
-    return bytes;
-}
-
-/* Create, train (unless the index needs none) and fill an index. */
-static int bench_build(bench_run *r, const char *desc, simil_index **index, double *seconds)
+/* Create, train (unless the index needs none) and fill an index; p gets
+ * the time and the memory that took. */
+static int bench_build(bench_run *r, const char *desc, simil_index **index, bench_point *p)
 {
     const simil_matrix *t = r->d->train.data ? &r->d->train : &r->d->base;
     simil_status st = simil_index_create(index, r->d->base.cols, desc, r->metric, r->a->device);
+    bench_memory before;
+    bench_memory_mark(&before);
     double t0 = cli_now();
     if (!st && !simil_index_is_trained(*index)) st = simil_index_train(*index, t->rows, t->data);
     if (!st) st = simil_index_add(*index, r->d->base.rows, r->d->base.data, NULL);
-    *seconds = cli_now() - t0;
+    p->build_seconds = cli_now() - t0;
+    p->index_bytes = bench_memory_growth(&before);
     return bench_stop(r, st, desc);
 }
 
-/* One warm-up search, the median of 3 timed ones, and the recall. */
+/* Time one mode (bench_time), then the recall of its results. */
 static int bench_measure(bench_run *r, const simil_index *index,
-                         const simil_search_params *params, bench_point *p)
+                         const simil_search_params *params, int single, bench_point *p)
 {
-    int64_t nq = r->d->queries.rows;
-    double times[3];
-    for (int i = -1; i < 3; i++) {
-        double t0 = cli_now();
-        simil_status st = simil_index_search(index, nq, r->d->queries.data, r->a->k, params,
-                                             r->dist, r->labels);
-        if (i >= 0) times[i] = cli_now() - t0;
-        if (bench_stop(r, st, p->index)) return 1;
-    }
-    double seconds = cli_median(times, 3);
-    p->qps = seconds > 0 ? (double)nq / seconds : 0.0;
-    if (cli_recall(nq, r->a->k, r->labels, r->truth, r->truth_cols, &p->r_at_1,
-                   &p->recall_at_k)) {
+    const int64_t nq = r->d->queries.rows;
+    const bench_search s = {index, &r->d->queries, r->a->k, params, r->dist, r->labels};
+    if (bench_stop(r, bench_time(&s, single, (int)r->a->runs, p), p->index)) return 1;
+    cli_exact_distances(r->metric, &r->d->base, &r->d->queries, r->a->k, r->labels, r->found);
+    if (cli_recall(nq, r->a->k, r->labels, r->found, r->truth, &p->recall)) {
         cli_error("out of memory computing recall");
         r->failed = 1;
         return 1;
@@ -234,20 +220,22 @@ static int bench_measure(bench_run *r, const simil_index *index,
 
 static void bench_print_header(int64_t k)
 {
-    char recall[32];
-    snprintf(recall, sizeof recall, "recall@%" PRId64, k);
-    printf("%-24s %-20s %9s %9s %12s %7s %10s\n", "index", "params", "build s", "size MiB",
-           "QPS", "R@1", recall);
+    char one_k[32], k_k[40];
+    snprintf(one_k, sizeof one_k, "1-recall@%" PRId64, k);
+    snprintf(k_k, sizeof k_k, "recall %" PRId64 "@%" PRId64, k, k);
+    printf("%-24s %-16s %-6s %8s %9s %11s %9s %9s %10s %11s %12s\n", "index", "params", "mode",
+           "build s", "size MiB", "QPS", "p50 ms", "p99 ms", "1-recall@1", one_k, k_k);
     fflush(stdout);
 }
 
 static void bench_print_row(const bench_point *p)
 {
     char size[32] = "-";
-    if (p->memory_bytes >= 0)
-        snprintf(size, sizeof size, "%.1f", (double)p->memory_bytes / 1048576.0);
-    printf("%-24s %-20s %9.3f %9s %12.0f %7.4f %10.4f\n", p->index, p->params,
-           p->build_seconds, size, p->qps, p->r_at_1, p->recall_at_k);
+    if (p->index_bytes >= 0)
+        snprintf(size, sizeof size, "%.1f", (double)p->index_bytes / 1048576.0);
+    printf("%-24s %-16s %-6s %8.3f %9s %11.0f %9.3f %9.3f %10.4f %11.4f %12.4f\n", p->index,
+           p->params, p->mode, p->build_seconds, size, p->qps, p->p50_ms, p->p99_ms,
+           p->recall.one_at_1, p->recall.one_at_k, p->recall.k_at_k);
     fflush(stdout);
 }
 
@@ -305,28 +293,28 @@ static void bench_index(bench_run *r, const char *desc)
 {
     simil_index *index = NULL;
     bench_point p = {.k = r->a->k};
-    int active[CLI_LIST_MAX], at[CLI_LIST_MAX] = {0}, nactive = 0, j;
-    if (bench_build(r, desc, &index, &p.build_seconds)) {
+    int active[CLI_LIST_MAX], at[CLI_LIST_MAX] = {0}, nactive = 0, j, failed = 0;
+    if (bench_build(r, desc, &index, &p)) {
         simil_index_destroy(index);
         return;
     }
     snprintf(p.index, sizeof p.index, "%s", simil_index_description(index));
     snprintf(p.backend, sizeof p.backend, "%s", simil_backend_name(index));
     bench_device_name(p.backend, p.device, sizeof p.device);
-    p.memory_bytes = bench_index_bytes(index, r->a->out);
     for (int i = 0; i < r->a->nsweeps; i++)
         if (simil_index_uses_search_param(index, r->a->sweeps[i].param->name)) active[nactive++] = i;
     do {
         simil_search_params *params = NULL;
         simil_status st = bench_point_params(r, index, active, nactive, at, &params, &p);
-        int stop = bench_stop(r, st, p.index) || bench_measure(r, index, params, &p);
-        simil_search_params_destroy(params);
-        if (stop) break;
-        bench_print_row(&p);
-        if (bench_append(r, &p)) {
-            r->failed = 1;
-            break;
+        failed = bench_stop(r, st, p.index);
+        for (int single = 0; single < 2 && !failed; single++) {
+            if (strcmp(r->a->mode, "both") && (single != !strcmp(r->a->mode, "single"))) continue;
+            failed = bench_measure(r, index, params, single, &p);
+            if (!failed) bench_print_row(&p);
+            if (!failed && (failed = bench_append(r, &p))) r->failed = 1;
         }
+        simil_search_params_destroy(params);
+        if (failed) break;
         for (j = nactive - 1; j >= 0 && ++at[j] == r->a->sweeps[active[j]].n; j--) at[j] = 0;
     } while (j >= 0);
     simil_index_destroy(index);
@@ -379,7 +367,9 @@ static int bench_sweeps(bench_run *r, const bench_anchor *anchors, size_t nancho
                          d->queries.rows, a->k);
     r->dist = malloc(cells * sizeof *r->dist);
     r->labels = malloc(cells * sizeof *r->labels);
-    if (!r->dist || !r->labels) return cli_error("out of memory for %zu results", cells);
+    r->found = malloc(cells * sizeof *r->found);
+    if (!r->dist || !r->labels || !r->found)
+        return cli_error("out of memory for %zu results", cells);
     printf("# %s: %" PRId64 " base vectors, %" PRId64 " queries, dim %" PRId64
            ", metric %s, k %" PRId64 "\n",
            d->name, d->base.rows, d->queries.rows, d->base.cols, simil_metric_name(r->metric),
@@ -392,37 +382,46 @@ static int bench_sweeps(bench_run *r, const bench_anchor *anchors, size_t nancho
     if (rc) return rc;
     if (r->npoints == 0) return cli_error("no results: none of the indexes could be run");
     const bench_point *p = &r->points[0];
-    snprintf(title, sizeof title, "%s (%" PRId64 " x %" PRId64 ", %" PRId64 " queries, %s) on %s%s%s",
+    /* a long title is cut to fit: it only labels the plot */
+    if (snprintf(title, sizeof title,
+                 "%s (%" PRId64 " x %" PRId64 ", %" PRId64 " queries, %s, %s) on %s%s%s, best of %"
+                 PRId64 " runs",
              d->name, d->base.rows, d->base.cols, d->queries.rows, simil_metric_name(r->metric),
-             p->backend, strstr(p->backend, p->device) ? "" : ", ",
-             strstr(p->backend, p->device) ? "" : p->device);
+             strcmp(a->mode, "both") ? a->mode : "batch and single", p->backend,
+             strstr(p->backend, p->device) ? "" : ", ",
+             strstr(p->backend, p->device) ? "" : p->device, a->runs) < 0)
+        title[0] = '\0';
     return bench_plot(a->out, title, a->k, r->points, r->npoints, anchors, nanchors);
 }
 
-static int bench_main(const bench_args *a, simil_metric metric)
+static int bench_main(const bench_args *a)
 {
     const bench_source src = {a->dataset, a->data, a->queries, a->gt, a->train};
     bench_anchor *anchors = NULL;
     size_t nanchors = 0;
     bench_data d;
-    bench_run r = {.a = a, .metric = metric, .d = &d};
-    int64_t *truth = NULL;
+    simil_metric metric = SIMIL_METRIC_L2;
+    bench_run r = {.a = a, .d = &d};
+    cli_truth truth = {0, 0, NULL, NULL};
     int rc = bench_mkdir(a->out);
     memset(&d, 0, sizeof d);
     if (!rc && a->anchors) rc = bench_anchors_read(a->anchors, &anchors, &nanchors);
+    if (!rc) rc = cli_resolve_metric(a->metric, a->data, &metric);
+    r.metric = metric;
     if (!rc) rc = bench_data_load(&src, &d);
     if (!rc) rc = bench_check_indexes(a, metric, d.base.cols);
     if (!rc) {
         const bench_truth_opts o = {a->k, metric, a->device, (int)a->threads, a->out};
-        rc = bench_truth(&d, &o, &truth, &r.truth_cols);
-        r.truth = truth;
+        rc = bench_truth(&d, &o, &truth);
+        r.truth = &truth;
     }
     if (!rc) rc = bench_sweeps(&r, anchors, nanchors);
     if (!rc && r.failed) rc = CLI_EXIT_FAIL;
     free(r.dist);
     free(r.labels);
     free(r.points);
-    free(truth);
+    cli_truth_free(&truth);
+    free(r.found);
     free(anchors);
     bench_data_free(&d);
     return rc;
@@ -432,20 +431,23 @@ static int bench_main(const bench_args *a, simil_metric metric)
 
 /* Checks cli_parse cannot make; the search parameters of --param and
  * --sweep. */
-static int bench_check_args(bench_args *a, simil_metric *metric)
+static int bench_check_args(bench_args *a)
 {
+    simil_metric metric;
     int ok = 1;
     if (!a->data == !a->dataset)
         return cli_usage_error("give either --data or --dataset"), 0;
     if (a->dataset && !cli_check_choice("--dataset", a->dataset, bench_dataset_names)) return 0;
     if (a->dataset && a->queries)
         return cli_usage_error("--queries goes with --data, not with --dataset"), 0;
-    if (a->data && !a->queries && !bench_is_ann_file(a->data))
+    if (a->data && !a->queries && !cli_is_ann_file(a->data))
         return cli_usage_error("--data %s needs --queries (only an ann-benchmarks .hdf5 "
                                "file holds its own queries)", a->data), 0;
-    if (simil_metric_parse(a->metric, metric) != SIMIL_OK)
+    if (a->metric && simil_metric_parse(a->metric, &metric) != SIMIL_OK)
         return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a->metric), 0;
     if (!cli_check_device("--device", a->device)) return 0;
+    static const char *const modes[] = {"batch", "single", "both", NULL};
+    if (!cli_check_choice("--mode", a->mode, modes)) return 0;
     if (!*a->out) return cli_usage_error("--out: empty folder name"), 0;
     for (int i = 0; i < a->indexes.count && ok; i++)
         if (!*a->indexes.values[i]) ok = 0, cli_usage_error("--index: empty description");
@@ -459,7 +461,7 @@ static int bench_check_args(bench_args *a, simil_metric *metric)
 
 int cmd_bench(int argc, char **argv)
 {
-    bench_args a = {.metric = "l2", .device = "auto", .k = 10};
+    bench_args a = {.device = "auto", .k = 10, .mode = "batch", .runs = 3};
     const cli_opt opts[] = {
         {"data", 0, CLI_STRING, &a.data, 0, 0, 0},
         {"queries", 0, CLI_STRING, &a.queries, 0, 0, 0},
@@ -474,20 +476,21 @@ int cmd_bench(int argc, char **argv)
         {"device", 0, CLI_STRING, &a.device, 0, 0, 0},
         {"threads", 't', CLI_INT, &a.threads, 0, 1, 4096},
         {"anchors", 0, CLI_STRING, &a.anchors, 0, 0, 0},
+        {"mode", 0, CLI_STRING, &a.mode, 0, 0, 0},
+        {"runs", 0, CLI_INT, &a.runs, 0, 1, 1000},
         {"out", 'o', CLI_STRING, &a.out, 1, 0, 0},
         {NULL, 0, CLI_FLAG, NULL, 0, 0, 0},
     };
-    simil_metric metric;
     char usage[12288];
     int rc;
     cli_params_usage(bench_usage, usage, sizeof usage);
     if (!cli_parse(argc, argv, opts, usage, NULL, 0, &rc)) return rc;
     if ((rc = cli_params_init(&a.base))) return rc;
-    if (!bench_check_args(&a, &metric)) {
+    if (!bench_check_args(&a)) {
         rc = CLI_EXIT_USAGE;
     } else {
         cli_progress_install(0);
-        rc = bench_main(&a, metric);
+        rc = bench_main(&a);
     }
     for (int i = 0; i < a.nsweeps; i++) {
         free(a.sweeps[i].text);

@@ -16,7 +16,8 @@ static const char build_usage[] =
     "Build an index over the vectors of DATA and save it to INDEX.\n"
     "\n"
     "  --data DATA        vectors to add: .fvecs .bvecs .ivecs .npy, idx[.gz],\n"
-    "                     FILE.hdf5:train, or a generator of docs/datasets.md,\n"
+    "                     FILE.hdf5[:train] (an ann-benchmarks file: its train\n"
+    "                     set), or a generator of docs/datasets.md,\n"
     "                     gen:KIND:ROWS:DIM:SEED (e.g. gen:mix:1000000000:96:11);\n"
     "                     read in chunks, so it may be larger than memory\n"
     "  --index DESC       index description: Flat, IVF4096,Flat, IVF4096,PQ32,\n"
@@ -25,8 +26,11 @@ static const char build_usage[] =
     "                     ...\n"
     "  --out INDEX        index file to write\n"
     "  --format F         simil (default) or faiss: a Faiss index file that\n"
-    "                     faiss.read_index() loads (Flat, IVFn,Flat, IVFn,PQm)\n"
-    "  --metric M         l2 (default), ip or cosine\n"
+    "                     faiss.read_index() loads (Flat, IVFn,Flat, IVFn,PQm[xb],\n"
+    "                     OPQm,...); checked before training\n"
+    "  --metric M         l2, ip or cosine.  Default: the metric an ann-benchmarks\n"
+    "                     file declares (euclidean: l2, angular: cosine), else l2;\n"
+    "                     a --metric that contradicts the file gets a warning\n"
     "  --train FILE       training vectors (default: a sample of the data)\n"
     "  --max-train N      train on the first N training vectors (or data rows)\n"
     "  --train-sample N   train on N data rows, 256 evenly spaced runs (default:\n"
@@ -53,6 +57,7 @@ typedef struct build_args {
     int64_t max_train, train_sample, chunk;
     int64_t part_index, parts;
     int progress;
+    char paths[2][4096]; /* FILE.hdf5:train for --data and --train */
 } build_args;
 
 /* Train from --train (all of it, or its first --max-train rows), the data's
@@ -119,6 +124,9 @@ static int build_run(const build_args *a, simil_metric metric)
         st = simil_index_create(&index, simil_source_dim(data), a->desc, metric, a->device);
         if (st != SIMIL_OK) rc = cli_fail(st, NULL);
     }
+    /* before the training, which can take long: can Faiss hold it at all? */
+    if (!rc && !strcmp(a->format, "faiss") && (st = simil_index_check_faiss(index)) != SIMIL_OK)
+        rc = cli_fail(st, NULL);
     double t0 = cli_now();
     if (!rc) rc = build_train(index, a, data);
     train_s = cli_now() - t0;
@@ -146,7 +154,7 @@ static int build_run(const build_args *a, simil_metric metric)
 
 int cmd_build(int argc, char **argv)
 {
-    build_args a = {NULL, NULL, NULL, "simil", "l2", NULL, "auto", NULL, 0, 0, 0, 0, 1, 0};
+    build_args a = {.format = "simil", .device = "auto", .parts = 1};
     const cli_opt opts[] = {
         {"data", 0, CLI_STRING, &a.data, 1, 0, 0},
         {"index", 0, CLI_STRING, &a.desc, 1, 0, 0},
@@ -165,8 +173,8 @@ int cmd_build(int argc, char **argv)
     simil_metric metric;
     int rc;
     if (!cli_parse(argc, argv, opts, build_usage, NULL, 0, &rc)) return rc;
-    if (simil_metric_parse(a.metric, &metric) != SIMIL_OK)
-        return cli_usage_error("--metric: '%s' is not l2, ip or cosine", a.metric);
+    a.data = cli_ann_dataset(a.data, "train", a.paths[0], sizeof a.paths[0]);
+    a.train = cli_ann_dataset(a.train, "train", a.paths[1], sizeof a.paths[1]);
     if (!cli_check_device("--device", a.device)) return CLI_EXIT_USAGE;
     if (strcmp(a.format, "simil") != 0 && strcmp(a.format, "faiss") != 0)
         return cli_usage_error("--format: '%s' is not simil or faiss", a.format);
@@ -179,6 +187,7 @@ int cmd_build(int argc, char **argv)
         a.part_index = i;
         a.parts = n;
     }
+    if ((rc = cli_resolve_metric(a.metric, a.data, &metric))) return rc;
     cli_progress_install(a.progress);
     return build_run(&a, metric);
 }

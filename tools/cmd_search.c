@@ -21,13 +21,20 @@ static const char search_usage[] =
     "  --index INDEX      index file written by 'simil build'\n"
     "  --queries FILE     query vectors (.fvecs .bvecs .npy idx[.gz] FILE.hdf5:test)\n"
     "  -k, --k K          neighbours per query\n"
+    "  --queries FILE     ... or an ann-benchmarks FILE.hdf5: its test dataset\n"
     "  --param NAME=VALUE set a search parameter (below); repeatable, and one\n"
     "                     --param may hold several: nprobe=16,threads=4.  A\n"
     "                     parameter the index does not use is ignored, with a\n"
     "                     warning\n"
-    "  --nprobe N         the same as --param nprobe=N\n"
-    "  --gt FILE          true neighbour ids (.ivecs, .npy, FILE.hdf5:neighbors):\n"
-    "                     report R@1 and recall@K\n"
+    "  --nprobe N         the same as --param nprobe=N; unset, the index's own\n"
+    "                     default (simil info shows it; a Faiss file's nprobe)\n"
+    "  --gt FILE          true neighbour ids (.ivecs, .npy, FILE.hdf5[:neighbors]):\n"
+    "                     report 1-recall@1, 1-recall@K and recall K@K\n"
+    "  --data BASE        the vectors the index holds (row i has id i), to count\n"
+    "                     recall by distance as ann-benchmarks does: a result\n"
+    "                     counts when within 1e-3 of the true distance, so ties\n"
+    "                     count.  Default with an ann-benchmarks --gt: its train\n"
+    "                     dataset and its true distances.  Without: by id\n"
     "  --out FILE         write the ids found: .ivecs (int32) or .npy (int64)\n"
     "  --distances FILE   write the distances: .fvecs or .npy (float32)\n"
     "  --threads T        the same as --param threads=T\n"
@@ -39,45 +46,20 @@ static const char search_usage[] =
     "                     reports; needs a build with MPI (docs/distributed.md)\n";
 
 typedef struct search_args {
-    const char *index, *queries, *gt, *out, *dist, *device, *nprobe, *threads;
+    const char *index, *queries, *gt, *data, *out, *dist, *device, *nprobe, *threads;
     int64_t k, repeat;
     int json, distributed;
     cli_list param;
-    cli_params params;  /* from param, nprobe and threads */
+    cli_params params;   /* from param, nprobe and threads */
+    char paths[3][4096]; /* FILE.hdf5:test, :neighbors, :train */
 } search_args;
 
 typedef struct search_result {
     int64_t nq;
-    double seconds, r_at_1, recall_at_k;
+    double seconds;
+    cli_recall_result recall;
     int have_recall;
 } search_result;
-
-/* Read the ground truth as nq x *cols int64 ids into *truth (caller frees). */
-static int search_read_truth(const search_args *a, int64_t nq, int64_t **truth, int64_t *cols)
-{
-    simil_matrix m = {0, 0, SIMIL_DTYPE_INT32, NULL};
-    simil_status st = simil_matrix_read(a->gt, 0, -1, &m);
-    int rc = CLI_EXIT_OK;
-    if (st != SIMIL_OK) return cli_fail(st, a->gt);
-    if (m.dtype != SIMIL_DTYPE_INT32 && m.dtype != SIMIL_DTYPE_INT64)
-        rc = cli_error("%s: ground truth must hold int32 or int64 ids", a->gt);
-    else if (m.rows != nq)
-        rc = cli_error("%s has %" PRId64 " rows but there are %" PRId64 " queries", a->gt,
-                       m.rows, nq);
-    else if (m.cols < a->k)
-        rc = cli_error("%s has %" PRId64 " neighbours per query, fewer than k=%" PRId64,
-                       a->gt, m.cols, a->k);
-    else if (!(*truth = malloc(((size_t)(m.rows * m.cols) + 1) * sizeof **truth)))
-        rc = cli_error("out of memory for the ground truth");
-    if (!rc) {
-        for (int64_t i = 0; i < m.rows * m.cols; i++)
-            (*truth)[i] = m.dtype == SIMIL_DTYPE_INT64 ? ((const int64_t *)m.data)[i]
-                                                       : ((const int32_t *)m.data)[i];
-        *cols = m.cols;
-    }
-    simil_matrix_free(&m);
-    return rc;
-}
 
 /* Searches finished by search_time: in a distributed search, rank 0 tells
  * the other ranks to stop when it fails before finishing them all. */
@@ -125,29 +107,20 @@ static int search_write(const search_args *a, int64_t nq, float *dist, int64_t *
     return CLI_EXIT_OK;
 }
 
-static void json_string(const char *key, const char *s)
-{
-    printf("\"%s\": \"", key);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    printf("\", ");
-}
-
 static void search_report(const search_args *a, const simil_index *index, const search_result *r)
 {
     double qps = r->seconds > 0 ? (double)r->nq / r->seconds : 0.0;
     if (a->json) {
         putchar('{');
-        json_string("index", simil_index_description(index));
-        json_string("backend", simil_backend_name(index));
+        cli_json_string(stdout, "index", simil_index_description(index), ", ");
+        cli_json_string(stdout, "backend", simil_backend_name(index), ", ");
         printf("\"n_queries\": %" PRId64 ", \"k\": %" PRId64 ", ", r->nq, a->k);
         cli_params_print_json(&a->params);
         if (r->have_recall)
-            printf("\"r_at_1\": %.6f, \"recall_at_k\": %.6f, ", r->r_at_1, r->recall_at_k);
+            printf("\"one_recall_at_1\": %.6f, \"one_recall_at_k\": %.6f, "
+                   "\"recall_k_at_k\": %.6f, \"recall_by\": \"%s\", ",
+                   r->recall.one_at_1, r->recall.one_at_k, r->recall.k_at_k,
+                   r->recall.by_distance ? "distance" : "id");
         printf("\"seconds\": %.9f, \"qps\": %.1f}\n", r->seconds, qps);
         return;
     }
@@ -159,21 +132,51 @@ static void search_report(const search_args *a, const simil_index *index, const 
     if (a->repeat > 1) printf(" (median of %" PRId64 ")", a->repeat);
     printf("  QPS: %.0f\n", qps);
     if (r->have_recall)
-        printf("R@1: %.4f  recall@%" PRId64 ": %.4f\n", r->r_at_1, a->k, r->recall_at_k);
+        printf("1-recall@1: %.4f  1-recall@%" PRId64 ": %.4f  recall %" PRId64 "@%" PRId64
+               ": %.4f  (by %s)\n",
+               r->recall.one_at_1, a->k, r->recall.one_at_k, a->k, a->k, r->recall.k_at_k,
+               r->recall.by_distance ? "distance" : "id");
+}
+
+/* Recall of the ids found against the ground truth: by distance when the
+ * true distances and the base vectors are known, else by id. */
+static int search_recall(const search_args *a, const simil_index *index, const simil_matrix *q,
+                         cli_truth *truth, const int64_t *labels, search_result *r)
+{
+    simil_metric metric = simil_index_metric(index);
+    simil_matrix base = {0, 0, SIMIL_DTYPE_FLOAT32, NULL};
+    double *found = NULL;
+    const char *data = a->data ? a->data : truth->distances && *a->paths[2] ? a->paths[2] : NULL;
+    int rc = data ? cli_read_float(data, 0, -1, &base) : CLI_EXIT_OK;
+    if (!rc && data && base.cols != q->cols)
+        rc = cli_error("%s has dimension %" PRId64 ", the queries %" PRId64, data, base.cols,
+                       q->cols);
+    if (!rc && data) rc = cli_truth_distances(truth, metric, &base, q);
+    if (!rc && data && !(found = malloc((size_t)(q->rows * a->k) * sizeof *found + 1)))
+        rc = cli_error("out of memory for the distances of the results");
+    if (!rc && found) cli_exact_distances(metric, &base, q, a->k, labels, found);
+    if (!rc && cli_recall(q->rows, a->k, labels, found, truth, &r->recall))
+        rc = cli_error("out of memory computing recall");
+    r->have_recall = !rc;
+    free(found);
+    simil_matrix_free(&base);
+    return rc;
 }
 
 static int search_run(const search_args *a, simil_index *index, const simil_matrix *q)
 {
-    search_result r = {q->rows, 0, 0, 0, 0};
-    int64_t *truth = NULL, truth_cols = 0, *labels = NULL;
+    search_result r = {q->rows, 0, {0, 0, 0, 0}, 0};
+    cli_truth truth = {0, 0, NULL, NULL};
+    int64_t *labels = NULL;
     float *dist = NULL;
     int rc = CLI_EXIT_OK;
     if (q->cols != simil_index_dim(index))
         return cli_error("%s has dimension %" PRId64 ", the index %" PRId64, a->queries,
                          q->cols, simil_index_dim(index));
-    if (a->gt && (rc = search_read_truth(a, q->rows, &truth, &truth_cols))) return rc;
+    if (a->gt && (rc = cli_truth_read(a->gt, q->rows, a->k, simil_index_metric(index), &truth)))
+        return rc;
     if ((uint64_t)q->rows > SIZE_MAX / sizeof(int64_t) / (uint64_t)a->k) {
-        free(truth);
+        cli_truth_free(&truth);
         return cli_error("%" PRId64 " x %" PRId64 " results do not fit in memory", q->rows, a->k);
     }
     size_t cells = (size_t)q->rows * (size_t)a->k + 1;
@@ -182,16 +185,23 @@ static int search_run(const search_args *a, simil_index *index, const simil_matr
     if (!labels || !dist) rc = cli_error("out of memory for %zu results", cells - 1);
     if (!rc) rc = search_time(a, index, q, dist, labels, &r);
     if (!rc) rc = search_write(a, q->rows, dist, labels);
-    if (!rc && truth) {
-        r.have_recall = 1;
-        if (cli_recall(q->rows, a->k, labels, truth, truth_cols, &r.r_at_1, &r.recall_at_k))
-            rc = cli_error("out of memory computing recall");
-    }
+    if (!rc && a->gt) rc = search_recall(a, index, q, &truth, labels, &r);
     if (!rc) search_report(a, index, &r);
-    free(truth);
+    cli_truth_free(&truth);
     free(labels);
     free(dist);
     return rc;
+}
+
+/* A whole ann-benchmarks file stands for its test queries and neighbors;
+ * with such ground truth, its train dataset holds the base vectors. */
+static void search_ann_paths(search_args *a)
+{
+    a->queries = cli_ann_dataset(a->queries, "test", a->paths[0], sizeof a->paths[0]);
+    a->gt = cli_ann_dataset(a->gt, "neighbors", a->paths[1], sizeof a->paths[1]);
+    const char *colon = a->gt ? strrchr(a->gt, ':') : NULL;
+    if (colon && !strcmp(colon, ":neighbors"))
+        snprintf(a->paths[2], sizeof a->paths[2], "%.*s:train", (int)(colon - a->gt), a->gt);
 }
 
 #ifdef SIMIL_HAVE_MPI
@@ -270,6 +280,7 @@ int cmd_search(int argc, char **argv)
         {"param", 0, CLI_LIST, &a.param, 0, 0, 0},
         {"nprobe", 0, CLI_STRING, &a.nprobe, 0, 0, 0},
         {"gt", 0, CLI_STRING, &a.gt, 0, 0, 0},
+        {"data", 0, CLI_STRING, &a.data, 0, 0, 0},
         {"out", 'o', CLI_STRING, &a.out, 0, 0, 0},
         {"distances", 0, CLI_STRING, &a.dist, 0, 0, 0},
         {"threads", 't', CLI_STRING, &a.threads, 0, 0, 0},
@@ -297,6 +308,7 @@ int cmd_search(int argc, char **argv)
         cli_params_free(&a.params);
         return CLI_EXIT_USAGE;
     }
+    search_ann_paths(&a);
     if (a.distributed) {
 #ifdef SIMIL_HAVE_MPI
         rc = search_distributed(&a, argc, argv);
@@ -313,6 +325,7 @@ int cmd_search(int argc, char **argv)
         return cli_fail(st, a.index);
     }
     cli_params_warn_unused(&a.params, index);
+    cli_check_metric(a.queries, simil_index_metric(index));
     rc = cli_read_float(a.queries, 0, -1, &q);
     if (!rc) rc = search_run(&a, index, &q);
     simil_matrix_free(&q);

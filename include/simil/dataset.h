@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "simil/index.h"
 #include "simil/status.h"
 
 #ifdef __cplusplus
@@ -69,6 +70,17 @@ SIMIL_API simil_status simil_matrix_read_float(const char *path, int64_t first,
  * fits in int32, else the call fails with SIMIL_ERR_INVALID_ARGUMENT.  idx and
  * HDF5 are not written (SIMIL_ERR_UNSUPPORTED). */
 SIMIL_API simil_status simil_matrix_write(const char *path, const simil_matrix *m);
+
+/* The metric a dataset file declares.  ann-benchmarks HDF5 files name theirs
+ * in the root attribute "distance": "euclidean" is SIMIL_METRIC_L2, "angular"
+ * (and "cosine") SIMIL_METRIC_COSINE, "ip", "dot" and "inner_product"
+ * SIMIL_METRIC_IP.  path is FILE.hdf5 or FILE.hdf5:NAME.  *declared is 1 when
+ * the file names a metric, else 0 (*metric untouched): an HDF5 file without
+ * the attribute, and every other format, which has no place for one.  A
+ * distance simil does not compute ("hamming", "jaccard", ...) gives
+ * SIMIL_ERR_UNSUPPORTED naming it. */
+SIMIL_API simil_status simil_dataset_metric(const char *path, simil_metric *metric,
+                                            int *declared);
 
 /* Free the data of a matrix filled by this library and zero the struct. */
 SIMIL_API void simil_matrix_free(simil_matrix *m);

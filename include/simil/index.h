@@ -102,6 +102,15 @@ SIMIL_API simil_status simil_index_reconstruct(const simil_index *index, int64_t
  * SIMIL_ERR_INVALID_ARGUMENT.  Needs exclusive access, as add does. */
 SIMIL_API simil_status simil_index_set_xfbq_alpha(simil_index *index, float alpha);
 
+/* The inverted lists a search visits when its parameters leave nprobe at 0:
+ * the index's default, 1 until set (as in Faiss).  It is saved with the
+ * index, in simil and Faiss files alike, and a Faiss file's nprobe becomes
+ * the default of the index loaded from it.  set: nprobe >= 1, or 0 for 1;
+ * indexes without inverted lists give SIMIL_ERR_INVALID_ARGUMENT.  Needs
+ * exclusive access, as add does.  get: 0 for indexes without inverted lists. */
+SIMIL_API simil_status simil_index_set_nprobe(simil_index *index, int64_t nprobe);
+SIMIL_API int64_t simil_index_nprobe(const simil_index *index);
+
 /* Remove all vectors; training is kept. */
 SIMIL_API simil_status simil_index_reset(simil_index *index);
 
@@ -128,6 +137,11 @@ SIMIL_API simil_status simil_index_load(simil_index **index, const char *path,
 
 /* Number of GPUs this build can use (0 without CUDA, driver or device). */
 SIMIL_API int simil_gpu_count(void);
+
+/* Memory of GPU gpu (0 .. simil_gpu_count() - 1): bytes free and in total, as
+ * the driver counts them (every process's allocations).  SIMIL_ERR_NO_DEVICE
+ * where there is no such GPU. */
+SIMIL_API simil_status simil_gpu_memory(int gpu, size_t *free_bytes, size_t *total_bytes);
 
 /* 1 if this library was built with the CUDA backend, else 0. */
 SIMIL_API int simil_built_with_cuda(void);

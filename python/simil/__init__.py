@@ -29,6 +29,7 @@ import collections
 import numbers
 import operator
 import os
+import tempfile
 import textwrap
 
 import numpy as np
@@ -38,9 +39,11 @@ from . import _core
 __version__ = _core.version()
 
 __all__ = [
-    "Index", "load", "kmeans", "select_k", "generate", "read", "write",
+    "Index", "load", "serialize_index", "deserialize_index", "set_progress",
+    "kmeans", "select_k", "generate", "read", "write",
     "search_parameters", "SearchParameter",
     "gpu_count", "built_with_cuda", "__version__",
+    "METRIC_L2", "METRIC_INNER_PRODUCT",
     "Error", "InvalidArgumentError", "OutOfMemoryError", "UnsupportedError",
     "NoDeviceError", "FileError", "CorruptFileError", "NotTrainedError",
     "DeviceError", "InternalError",
@@ -109,11 +112,33 @@ _ERRORS = (InvalidArgumentError, OutOfMemoryError, UnsupportedError, NoDeviceErr
 _core._set_error_classes({cls.code: cls for cls in _ERRORS})
 
 
+# Faiss's numbers for its metrics, as Index.metric_type gives them.
+METRIC_INNER_PRODUCT = 0
+METRIC_L2 = 1
+
+
 # ---- argument normalization ----
+
+def _host(x, what):
+    """x itself, or for an array in GPU memory its host copy (add and train
+    take host memory: the library trains and encodes there)."""
+    if not (hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack_device__")):
+        return x
+    library = type(x).__module__.partition(".")[0]
+    if library == "torch" and x.device.type == "cuda":
+        return x.detach().cpu().numpy()
+    if library == "cupy":
+        return x.get()
+    if hasattr(x, "__cuda_array_interface__") or (
+            hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] in _DLPACK_CUDA):
+        raise UnsupportedError(f"{what} in GPU memory: simil copies those of PyTorch and "
+                               "CuPy to the host for add and train; copy this one yourself")
+    return x
+
 
 def _rows(x, what, dim=None):
     """x as C-contiguous float32 rows; a 1-d array is one row."""
-    a = np.asarray(x)
+    a = np.asarray(_host(x, what))
     if a.dtype.kind not in "fiu":
         raise TypeError(f"{what} must be an array of numbers, got dtype {a.dtype}")
     if a.ndim == 1:
@@ -233,6 +258,90 @@ def _search_parameters_doc():
         for p in _SEARCH_PARAMETERS.values())
 
 
+# ---- arrays in GPU memory ----
+
+_DLPACK_CUDA = (2, 13)          # kDLCUDA, kDLCUDAManaged
+_DLPACK_TYPES = {(2, 32, 1): "<f4", (0, 64, 1): "<i8", (0, 32, 1): "<i4", (1, 8, 1): "|u1"}
+
+
+class _GpuArray:
+    """Where a C-contiguous array in GPU memory lies; owner keeps it alive."""
+    __slots__ = ("address", "shape", "typestr", "owner")
+
+    def __init__(self, address, shape, typestr, owner):
+        self.address, self.shape, self.typestr, self.owner = address, shape, typestr, owner
+
+
+def _c_strides(shape, itemsize):
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _gpu_array(x, what):
+    """x as a _GpuArray when it is in GPU memory (__cuda_array_interface__, or
+    __dlpack__ on a CUDA device: PyTorch, CuPy, JAX, Numba), else None."""
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None:
+        shape, typestr = tuple(cai["shape"]), cai["typestr"]
+        strides = cai.get("strides")
+        if strides is not None and tuple(strides) != _c_strides(shape, int(typestr[2:])):
+            raise InvalidArgumentError(f"{what} in GPU memory must be C-contiguous "
+                                       f"(strides {tuple(strides)}, shape {shape})")
+        _sync_producer(x)
+        return _GpuArray(int(cai["data"][0]), shape, typestr, x)
+    if not (hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")):
+        return None
+    if x.__dlpack_device__()[0] not in _DLPACK_CUDA:
+        return None
+    try:
+        capsule = x.__dlpack__(stream=1)  # the legacy default stream, which simil waits for
+    except TypeError:
+        capsule = x.__dlpack__()
+    address, shape, strides, dtype, _ = _core.dlpack_info(capsule)
+    if dtype not in _DLPACK_TYPES:
+        raise TypeError(f"{what}: DLPack type code {dtype[0]} of {dtype[1]} bits is not one "
+                        "simil takes (float32 vectors, int64 ids)")
+    if strides is not None and tuple(strides) != _c_strides(shape, 1):  # in elements
+        raise InvalidArgumentError(f"{what} in GPU memory must be C-contiguous")
+    return _GpuArray(address, shape, _DLPACK_TYPES[dtype], (x, capsule))
+
+
+def _sync_producer(x):
+    """Wait for the work PyTorch or CuPy queued on a stream other than the
+    legacy default one, which simil's calls wait for themselves."""
+    library = type(x).__module__.partition(".")[0]
+    if library == "torch":
+        import torch
+        stream = torch.cuda.current_stream(x.device)
+        if stream != torch.cuda.default_stream(x.device):
+            stream.synchronize()
+    elif library == "cupy":
+        import cupy
+        stream = cupy.cuda.get_current_stream()
+        if stream.ptr != 0:
+            stream.synchronize()
+
+
+def _gpu_empty_like(x, shape, typestr):
+    """A new array in GPU memory beside x, of x's library (PyTorch or CuPy)."""
+    library = type(x).__module__.partition(".")[0]
+    if library == "torch":
+        import torch
+        dtype = {"<f4": torch.float32, "<i8": torch.int64}[typestr]
+        return torch.empty(shape, dtype=dtype, device=x.device)
+    if library == "cupy":
+        import cupy
+        with cupy.cuda.Device(x.device.id):
+            return cupy.empty(shape, dtype=np.dtype(typestr))
+    raise UnsupportedError(
+        f"the queries, a {type(x).__name__}, are in GPU memory, and simil makes result "
+        "arrays in GPU memory for PyTorch and CuPy only: pass out=(distances, labels), "
+        "float32 and int64 arrays of nq x k in GPU memory")
+
+
 # ---- the index ----
 
 class Index:
@@ -250,18 +359,24 @@ class Index:
 
     len(index) is the number of vectors held.  Searches may run from many
     threads at once; train, add, remove and reset wait for them.
+
+    The names Faiss users know work too: d, ntotal, is_trained, nprobe (the
+    default of searches), metric_type, add_with_ids, reconstruct_n; and an
+    Index pickles (through the bytes of its file, serialize_index).
     """
 
-    __slots__ = ("_core",)
+    __slots__ = ("_core", "_device")
 
     def __init__(self, dim, description="Flat", metric="l2", device="auto"):
-        self._core = _core.Index(operator.index(dim), description, metric, _device(device))
+        self._device = _device(device)
+        self._core = _core.Index(operator.index(dim), description, metric, self._device)
 
     @classmethod
-    def _wrap(cls, core):
+    def _wrap(cls, core, device):
         """An Index around a _core.Index (as simil.load makes)."""
         index = cls.__new__(cls)
         index._core = core
+        index._device = device
         return index
 
     def train(self, x):
@@ -291,27 +406,63 @@ class Index:
                     f"{ids.shape[0]} ids were given for {x.shape[0]} vectors")
         self._core.add(x, ids)
 
-    def search(self, q, k, **params):
+    def add_with_ids(self, x, ids):
+        """Add the vectors x with these ids (Faiss's name for add(x, ids))."""
+        if ids is None:
+            raise InvalidArgumentError("add_with_ids needs ids; add(x) numbers the vectors")
+        self.add(x, ids)
+
+    def search(self, q, k, out=None, **params):
         """Find the k nearest neighbours of each query.
 
-        q: queries, nq x dim (or one query of dim values, giving nq = 1).
+        q: queries, nq x dim (or one query of dim values, giving nq = 1):
+            numpy or anything numpy reads, or an array in GPU memory (an
+            object with __cuda_array_interface__ or __dlpack__ on a CUDA
+            device, such as a PyTorch or CuPy array), float32 and
+            C-contiguous, which the search reads where it is.
         k: neighbours per query, >= 1.
         params: search parameters by name, such as nprobe=16 or lut="fp16";
-            None or absent for the default.  A setting this index does not
-            use is ignored (Index.uses_search_parameter tells).  An unknown
-            name or a value of the wrong type raises TypeError, a value out
-            of range InvalidArgumentError (a ValueError).  They are:
+            None or absent for the default (for nprobe, the index's own,
+            index.nprobe).  A setting this index does not use is ignored
+            (Index.uses_search_parameter tells).  An unknown name or a value
+            of the wrong type raises TypeError, a value out of range
+            InvalidArgumentError (a ValueError).  They are:
         {parameters}
+        out: None, or (distances, ids): float32 and int64 nq x k arrays,
+            C-contiguous, that the results go to (numpy, or in GPU memory).
 
-        Returns (distances, ids): float32 nq x k and int64 nq x k.  Each row
-        is sorted by distance (ascending for "l2", descending similarity for
-        "ip" and "cosine"), then by id.  L2 distances are squared.  Slots
-        beyond the number of vectors held get id -1 and distance +inf
-        ("l2") or -inf ("ip", "cosine").
+        Returns (distances, ids): float32 nq x k and int64 nq x k; numpy
+        arrays for queries in host memory, and for queries in GPU memory new
+        arrays of the queries' library (PyTorch or CuPy) on their GPU, with
+        no copy through the host; or out.  Each row is sorted by distance
+        (ascending for "l2", descending similarity for "ip" and "cosine"),
+        then by id.  L2 distances are squared.  Slots beyond the number of
+        vectors held get id -1 and distance +inf ("l2") or -inf ("ip",
+        "cosine").
         """
         settings = _search_settings(params)
-        q = _rows(q, "queries", self.dim)
-        return self._core.search(q, operator.index(k), settings)
+        gq = _gpu_array(q, "queries")
+        if gq is None and out is None:
+            q = _rows(q, "queries", self.dim)
+            return self._core.search(q, operator.index(k), settings)
+        k = operator.index(k)
+        if gq is None:
+            q = _rows(q, "queries", self.dim)
+            gq = _GpuArray(q.ctypes.data, q.shape, "<f4", q)
+        shape = gq.shape if len(gq.shape) == 2 else (1,) + tuple(gq.shape)
+        if gq.typestr != "<f4" or len(shape) != 2 or shape[1] != self.dim:
+            raise InvalidArgumentError(
+                f"queries in GPU memory must be float32 nq x {self.dim}, C-contiguous; got "
+                f"{gq.typestr} of shape {tuple(gq.shape)}")
+        if k < 1:
+            raise InvalidArgumentError(f"search: k={k} must be >= 1")
+        if out is None:
+            out = (_gpu_empty_like(q, (shape[0], k), "<f4"),
+                   _gpu_empty_like(q, (shape[0], k), "<i8"))
+        dist, ids = (self._result_array(a, (shape[0], k), t, w)
+                     for a, t, w in zip(out, ("<f4", "<i8"), ("distances", "ids")))
+        self._core.search_pointers(gq.address, shape[0], k, settings, dist.address, ids.address)
+        return out
 
     search.__doc__ = search.__doc__.replace("        {parameters}", _search_parameters_doc())
 
@@ -325,6 +476,19 @@ class Index:
             raise InvalidArgumentError(f"unknown search parameter {name!r}; the search "
                                        f"parameters are {', '.join(_SEARCH_PARAMETERS)}")
         return self._core.uses_search_param(name)
+
+    @staticmethod
+    def _result_array(a, shape, typestr, what):
+        """Where a result array of out lies, checked: GPU memory or numpy."""
+        g = _gpu_array(a, what)
+        if g is None:
+            if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.writeable):
+                raise InvalidArgumentError(f"out: {what} must be a writable C-contiguous array")
+            g = _GpuArray(a.ctypes.data, a.shape, a.dtype.str, a)
+        if tuple(g.shape) != shape or g.typestr != typestr:
+            raise InvalidArgumentError(f"out: {what} must be {np.dtype(typestr)} of shape "
+                                       f"{shape}, got {g.typestr} of shape {tuple(g.shape)}")
+        return g
 
     def remove(self, ids):
         """Remove every vector whose id is in ids (an int or a sequence of ints).
@@ -340,6 +504,19 @@ class Index:
         id is not present.
         """
         return self._core.reconstruct(operator.index(id))
+
+    def reconstruct_n(self, n0=0, ni=-1):
+        """The stored vectors with ids n0 .. n0 + ni - 1, float32 ni x dim.
+
+        ni = -1: up to ntotal - 1, as in Faiss (where ids are 0 .. ntotal - 1
+        unless given).  InvalidArgumentError if one of the ids is not present.
+        """
+        n0, ni = operator.index(n0), operator.index(ni)
+        if ni == -1:
+            ni = self.ntotal - n0
+        if n0 < 0 or ni < 0:
+            raise InvalidArgumentError(f"reconstruct_n: n0={n0} and ni={ni} must be >= 0")
+        return self._core.reconstruct_batch(np.arange(n0, n0 + ni, dtype=np.int64))
 
     def reset(self):
         """Remove every vector; training is kept."""
@@ -366,6 +543,36 @@ class Index:
     def dim(self):
         """The vector dimension."""
         return self._core.dim
+
+    @property
+    def d(self):
+        """The vector dimension (Faiss's name for dim)."""
+        return self._core.dim
+
+    @property
+    def nprobe(self):
+        """Inverted lists a search visits unless it says otherwise (1 unless set).
+
+        Saved with the index; a Faiss file's nprobe becomes it.  Setting it
+        on an index without inverted lists raises InvalidArgumentError; it
+        reads 0 there.
+        """
+        return self._core.nprobe
+
+    @nprobe.setter
+    def nprobe(self, value):
+        if value is not None:
+            value = operator.index(value)
+            if value < 1:
+                raise InvalidArgumentError(
+                    f"nprobe={value} must be >= 1 (or None for the default, 1)")
+        self._core.nprobe = 0 if value is None else value
+
+    @property
+    def metric_type(self):
+        """Faiss's number for the metric: METRIC_L2 (1), or METRIC_INNER_PRODUCT (0)
+        for "ip" and "cosine" (cosine is inner product over normalized vectors)."""
+        return METRIC_L2 if self._core.metric == "l2" else METRIC_INNER_PRODUCT
 
     @property
     def ntotal(self):
@@ -396,6 +603,10 @@ class Index:
         """The number of vectors held."""
         return self.ntotal
 
+    def __reduce__(self):
+        """Pickle as the bytes of the index file; it loads back on the same device string."""
+        return (_unpickle, (serialize_index(self), self._device))
+
     def __repr__(self):
         """simil.Index(dim=..., description=..., metric=..., ntotal=..., backend=...)."""
         return (f"simil.Index(dim={self.dim}, description={self.description!r}, "
@@ -410,7 +621,45 @@ def load(path, device="auto"):
     damaged or unknown file CorruptFileError; a missing or unreadable one
     FileError.
     """
-    return Index._wrap(_core.load(os.fspath(path), _device(device)))
+    device = _device(device)
+    return Index._wrap(_core.load(os.fspath(path), device), device)
+
+
+def serialize_index(index):
+    """The bytes of index's file (what Index.save writes), as Faiss's serialize_index.
+
+    The file goes through a temporary folder (tempfile.gettempdir()).
+    """
+    with tempfile.TemporaryDirectory(prefix="simil-") as folder:
+        path = os.path.join(folder, "index.simil")
+        index.save(path)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def deserialize_index(data, device="auto"):
+    """An Index from the bytes of an index file (simil's or Faiss's) onto device."""
+    with tempfile.TemporaryDirectory(prefix="simil-") as folder:
+        path = os.path.join(folder, "index.bin")
+        with open(path, "wb") as f:
+            f.write(memoryview(data))
+        return load(path, device)
+
+
+def _unpickle(data, device):
+    return deserialize_index(data, device)
+
+
+def set_progress(callback):
+    """Report the progress of long calls (train, add, kmeans, k-NN graphs).
+
+    callback(stage, done, total) is called a few times a second, from the
+    thread that made the call, with stage a str such as "add" and done out
+    of total work units; once more with done == total at the end.  None
+    stops the reports.  An exception in the callback does not stop the
+    work: it goes to sys.unraisablehook.  One callback serves the process.
+    """
+    _core.set_progress(callback)
 
 
 # ---- clustering and selection ----

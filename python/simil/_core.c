@@ -376,6 +376,113 @@ static PyObject *core_search_parameters(PyObject *Py_UNUSED(module), PyObject *P
     return all;
 }
 
+/* ---- DLPack ---- */
+
+/* The structs of DLPack's dlpack.h (version 0.8, ABI-stable since 0.6), as
+ * a capsule named "dltensor" holds them: only what is read here. */
+typedef struct {
+    int32_t device_type; /* 1 CPU, 2 CUDA, 3 CUDA host, 13 CUDA managed */
+    int32_t device_id;
+} pysimil_dl_device;
+
+typedef struct {
+    uint8_t code; /* 0 int, 1 uint, 2 float */
+    uint8_t bits;
+    uint16_t lanes;
+} pysimil_dl_dtype;
+
+typedef struct {
+    void *data;
+    pysimil_dl_device device;
+    int32_t ndim;
+    pysimil_dl_dtype dtype;
+    int64_t *shape;
+    int64_t *strides; /* in elements; NULL: C order */
+    uint64_t byte_offset;
+} pysimil_dl_tensor;
+
+typedef struct {
+    pysimil_dl_tensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(void *self);
+} pysimil_dl_managed;
+
+/* dlpack_info(capsule) -> (address, shape, strides or None, (code, bits,
+ * lanes), (device_type, device_id)).  The capsule is only read, not
+ * consumed: its owner frees the tensor when the capsule goes, so the caller
+ * keeps the capsule alive while it uses the memory. */
+static PyObject *core_dlpack_info(PyObject *Py_UNUSED(module), PyObject *capsule)
+{
+    pysimil_dl_managed *m = PyCapsule_GetPointer(capsule, "dltensor");
+    if (m == NULL) return NULL;
+    const pysimil_dl_tensor *t = &m->dl_tensor;
+    if (t->ndim < 0 || t->ndim > 8)
+        return pysimil_invalid("a DLPack tensor of %d dimensions", (int)t->ndim);
+    PyObject *shape = PyTuple_New(t->ndim), *strides = Py_None;
+    if (shape == NULL) return NULL;
+    for (int i = 0; i < t->ndim; i++)
+        PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(t->shape[i]));
+    if (t->strides != NULL) {
+        strides = PyTuple_New(t->ndim);
+        if (strides == NULL) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        for (int i = 0; i < t->ndim; i++)
+            PyTuple_SET_ITEM(strides, i, PyLong_FromLongLong(t->strides[i]));
+    } else {
+        Py_INCREF(strides);
+    }
+    return Py_BuildValue("KNN(iii)(ii)",
+                         (unsigned long long)((uintptr_t)t->data + t->byte_offset), shape,
+                         strides, (int)t->dtype.code, (int)t->dtype.bits, (int)t->dtype.lanes,
+                         (int)t->device.device_type, (int)t->device.device_id);
+}
+
+/* ---- progress ---- */
+
+/* The callable that progress reports go to, or NULL.  The library calls
+ * progress_trampoline on the thread of the call in progress, which runs
+ * without the GIL: the trampoline takes it for the callback.  An exception
+ * raised by the callback cannot stop the library's call; it goes to
+ * sys.unraisablehook and the work goes on.  The trampoline stays installed
+ * once set (a None callback makes it return at once), so that the
+ * library's pointer never changes under a running call. */
+static PyObject *progress_callback;
+
+static void progress_trampoline(const char *stage, int64_t done, int64_t total, void *user)
+{
+    (void)user;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *callback = progress_callback;
+    if (callback != NULL) {
+        Py_INCREF(callback);
+        PyObject *r = PyObject_CallFunction(callback, "sLL", stage, (long long)done,
+                                            (long long)total);
+        if (r == NULL) PyErr_WriteUnraisable(callback);
+        Py_XDECREF(r);
+        Py_DECREF(callback);
+    }
+    PyGILState_Release(gil);
+}
+
+static PyObject *core_set_progress(PyObject *Py_UNUSED(module), PyObject *callback)
+{
+    if (callback != Py_None && !PyCallable_Check(callback)) {
+        PyErr_Format(PyExc_TypeError, "set_progress needs a callable or None, got %R", callback);
+        return NULL;
+    }
+    PyObject *old = progress_callback;
+    progress_callback = callback == Py_None ? NULL : (Py_INCREF(callback), callback);
+    Py_XDECREF(old);
+    static int installed;
+    if (!installed && progress_callback != NULL) {
+        simil_set_progress(progress_trampoline, NULL);
+        installed = 1;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef core_methods[] = {
     {"search_parameters", core_search_parameters, METH_NOARGS,
      "search_parameters() -> ((name, type, default, range, index_types, help, choices), ...)"},
@@ -384,6 +491,10 @@ static PyMethodDef core_methods[] = {
     {"built_with_cuda", core_built_with_cuda, METH_NOARGS,
      "built_with_cuda() -> whether libsimil has its CUDA backend"},
     {"status_name", core_status_name, METH_O, "status_name(code) -> 'SIMIL_ERR_...'"},
+    {"dlpack_info", core_dlpack_info, METH_O,
+     "dlpack_info(capsule) -> (address, shape, strides, dtype, device)"},
+    {"set_progress", core_set_progress, METH_O,
+     "set_progress(callback): callback(stage, done, total) or None"},
     {"_set_error_classes", core_set_error_classes, METH_O,
      "_set_error_classes({code: class}): the exceptions raised for each status"},
     {"select_k", PYSIMIL_KW_METHOD(core_select_k), METH_VARARGS | METH_KEYWORDS,

@@ -265,6 +265,35 @@ static PyObject *index_uses_search_param(IndexObject *self, PyObject *name)
     return PyBool_FromLong(simil_index_uses_search_param(self->index, text));
 }
 
+/* search_pointers(queries, nq, k, settings, distances, labels): the search
+ * of index_search on memory given by address, for arrays the library reads
+ * and writes where they are (GPU memory: __cuda_array_interface__, DLPack).
+ * The Python layer has checked shapes and types against the owners of the
+ * memory, which it keeps alive for the call; the library checks that the
+ * memory kinds agree with each other and with the index's device. */
+static PyObject *index_search_pointers(IndexObject *self, PyObject *args)
+{
+    unsigned long long q, d, l;
+    long long nq, k;
+    PyObject *settings;
+    if (!PyArg_ParseTuple(args, "KLLO!KK:search_pointers", &q, &nq, &k, &PyTuple_Type,
+                          &settings, &d, &l))
+        return NULL;
+    if (nq < 0) return pysimil_invalid("search: nq=%lld is negative", nq);
+    simil_search_params *params = NULL;
+    if (!search_params_of(settings, &params)) return NULL;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, SHARED);
+    s = simil_index_search(self->index, nq, (const float *)(uintptr_t)q, k, params,
+                           (float *)(uintptr_t)d, (int64_t *)(uintptr_t)l);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    simil_search_params_destroy(params);
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    Py_RETURN_NONE;
+}
+
 static PyObject *index_remove(IndexObject *self, PyObject *obj)
 {
     PyArrayObject *ids = ids_arg(obj);
@@ -294,6 +323,34 @@ static PyObject *index_reconstruct(IndexObject *self, PyObject *arg)
     s = simil_index_reconstruct(self->index, id, PyArray_DATA(out));
     index_unlock(self);
     Py_END_ALLOW_THREADS
+    if (s != SIMIL_OK) {
+        Py_DECREF(out);
+        return pysimil_raise(s);
+    }
+    return (PyObject *)out;
+}
+
+/* The stored vectors of these ids, float32 n x dim, under one lock. */
+static PyObject *index_reconstruct_batch(IndexObject *self, PyObject *obj)
+{
+    PyArrayObject *ids = ids_arg(obj);
+    if (ids == NULL) return NULL;
+    const int64_t n = (int64_t)PyArray_DIM(ids, 0), dim = simil_index_dim(self->index);
+    PyArrayObject *out = pysimil_empty(2, n, dim, NPY_FLOAT32);
+    if (out == NULL) {
+        Py_DECREF(ids);
+        return NULL;
+    }
+    const int64_t *id = PyArray_DATA(ids);
+    float *x = PyArray_DATA(out);
+    simil_status s = SIMIL_OK;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, SHARED);
+    for (int64_t i = 0; i < n && s == SIMIL_OK; i++)
+        s = simil_index_reconstruct(self->index, id[i], x + i * dim);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(ids);
     if (s != SIMIL_OK) {
         Py_DECREF(out);
         return pysimil_raise(s);
@@ -370,6 +427,38 @@ static PyObject *index_get_is_trained(IndexObject *self, void *Py_UNUSED(closure
     return PyBool_FromLong(trained);
 }
 
+static PyObject *index_get_nprobe(IndexObject *self, void *Py_UNUSED(closure))
+{
+    int64_t n;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, SHARED);
+    n = simil_index_nprobe(self->index);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLongLong(n);
+}
+
+static int index_set_nprobe(IndexObject *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "nprobe cannot be deleted; set it to 1");
+        return -1;
+    }
+    long long n = PyLong_AsLongLong(value);
+    if (n == -1 && PyErr_Occurred()) return -1;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, EXCLUSIVE);
+    s = simil_index_set_nprobe(self->index, n);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    if (s != SIMIL_OK) {
+        pysimil_raise(s);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *index_get_metric(IndexObject *self, void *Py_UNUSED(closure))
 {
     return PyUnicode_FromString(simil_metric_name(simil_index_metric(self->index)));
@@ -392,10 +481,14 @@ static PyMethodDef index_methods[] = {
     {"search", PYSIMIL_KW_METHOD(index_search), METH_VARARGS | METH_KEYWORDS,
      "search(queries, k, settings=()) -> (distances, labels); settings: (name, value) "
      "pairs"},
+    {"search_pointers", (PyCFunction)index_search_pointers, METH_VARARGS,
+     "search_pointers(queries, nq, k, settings, distances, labels): by address"},
     {"uses_search_param", (PyCFunction)index_uses_search_param, METH_O,
      "uses_search_param(name) -> whether searches of this index read that setting"},
     {"remove", (PyCFunction)index_remove, METH_O, "remove(ids) -> number removed"},
     {"reconstruct", (PyCFunction)index_reconstruct, METH_O, "reconstruct(id) -> float32 dim"},
+    {"reconstruct_batch", (PyCFunction)index_reconstruct_batch, METH_O,
+     "reconstruct_batch(ids) -> float32 n x dim"},
     {"reset", (PyCFunction)index_reset, METH_NOARGS, "reset(): remove every vector"},
     {"save", (PyCFunction)index_save, METH_O, "save(path): write the index atomically"},
     {"save_faiss", (PyCFunction)index_save_faiss, METH_O,
@@ -407,6 +500,8 @@ static PyGetSetDef index_getset[] = {
     {"dim", (getter)index_get_dim, NULL, "vector dimension", NULL},
     {"ntotal", (getter)index_get_ntotal, NULL, "number of vectors held", NULL},
     {"is_trained", (getter)index_get_is_trained, NULL, "whether add may be called", NULL},
+    {"nprobe", (getter)index_get_nprobe, (setter)index_set_nprobe,
+     "inverted lists a search visits by default (0 without inverted lists)", NULL},
     {"metric", (getter)index_get_metric, NULL, "'l2', 'ip' or 'cosine'", NULL},
     {"description", (getter)index_get_description, NULL, "normalized factory string", NULL},
     {"backend", (getter)index_get_backend, NULL, "what the index runs on", NULL},

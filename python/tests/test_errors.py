@@ -154,3 +154,22 @@ def test_messages_are_per_call():
     with pytest.raises(simil.FileError) as info:
         simil.read(os.path.join("/nonexistent", "x.fvecs"))
     assert "k=0" not in str(info.value)
+
+
+def _python_words(message):
+    """No option of the command line, no C function name."""
+    return "--" not in message and "simil_" not in message
+
+
+def test_errors_speak_python():
+    xb = np.random.default_rng(4).random((300, 8), dtype=np.float32)
+    index = simil.Index(8, "IVF4,Flat", device="cpu")
+    index.train(xb)
+    index.add(xb)
+    with pytest.raises(simil.InvalidArgumentError) as info:
+        index.train(xb)
+    assert "reset the index" in str(info.value) and _python_words(str(info.value))
+    if simil.gpu_count() == 0:
+        with pytest.raises(simil.NoDeviceError) as info:
+            simil.Index(8, device="gpu")
+        assert 'device "cpu"' in str(info.value) and _python_words(str(info.value))

@@ -103,12 +103,31 @@ def test_load_faiss_file(tmp_path, device, metric, kind, description, tol):
 
 
 def test_unsupported_type_names_its_code(tmp_path):
-    path = tmp_path / "hnsw.faiss"
-    index = faiss.IndexHNSWFlat(16, 8)
-    index.add(np.random.default_rng(0).random((20, 16), dtype=np.float32))
+    path = tmp_path / "hnswpq.faiss"
+    xb = np.random.default_rng(0).random((300, 16), dtype=np.float32)
+    index = faiss.IndexHNSWPQ(16, 4, 8)
+    index.train(xb)
+    index.add(xb[:20])
     faiss.write_index(index, str(path))
-    with pytest.raises(simil.UnsupportedError, match="'IHNf'"):
+    with pytest.raises(simil.UnsupportedError, match="'IHNp' \\(IndexHNSWPQ\\)"):
         simil.load(path, device="cpu")
+
+
+def test_hnsw_flat_loads_as_exact_flat(tmp_path):
+    """IndexHNSWFlat loads as Flat over its vectors: exact, as Faiss's IndexFlat."""
+    rng = np.random.default_rng(3)
+    xb, xq = rng.random((500, 16), dtype=np.float32), rng.random((20, 16), dtype=np.float32)
+    index = faiss.IndexHNSWFlat(16, 8)
+    index.add(xb)
+    path = tmp_path / "hnsw.faiss"
+    faiss.write_index(index, str(path))
+    flat = faiss.IndexFlatL2(16)
+    flat.add(xb)
+    Dref, Iref = flat.search(xq, K)
+    loaded = simil.load(path, device="cpu")
+    assert loaded.description == "Flat" and loaded.ntotal == 500
+    D, I = loaded.search(xq, K)
+    assert_same(D, I, Dref, Iref, 1e-4, "seed=3 n=500 nq=20 d=16 IndexHNSWFlat")
 
 
 def test_truncated_faiss_file(tmp_path):

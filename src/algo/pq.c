@@ -12,6 +12,7 @@
  * the codebooks do not change. */
 #include "algo/pq.h"
 
+#include <assert.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
@@ -49,6 +50,29 @@ void sml_pq_free(sml_pq *pq)
 size_t sml_pq_code_bytes(int64_t m) { return ((size_t)m + 3) / 4 * 4; }
 
 size_t sml_pq_code_size(const sml_pq *pq) { return sml_pq_code_bytes(pq->m); }
+
+void sml_pq_pack_bits(const uint8_t *codes, int64_t m, int nbits, uint8_t *packed)
+{
+    assert(nbits >= 1 && nbits <= 8);
+    memset(packed, 0, (size_t)((m * nbits + 7) / 8));
+    for (int64_t j = 0, bit = 0; j < m; j++, bit += nbits) {
+        const unsigned v = codes[j] & ((1u << nbits) - 1);
+        packed[bit / 8] |= (uint8_t)(v << (bit % 8));
+        if (bit % 8 + nbits > 8) packed[bit / 8 + 1] |= (uint8_t)(v >> (8 - bit % 8));
+    }
+}
+
+void sml_pq_unpack_bits(const uint8_t *packed, int64_t m, int nbits, uint8_t *codes)
+{
+    assert(nbits >= 1 && nbits <= 8);
+    /* last code first: code j reads bytes at most j, and codes past j are
+     * already out, so packed and codes may be the same buffer */
+    for (int64_t j = m - 1, bit = (m - 1) * nbits; j >= 0; j--, bit -= nbits) {
+        unsigned v = packed[bit / 8] >> (bit % 8);
+        if (bit % 8 + nbits > 8) v |= (unsigned)packed[bit / 8 + 1] << (8 - bit % 8);
+        codes[j] = (uint8_t)(v & ((1u << nbits) - 1));
+    }
+}
 
 void sml_pq_train_params_init(sml_pq_train_params *p, const sml_pq *pq, int iterations,
                               uint64_t seed)

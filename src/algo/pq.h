@@ -53,6 +53,13 @@ void sml_pq_train_params_init(sml_pq_train_params *p, const sml_pq *pq, int iter
 simil_status sml_pq_train(sml_backend *b, sml_pq *pq, int64_t n, const float *x,
                           const sml_pq_train_params *p);
 
+/* Faiss's packed codes (faiss::PQEncoderGeneric): m codes of nbits each,
+ * one after the other from the lowest bit of the first byte, in
+ * (m * nbits + 7) / 8 bytes.  codes holds one byte per sub-quantizer.
+ * Unpacking may work in place (packed == codes, m bytes long). */
+void sml_pq_pack_bits(const uint8_t *codes, int64_t m, int nbits, uint8_t *packed);
+void sml_pq_unpack_bits(const uint8_t *packed, int64_t m, int nbits, uint8_t *codes);
+
 /* The vectors that codes stand for (n x dim floats). */
 void sml_pq_decode(const sml_pq *pq, int64_t n, const uint8_t *codes, size_t code_size,
                    float *out);

@@ -389,6 +389,10 @@ simil_status sml_cuda_backend_open(int gpu, sml_backend **backend);
 /* GPUs usable by this process: 0 without CUDA, driver or device. */
 int sml_cuda_device_count(void);
 
+/* Bytes free and in total on GPU gpu (cudaMemGetInfo: what every process
+ * holds counts).  SIMIL_ERR_NO_DEVICE if it does not exist or CUDA is absent. */
+simil_status sml_cuda_memory_info(int gpu, size_t *free_bytes, size_t *total_bytes);
+
 /* 1 when built with CUDA. */
 int sml_cuda_built(void);
 

@@ -114,6 +114,36 @@ simil_status simil_matrix_read(const char *path, int64_t first, int64_t count, s
     return sml_unknown_format(path);
 }
 
+simil_status simil_dataset_metric(const char *path, simil_metric *metric, int *declared)
+{
+    static const struct {
+        const char *name;
+        simil_metric metric;
+    } names[] = {
+        {"euclidean", SIMIL_METRIC_L2}, {"l2", SIMIL_METRIC_L2},
+        {"angular", SIMIL_METRIC_COSINE}, {"cosine", SIMIL_METRIC_COSINE},
+        {"ip", SIMIL_METRIC_IP}, {"dot", SIMIL_METRIC_IP}, {"inner_product", SIMIL_METRIC_IP},
+    };
+    SML_RETURN_IF(path == NULL || metric == NULL || declared == NULL, SIMIL_ERR_INVALID_ARGUMENT,
+                  "simil_dataset_metric: NULL argument");
+    *declared = 0;
+    if (sml_dataset_format(path) != SML_FORMAT_HDF5) return SIMIL_OK;
+    char text[64];
+    int found = 0;
+    SML_TRY(sml_hdf5_attribute(path, "distance", text, sizeof text, &found));
+    if (!found) return SIMIL_OK;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcasecmp(text, names[i].name) == 0) {
+            *metric = names[i].metric;
+            *declared = 1;
+            return SIMIL_OK;
+        }
+    return sml_error(SIMIL_ERR_UNSUPPORTED,
+                     "'%s' declares the distance '%s'; simil searches with euclidean (l2), "
+                     "angular (cosine) and inner product",
+                     path, text);
+}
+
 static void sml_convert_to_float(const simil_matrix *m, float *dst)
 {
     size_t n = (size_t)m->rows * (size_t)m->cols;

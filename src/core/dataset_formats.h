@@ -64,5 +64,10 @@ const char *sml_hdf5_split(const char *spec);
  * simil was built without HDF5. */
 simil_status sml_hdf5_info(const char *spec, int64_t *rows, int64_t *cols, simil_dtype *dtype);
 simil_status sml_hdf5_read(const char *spec, int64_t first, int64_t count, simil_matrix *out);
+/* The string attribute name of the root group of spec's file (the part
+ * before ":NAME", if any) into out (size bytes, cut to fit); *found is 0
+ * when the file has no such attribute. */
+simil_status sml_hdf5_attribute(const char *spec, const char *name, char *out, size_t size,
+                                int *found);
 
 #endif

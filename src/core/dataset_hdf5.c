@@ -40,6 +40,16 @@ simil_status sml_hdf5_read(const char *spec, int64_t first, int64_t count, simil
     return sml_hdf5_missing(spec);
 }
 
+simil_status sml_hdf5_attribute(const char *spec, const char *name, char *out, size_t size,
+                                int *found)
+{
+    (void)name;
+    (void)out;
+    (void)size;
+    (void)found;
+    return sml_hdf5_missing(spec);
+}
+
 #else
 
 #include <hdf5.h>
@@ -191,7 +201,8 @@ static void sml_hdf5_close(sml_hdf5 *h)
     sml_free(h->file);
 }
 
-static simil_status sml_hdf5_open(sml_hdf5 *h, const char *spec)
+/* Open the file of spec, and its dataset when with_dataset is set. */
+static simil_status sml_hdf5_open_as(sml_hdf5 *h, const char *spec, int with_dataset)
 {
     memset(h, 0, sizeof *h);
     h->spec = spec;
@@ -200,9 +211,14 @@ static simil_status sml_hdf5_open(sml_hdf5 *h, const char *spec)
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     simil_status s = sml_hdf5_parse_spec(h, spec);
     if (s == SIMIL_OK) s = sml_hdf5_open_file(h);
-    if (s == SIMIL_OK) s = sml_hdf5_open_dataset(h);
+    if (s == SIMIL_OK && with_dataset) s = sml_hdf5_open_dataset(h);
     if (s != SIMIL_OK) sml_hdf5_close(h);
     return s;
+}
+
+static simil_status sml_hdf5_open(sml_hdf5 *h, const char *spec)
+{
+    return sml_hdf5_open_as(h, spec, 1);
 }
 
 simil_status sml_hdf5_info(const char *spec, int64_t *rows, int64_t *cols, simil_dtype *dtype)
@@ -239,6 +255,64 @@ simil_status sml_hdf5_read(const char *spec, int64_t first, int64_t count, simil
     if (s == SIMIL_OK) s = sml_dataset_alloc(out, count, h.cols, h.dtype);
     if (s == SIMIL_OK) s = sml_hdf5_slab(&h, first, count, out->data);
     if (s != SIMIL_OK) simil_matrix_free(out);
+    sml_hdf5_close(&h);
+    return s;
+}
+
+/* A string attribute of the root group, stored with a fixed or a variable
+ * length (h5py writes Python strings as variable-length UTF-8). */
+static simil_status sml_hdf5_read_string(sml_hdf5 *h, hid_t aid, const char *name, char *out,
+                                         size_t size)
+{
+    hid_t tid = H5Aget_type(aid), mem = -1;
+    herr_t e = -1;
+    SML_RETURN_IF(tid < 0, SIMIL_ERR_CORRUPT, "'%s' is damaged: attribute '%s' has no type",
+                  h->file, name);
+    if (H5Tget_class(tid) == H5T_STRING && H5Tis_variable_str(tid) > 0) {
+        char *text = NULL;
+        mem = H5Tcopy(H5T_C_S1);
+        if (mem >= 0 && H5Tset_size(mem, H5T_VARIABLE) >= 0 &&
+            H5Tset_cset(mem, H5Tget_cset(tid)) >= 0)
+            e = H5Aread(aid, mem, &text);
+        if (e >= 0 && text != NULL) snprintf(out, size, "%s", text);
+        if (e >= 0 && text != NULL) H5free_memory(text);
+        if (e >= 0 && text == NULL) out[0] = '\0';
+    } else if (H5Tget_class(tid) == H5T_STRING) {
+        size_t len = H5Tget_size(tid);
+        char *text = NULL;
+        mem = H5Tcopy(H5T_C_S1);
+        if (len < (size_t)1 << 20 && mem >= 0 && H5Tset_size(mem, len + 1) >= 0 &&
+            sml_alloc((void **)&text, len + 1, 1, "an HDF5 attribute") == SIMIL_OK)
+            e = H5Aread(aid, mem, text);
+        if (e >= 0) snprintf(out, size, "%.*s", (int)len, text);
+        sml_free(text);
+    }
+    if (mem >= 0) H5Tclose(mem);
+    int is_string = H5Tget_class(tid) == H5T_STRING;
+    H5Tclose(tid);
+    SML_RETURN_IF(!is_string, SIMIL_ERR_CORRUPT, "'%s': attribute '%s' is not a string", h->file,
+                  name);
+    SML_RETURN_IF(e < 0, SIMIL_ERR_CORRUPT, "'%s' is damaged: cannot read attribute '%s'",
+                  h->file, name);
+    return SIMIL_OK;
+}
+
+simil_status sml_hdf5_attribute(const char *spec, const char *name, char *out, size_t size,
+                                int *found)
+{
+    sml_hdf5 h;
+    *found = 0;
+    out[0] = '\0';
+    SML_TRY(sml_hdf5_open_as(&h, spec, 0));
+    simil_status s = SIMIL_OK;
+    if (H5Aexists(h.fid, name) > 0) {
+        hid_t aid = H5Aopen(h.fid, name, H5P_DEFAULT);
+        s = aid < 0 ? sml_error(SIMIL_ERR_CORRUPT, "'%s' is damaged: cannot open attribute '%s'",
+                                h.file, name)
+                    : sml_hdf5_read_string(&h, aid, name, out, size);
+        if (aid >= 0) H5Aclose(aid);
+        *found = s == SIMIL_OK;
+    }
     sml_hdf5_close(&h);
     return s;
 }

@@ -392,6 +392,23 @@ extern "C" int sml_cuda_device_count(void)
 
 extern "C" int sml_cuda_built(void) { return 1; }
 
+extern "C" simil_status sml_cuda_memory_info(int gpu, size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    const int count = sml_cuda_device_count();
+    SML_RETURN_IF(gpu < 0 || gpu >= count, SIMIL_ERR_NO_DEVICE,
+                  "GPU %d: %d GPU%s usable", gpu, count, count == 1 ? " is" : "s are");
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaError_t e = cudaSetDevice(gpu);
+    if (e == cudaSuccess) e = cudaMemGetInfo(free_bytes, total_bytes);
+    cudaSetDevice(previous);
+    if (e != cudaSuccess) cudaGetLastError();
+    SML_RETURN_IF(e != cudaSuccess, SIMIL_ERR_DEVICE, "GPU %d: cudaMemGetInfo failed: %s", gpu,
+                  cudaGetErrorString(e));
+    return SIMIL_OK;
+}
+
 extern "C" long long sml_cuda_live_allocations(void) { return sml::live_blocks.load(); }
 
 extern "C" int sml_cuda_pointer_is_device(const void *p) { return sml::is_device_pointer(p); }
@@ -412,8 +429,8 @@ extern "C" simil_status sml_cuda_backend_open(int gpu, sml_backend **out)
     *out = nullptr;
     const int count = sml_cuda_device_count();
     SML_RETURN_IF(gpu < 0 || gpu >= count || gpu >= kMaxDevices, SIMIL_ERR_NO_DEVICE,
-                  "GPU %d requested, but %d GPU%s usable (no driver or device?); use --device "
-                  "cpu",
+                  "GPU %d requested, but %d GPU%s usable (no driver or device?); use the CPU "
+                  "(device \"cpu\")",
                   gpu, count, count == 1 ? " is" : "s are");
     sml_backend *b;
     SML_TRY(sml_calloc(reinterpret_cast<void **>(&b), 1, sizeof *b, "the GPU backend"));

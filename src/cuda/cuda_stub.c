@@ -17,8 +17,15 @@ simil_status sml_cuda_backend_open(int gpu, sml_backend **backend)
     *backend = NULL;
     return sml_error(SIMIL_ERR_NO_DEVICE,
                      "GPU %d requested, but this simil was built without CUDA; rebuild with "
-                     "-DSIMIL_CUDA=ON on a machine with nvcc, or use --device cpu",
+                     "-DSIMIL_CUDA=ON on a machine with nvcc, or use the CPU (device \"cpu\")",
                      gpu);
+}
+
+simil_status sml_cuda_memory_info(int gpu, size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    return sml_error(SIMIL_ERR_NO_DEVICE,
+                     "GPU %d: this simil was built without CUDA, and has no GPU memory", gpu);
 }
 
 long long sml_cuda_fallback_queries(void) { return 0; }

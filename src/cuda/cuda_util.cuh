@@ -24,7 +24,7 @@ inline simil_status cuda_status(cudaError_t err, const char *what, const char *f
         cudaMemGetInfo(&free_bytes, &total);
         return sml_error(SIMIL_ERR_OUT_OF_MEMORY,
                          "out of GPU memory in %s (%.2f GiB free of %.2f GiB); use a smaller "
-                         "batch, another index type, or --device cpu",
+                         "batch, another index type, or the CPU (device \"cpu\")",
                          what, free_bytes / 1073741824.0, total / 1073741824.0);
     }
     return sml_error(SIMIL_ERR_DEVICE, "CUDA error in %s (%s:%d): %s", what, file, line,

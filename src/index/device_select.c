@@ -60,7 +60,7 @@ simil_status sml_device_placement(const char *device, sml_placement *p)
     if (strcmp(list, "gpus") == 0) {
         p->count = sml_cuda_device_count();
         SML_RETURN_IF(p->count == 0, SIMIL_ERR_NO_DEVICE,
-                      "device 'gpus': no GPU is usable; use --device cpu");
+                      "device 'gpus': no GPU is usable; use the CPU (device \"cpu\")");
         if (p->count > SML_MAX_PARTS) p->count = SML_MAX_PARTS;
         for (int i = 0; i < p->count; i++) snprintf(p->device[i], sizeof p->device[i], "gpu:%d", i);
     } else if (strncmp(list, "cpu:", 4) == 0) {

@@ -1,12 +1,16 @@
 /* faiss_read.c: loading index files written by Faiss (faiss::write_index).
  *
  * simil reads IndexFlatL2/IP ("IxF2", "IxFI", "IxFl"), IndexIVFFlat ("IwFl",
- * and the older "IvFl"/"IvFL"), IndexIVFPQ with 8-bit codes and residual
- * encoding ("IwPQ", and the older "IvPQ"), IndexScalarQuantizer ("IxSQ") and
- * IndexIVFScalarQuantizer with residual encoding ("IwSQ", "IwSq") for the
- * types QT_8bit, QT_fp16 and QT_bf16, and IndexIDMap/IndexIDMap2 ("IxMp",
+ * and the older "IvFl"/"IvFL"), IndexIVFPQ with 4- to 8-bit codes ("IwPQ",
+ * and the older "IvPQ"; by_residual = false for L2 only), IndexScalarQuantizer
+ * ("IxSQ") and IndexIVFScalarQuantizer with residual encoding ("IwSQ", "IwSq")
+ * for the types QT_8bit, QT_fp16 and QT_bf16, IndexPreTransform ("IxPT") of
+ * one linear transform without bias around an IndexIVFPQ (which is OPQ),
+ * IndexHNSWFlat ("IHNf", as a Flat index of its storage: the graph is
+ * skipped and searches are exact), and IndexIDMap/IndexIDMap2 ("IxMp",
  * "IxM2") around any of them.  Inverted lists must be ArrayInvertedLists
- * ("ilar"), with list sizes stored in full or sparse form.
+ * ("ilar"), with list sizes stored in full or sparse form.  As it reads, the
+ * reader notes each object, which simil_faiss_describe reports.
  *
  * A Faiss file is a tree of objects, each opening with a four-character code
  * and then its fields in native (little-endian) byte order: int32 d, int64
@@ -17,6 +21,8 @@
  * and only then builds the simil index: a damaged file fails with
  * SIMIL_ERR_CORRUPT before any index exists, and a valid file of a kind simil
  * cannot represent fails with SIMIL_ERR_UNSUPPORTED naming what is missing. */
+#include <assert.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,32 +33,47 @@
 #include "index/index_internal.h"
 #include "index/index_sq.h"
 #include "index/ivf.h"
+#include "simil/faiss.h"
 
 #define SML_FOURCC(s) SML_TAG((s)[0], (s)[1], (s)[2], (s)[3])
 
 enum { SML_FAISS_FLAT = 1, SML_FAISS_IVF_FLAT = 2, SML_FAISS_IVF_PQ = 3, SML_FAISS_SQ = 4,
        SML_FAISS_IVF_SQ = 5 };
-enum { SML_FAISS_PQ_NBITS = 8, SML_FAISS_KSUB = 256 };
+enum { SML_FAISS_PQ_NBITS = 8, SML_FAISS_PQ_MIN_NBITS = 4 };
 static const int64_t sml_faiss_max_dim = (int64_t)1 << 24;
 static const char sml_faiss_readable[] =
-    "simil reads IxF2, IxFI, IxFl, IwFl, IvFl, IwPQ, IvPQ, IxSQ, IwSQ, IwSq, IxMp and IxM2";
+    "simil reads IndexFlat, IndexIVFFlat, IndexIVFPQ, IndexScalarQuantizer, "
+    "IndexIVFScalarQuantizer, IndexHNSWFlat, IndexPreTransform (OPQ) and "
+    "IndexIDMap/IndexIDMap2 around them";
 
 /* Faiss types by code, for messages about the ones simil does not read. */
 static const struct {
     char code[5];
     const char *name;
 } sml_faiss_names[] = {
-    {"IxF2", "IndexFlatL2"},      {"IxFI", "IndexFlatIP"},       {"IxFl", "IndexFlat"},
-    {"IwFl", "IndexIVFFlat"},     {"IvFl", "IndexIVFFlat, old"}, {"IvFL", "IndexIVFFlat, old"},
-    {"IwPQ", "IndexIVFPQ"},       {"IvPQ", "IndexIVFPQ, old"},   {"IxMp", "IndexIDMap"},
-    {"IxM2", "IndexIDMap2"},      {"IHNf", "HNSW"},              {"IHNp", "HNSW-PQ"},
-    {"IHNs", "HNSW-SQ"},          {"IHN2", "HNSW 2-level"},      {"IxPq", "PQ"},
-    {"IxPQ", "PQ"},               {"IxSQ", "scalar quantizer"},  {"IwSQ", "IVF scalar quantizer"},
-    {"IwSq", "IVF scalar quantizer"}, {"IxPT", "PreTransform"},  {"IxRF", "Refine"},
-    {"IwQR", "IVF-PQR"},          {"IvQR", "IVF-PQR"},           {"IxHe", "LSH"},
-    {"IPfs", "PQ fast scan"},     {"IwPf", "IVF-PQ fast scan"},  {"IwFd", "IVF-Flat dedup"},
-    {"INSf", "NSG"},              {"IBxF", "binary Flat"},       {"IBwF", "binary IVF"},
-    {"IBHf", "binary HNSW"},
+    {"IxF2", "IndexFlatL2"},          {"IxFI", "IndexFlatIP"},
+    {"IxFl", "IndexFlat"},            {"IwFl", "IndexIVFFlat"},
+    {"IvFl", "IndexIVFFlat (old)"},   {"IvFL", "IndexIVFFlat (old)"},
+    {"IwPQ", "IndexIVFPQ"},           {"IvPQ", "IndexIVFPQ (old)"},
+    {"IxMp", "IndexIDMap"},           {"IxM2", "IndexIDMap2"},
+    {"IHNf", "IndexHNSWFlat"},        {"IHNp", "IndexHNSWPQ"},
+    {"IHNs", "IndexHNSWSQ"},          {"IHN2", "IndexHNSW2Level"},
+    {"IHc2", "IndexHNSWCagra"},       {"IxPq", "IndexPQ"},
+    {"IxPQ", "IndexPQ (old)"},        {"IxSQ", "IndexScalarQuantizer"},
+    {"IwSQ", "IndexIVFScalarQuantizer (old)"}, {"IwSq", "IndexIVFScalarQuantizer"},
+    {"IxPT", "IndexPreTransform"},    {"IxRF", "IndexRefine"},
+    {"IwQR", "IndexIVFPQR"},          {"IvQR", "IndexIVFPQR (old)"},
+    {"IxHe", "IndexLSH"},             {"IPfs", "IndexPQFastScan"},
+    {"IwPf", "IndexIVFPQFastScan"},   {"IwFd", "IndexIVFFlatDedup"},
+    {"INSf", "IndexNSGFlat"},         {"INSp", "IndexNSGPQ"},
+    {"INSs", "IndexNSGSQ"},           {"INNf", "IndexNNDescentFlat"},
+    {"IxRq", "IndexResidualQuantizer"}, {"IxLS", "IndexLocalSearchQuantizer"},
+    {"IwRQ", "IndexIVFResidualQuantizer"}, {"IwLS", "IndexIVFLocalSearchQuantizer"},
+    {"Ixrq", "IndexRaBitQ"},          {"Iwrq", "IndexIVFRaBitQ"},
+    {"IRMf", "IndexRowwiseMinMax"},   {"IRMh", "IndexRowwiseMinMaxFP16"},
+    {"Ix2L", "Index2Layer"},          {"IwSh", "IndexIVFSpectralHash"},
+    {"IBxF", "IndexBinaryFlat"},      {"IBwF", "IndexBinaryIVF"},
+    {"IBHf", "IndexBinaryHNSW"},
 };
 
 /* What a Faiss file holds, in host memory, before it becomes a simil index. */
@@ -63,8 +84,11 @@ typedef struct sml_faiss_parsed {
     simil_metric metric;
     float *vectors;         /* Flat: ntotal x dim */
     int64_t nlist;          /* IVF */
+    int64_t nprobe;         /* IVF: the default the file carries */
     float *coarse;          /* IVF: nlist x dim */
     int64_t pq_m;           /* IVF-PQ */
+    int pq_nbits;           /* IVF-PQ: 4 to 8; codes of fewer are unpacked */
+    int by_residual;        /* IVF-PQ: 0 where the codes are of the vectors */
     float *codebooks;       /* IVF-PQ: pq_m x 256 x dim / pq_m */
     sml_sq_type sq_type;    /* SQ */
     float *sq_ranges;       /* SQ8: vmin (dim), then vdiff (dim) */
@@ -74,6 +98,10 @@ typedef struct sml_faiss_parsed {
     uint8_t *codes;         /* IVF, SQ: ntotal rows of row_bytes (IVF: list after list) */
     int64_t *ids;           /* IVF: ntotal, as codes */
     int64_t *id_map;        /* IDMap: ntotal external ids; NULL without one */
+    float *pre_rt;          /* IndexPreTransform: pre_din x dim rotation (y = x rt) */
+    int64_t pre_din;        /* IndexPreTransform: the input dimension; 0 without */
+    int64_t pre_dout;       /* IndexPreTransform: its output, the inner dimension */
+    char what[384];         /* the objects read so far, for simil_faiss_describe */
 } sml_faiss_parsed;
 
 static void sml_faiss_parsed_free(sml_faiss_parsed *p)
@@ -86,7 +114,31 @@ static void sml_faiss_parsed_free(sml_faiss_parsed *p)
     sml_free(p->codes);
     sml_free(p->ids);
     sml_free(p->id_map);
+    sml_free(p->pre_rt);
     memset(p, 0, sizeof *p);
+}
+
+/* Append to the description of what was read (cut to fit). */
+static void sml_fr_note(sml_faiss_parsed *p, const char *fmt, ...) SML_PRINTF(2, 3);
+static void sml_fr_note(sml_faiss_parsed *p, const char *fmt, ...)
+{
+    size_t len = strlen(p->what);
+    va_list ap;
+    va_start(ap, fmt);
+    if (len + 1 < sizeof p->what) vsnprintf(p->what + len, sizeof p->what - len, fmt, ap);
+    va_end(ap);
+}
+
+/* A parsed kind, for messages. */
+static const char *sml_faiss_kind_name(int kind)
+{
+    switch (kind) {
+    case SML_FAISS_FLAT: return "Flat";
+    case SML_FAISS_IVF_FLAT: return "IVF-Flat";
+    case SML_FAISS_IVF_PQ: return "IVF-PQ";
+    case SML_FAISS_SQ: return "scalar-quantizer";
+    default: assert(kind == SML_FAISS_IVF_SQ); return "IVF scalar-quantizer";
+    }
 }
 
 static void sml_faiss_code_text(uint32_t code, char text[5])
@@ -314,6 +366,9 @@ static simil_status sml_fr_ivf_header(sml_reader *r, sml_faiss_parsed *p, int le
     uint64_t nlist, nprobe;
     SML_TRY(sml_fr_u64(r, &nlist));
     SML_TRY(sml_fr_u64(r, &nprobe));
+    SML_RETURN_IF(nprobe > (uint64_t)INT64_MAX, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: nprobe %llu", r->path, (unsigned long long)nprobe);
+    p->nprobe = (int64_t)nprobe;
     SML_TRY(sml_fr_quantizer(r, p, nlist));
     if (legacy) SML_TRY(sml_fr_legacy_ids(r, p));
     return sml_fr_direct_map(r);
@@ -323,7 +378,13 @@ static simil_status sml_fr_ivf_header(sml_reader *r, sml_faiss_parsed *p, int le
  * code_size to row_bytes. */
 static void sml_fr_widen(const sml_faiss_parsed *p, int64_t at, int64_t n)
 {
-    sml_rows_widen(p->codes + (size_t)at * p->row_bytes, n, p->code_size, p->row_bytes);
+    uint8_t *rows = p->codes + (size_t)at * p->row_bytes;
+    sml_rows_widen(rows, n, p->code_size, p->row_bytes);
+    if (p->kind == SML_FAISS_IVF_PQ && p->pq_nbits < 8)
+        for (int64_t j = 0; j < n; j++) {
+            uint8_t *row = rows + (size_t)j * p->row_bytes;
+            sml_pq_unpack_bits(row, p->pq_m, p->pq_nbits, row);
+        }
 }
 
 /* The list sizes of "ilar": "full" (nlist sizes) or "sprs" (list, size pairs). */
@@ -432,14 +493,21 @@ static simil_status sml_fr_pq(sml_reader *r, sml_faiss_parsed *p)
     SML_TRY(sml_fr_u8(r, &by_residual));
     SML_RETURN_IF(by_residual > 1, SIMIL_ERR_CORRUPT, "'%s' is damaged: by_residual=%u", r->path,
                   (unsigned)by_residual);
-    SML_RETURN_IF(!by_residual, SIMIL_ERR_UNSUPPORTED,
-                  "'%s' is an IndexIVFPQ with by_residual = false; simil's IVF-PQ encodes "
-                  "residuals (by_residual = true) only",
-                  r->path);
     SML_TRY(sml_fr_u64(r, &code_size));
     SML_TRY(sml_fr_u64(r, &d));
     SML_TRY(sml_fr_u64(r, &m));
     SML_TRY(sml_fr_u64(r, &nbits));
+    sml_fr_note(p, " (nlist %" PRId64 ", nprobe %" PRId64 ", M %llu, nbits %llu, %s)", p->nlist,
+                p->nprobe, (unsigned long long)m, (unsigned long long)nbits,
+                by_residual ? "by_residual" : "by_residual = false");
+    /* codes of the vectors scan as residuals of a zero centroid: for L2, the
+     * table route that takes x - c (index_ivf_pq.c); inner-product scans
+     * add the coarse similarity, which such codes do not have */
+    SML_RETURN_IF(!by_residual && p->metric != SIMIL_METRIC_L2, SIMIL_ERR_UNSUPPORTED,
+                  "'%s' is an inner-product IndexIVFPQ with by_residual = false (codes of the "
+                  "vectors, not of their residuals); simil reads such files for L2 only",
+                  r->path);
+    p->by_residual = by_residual;
     SML_RETURN_IF(d != (uint64_t)p->dim || m < 1 || m > d || d % m != 0 || nbits < 1 ||
                       nbits > 24 || code_size != (m * nbits + 7) / 8,
                   SIMIL_ERR_CORRUPT,
@@ -447,15 +515,17 @@ static simil_status sml_fr_pq(sml_reader *r, sml_faiss_parsed *p)
                   "code_size=%llu in an index of dimension %" PRId64,
                   r->path, (unsigned long long)d, (unsigned long long)m,
                   (unsigned long long)nbits, (unsigned long long)code_size, p->dim);
-    SML_RETURN_IF(nbits != SML_FAISS_PQ_NBITS, SIMIL_ERR_UNSUPPORTED,
-                  "'%s' is an IndexIVFPQ with nbits=%llu; simil reads 8-bit PQ codes only",
+    SML_RETURN_IF(nbits < SML_FAISS_PQ_MIN_NBITS || nbits > SML_FAISS_PQ_NBITS,
+                  SIMIL_ERR_UNSUPPORTED,
+                  "'%s' is an IndexIVFPQ with nbits=%llu; simil reads PQ codes of 4 to 8 bits",
                   r->path, (unsigned long long)nbits);
     SML_TRY(sml_fr_count(r, sizeof(float), &count, "the PQ codebooks"));
-    SML_RETURN_IF(count != d * SML_FAISS_KSUB, SIMIL_ERR_CORRUPT,
+    SML_RETURN_IF(count != d << nbits, SIMIL_ERR_CORRUPT,
                   "'%s' is damaged: PQ codebooks of %llu floats, %llu expected", r->path,
-                  (unsigned long long)count, (unsigned long long)(d * SML_FAISS_KSUB));
+                  (unsigned long long)count, (unsigned long long)(d << nbits));
     SML_TRY(sml_fr_array(r, sizeof(float), count, (void **)&p->codebooks, "PQ codebooks"));
     p->pq_m = (int64_t)m;
+    p->pq_nbits = (int)nbits;
     p->code_size = (size_t)code_size;
     p->row_bytes = sml_ivf_pq_row_bytes((int64_t)m, p->metric);
     return SIMIL_OK;
@@ -473,6 +543,15 @@ static simil_status sml_fr_sq(sml_reader *r, sml_faiss_parsed *p)
     SML_TRY(sml_reader_read(r, &rangestat_arg, 4));
     SML_TRY(sml_fr_u64(r, &d));
     SML_TRY(sml_fr_u64(r, &code_size));
+    /* Faiss's ScalarQuantizer::QuantizerType, by number */
+    static const char *const qtypes[] = {
+        "QT_8bit", "QT_4bit", "QT_8bit_uniform", "QT_4bit_uniform", "QT_fp16",
+        "QT_8bit_direct", "QT_6bit", "QT_bf16", "QT_8bit_direct_signed"};
+    const char *qname = qtype < sizeof qtypes / sizeof qtypes[0] ? qtypes[qtype] : "QT_unknown";
+    if (p->kind == SML_FAISS_IVF_SQ)
+        sml_fr_note(p, " (nlist %" PRId64 ", nprobe %" PRId64 ", %s)", p->nlist, p->nprobe, qname);
+    else
+        sml_fr_note(p, " (%s)", qname);
     SML_RETURN_IF(qtype != SML_SQ_8BIT && qtype != SML_SQ_FP16 && qtype != SML_SQ_BF16,
                   SIMIL_ERR_UNSUPPORTED,
                   "'%s' uses a Faiss scalar quantizer of type %u; simil reads QT_8bit (0), "
@@ -527,6 +606,7 @@ static simil_status sml_fr_ivf_sq(sml_reader *r, sml_faiss_parsed *p, int has_fl
                   "'%s' is damaged: an IVF scalar quantizer with code_size=%llu (%zu expected), "
                   "by_residual=%u",
                   r->path, (unsigned long long)code_size, p->code_size, (unsigned)by_residual);
+    if (!by_residual) sml_fr_note(p, ", by_residual = false");
     SML_RETURN_IF(!by_residual, SIMIL_ERR_UNSUPPORTED,
                   "'%s' is an IndexIVFScalarQuantizer with by_residual = false; simil's IVF-SQ "
                   "encodes residuals (by_residual = true) only",
@@ -542,7 +622,8 @@ static simil_status sml_fr_idmap(sml_reader *r, sml_faiss_parsed *p)
     sml_fr_head h = {0};
     SML_TRY(sml_fr_header(r, &h));
     SML_TRY(sml_fr_index(r, p, 1));
-    SML_RETURN_IF(h.dim != p->dim || h.ntotal != p->ntotal || h.metric != p->metric,
+    const int64_t dim = p->pre_din ? p->pre_din : p->dim; /* the input's, before any transform */
+    SML_RETURN_IF(h.dim != dim || h.ntotal != p->ntotal || h.metric != p->metric,
                   SIMIL_ERR_CORRUPT,
                   "'%s' is damaged: an IDMap of %" PRId64 " vectors of dimension %" PRId64
                   " around an index of %" PRId64 " of dimension %" PRId64,
@@ -555,16 +636,157 @@ static simil_status sml_fr_idmap(sml_reader *r, sml_faiss_parsed *p)
     return sml_fr_array(r, sizeof(int64_t), count, (void **)&p->id_map, "IDMap ids");
 }
 
+/* ---- wrappers: IndexPreTransform (OPQ), IndexHNSWFlat ---- */
+
+/* A LinearTransform without bias ("LTra", which OPQMatrix writes; "rrot", a
+ * RandomRotationMatrix, the same): its matrix A (d_out x d_in, y = A x)
+ * becomes simil's rotation rt = A^T.  Then d_in, d_out, is_trained. */
+static simil_status sml_fr_linear(sml_reader *r, sml_faiss_parsed *p)
+{
+    uint32_t code;
+    uint8_t have_bias, trained;
+    uint64_t na, nb;
+    int32_t din, dout;
+    float *a = NULL, *b = NULL;
+    SML_TRY(sml_fr_u32(r, &code));
+    if (code != SML_FOURCC("LTra") && code != SML_FOURCC("rrot")) {
+        char text[5];
+        sml_faiss_code_text(code, text);
+        sml_fr_note(p, " [transform '%s']", text);
+        return sml_error(SIMIL_ERR_UNSUPPORTED,
+                         "'%s': an IndexPreTransform by '%s' (PCA, ITQ, normalization, ... are "
+                         "not read); simil reads one linear transform without bias (OPQ)",
+                         r->path, text);
+    }
+    SML_TRY(sml_fr_u8(r, &have_bias));
+    SML_TRY(sml_fr_count(r, sizeof(float), &na, "a LinearTransform's matrix"));
+    SML_TRY(sml_fr_array(r, sizeof(float), na, (void **)&a, "a LinearTransform"));
+    simil_status s = sml_fr_count(r, sizeof(float), &nb, "a LinearTransform's bias");
+    if (s == SIMIL_OK) s = sml_fr_array(r, sizeof(float), nb, (void **)&b, "a bias");
+    if (s == SIMIL_OK) s = sml_reader_read(r, &din, 4);
+    if (s == SIMIL_OK) s = sml_reader_read(r, &dout, 4);
+    if (s == SIMIL_OK) s = sml_fr_u8(r, &trained);
+    if (s == SIMIL_OK && (have_bias > 1 || trained > 1 || din != p->pre_din || dout < 1 ||
+                          dout > din || na != (uint64_t)din * (uint64_t)dout ||
+                          (have_bias && nb != (uint64_t)dout)))
+        s = sml_error(SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: a LinearTransform of %d -> %d with %llu coefficients in "
+                      "an IndexPreTransform of dimension %" PRId64,
+                      r->path, (int)din, (int)dout, (unsigned long long)na, p->pre_din);
+    sml_fr_note(p, " [LinearTransform %d -> %d%s]", (int)din, (int)dout,
+                have_bias ? ", with bias" : "");
+    for (uint64_t j = 0; s == SIMIL_OK && have_bias && j < nb; j++)
+        if (b[j] != 0)
+            s = sml_error(SIMIL_ERR_UNSUPPORTED,
+                          "'%s': an IndexPreTransform whose linear transform adds a bias; "
+                          "simil's OPQ is a rotation without one",
+                          r->path);
+    if (s == SIMIL_OK && !trained)
+        s = sml_error(SIMIL_ERR_UNSUPPORTED, "'%s' holds an untrained IndexPreTransform",
+                      r->path);
+    if (s == SIMIL_OK)
+        s = sml_alloc((void **)&p->pre_rt, (size_t)din * (size_t)dout, sizeof(float), "rotation");
+    for (int64_t i = 0; s == SIMIL_OK && i < din; i++)
+        for (int64_t j = 0; j < dout; j++) p->pre_rt[i * dout + j] = a[j * din + i];
+    p->pre_dout = dout;
+    sml_free(a);
+    sml_free(b);
+    return s;
+}
+
+/* IndexPreTransform: header, the number of transforms (one, linear), the
+ * transform, then the index inside, which must be an IVF-PQ: simil's OPQ. */
+static simil_status sml_fr_pretransform(sml_reader *r, sml_faiss_parsed *p, int depth)
+{
+    sml_fr_head h = {0};
+    int32_t count;
+    SML_TRY(sml_fr_header(r, &h));
+    SML_TRY(sml_reader_read(r, &count, 4));
+    SML_RETURN_IF(count < 0 || count > 64, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: an IndexPreTransform of %d transforms", r->path, (int)count);
+    SML_RETURN_IF(count != 1, SIMIL_ERR_UNSUPPORTED,
+                  "'%s' is an IndexPreTransform of %d transforms; simil reads one (OPQ)", r->path,
+                  (int)count);
+    p->pre_din = h.dim;
+    SML_TRY(sml_fr_linear(r, p));
+    sml_fr_note(p, " > ");
+    SML_TRY(sml_fr_index(r, p, depth + 1));
+    SML_RETURN_IF(p->kind != SML_FAISS_IVF_PQ, SIMIL_ERR_UNSUPPORTED,
+                  "'%s' is an IndexPreTransform around a Faiss %s index; simil reads one "
+                  "around an IndexIVFPQ (OPQ)",
+                  r->path, sml_faiss_kind_name(p->kind));
+    SML_RETURN_IF(p->dim != p->pre_dout || h.ntotal != p->ntotal || h.metric != p->metric,
+                  SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: an IndexPreTransform of %" PRId64 " vectors to dimension %"
+                  PRId64 " around an index of %" PRId64 " of dimension %" PRId64,
+                  r->path, h.ntotal, p->pre_dout, p->ntotal, p->dim);
+    return SIMIL_OK;
+}
+
+/* Skip a std::vector of elem-byte elements, returning its count. */
+static simil_status sml_fr_skip_counted(sml_reader *r, size_t elem, const char *what,
+                                        uint64_t *count)
+{
+    SML_TRY(sml_fr_count(r, elem, count, what));
+    return sml_reader_seek(r, r->offset + *count * elem);
+}
+
+/* IndexHNSWFlat: header, the graph (skipped: simil searches the vectors
+ * exactly, which finds at least what the graph finds), then its storage,
+ * an IndexFlat that becomes the simil index. */
+static simil_status sml_fr_hnsw_flat(sml_reader *r, sml_faiss_parsed *p)
+{
+    sml_fr_head h = {0}, hs = {0};
+    uint64_t levels, count;
+    int32_t fields[5]; /* entry_point, max_level, efConstruction, efSearch, upper_beam */
+    int32_t cum[2] = {0, 0};
+    SML_TRY(sml_fr_header(r, &h));
+    SML_TRY(sml_fr_skip_counted(r, sizeof(double), "HNSW level probabilities", &count));
+    SML_TRY(sml_fr_count(r, sizeof(int32_t), &levels, "HNSW neighbours per level"));
+    if (levels >= 2) SML_TRY(sml_reader_read(r, cum, sizeof cum));
+    SML_TRY(sml_reader_seek(r, r->offset + (levels - (levels >= 2 ? 2 : 0)) * sizeof(int32_t)));
+    SML_TRY(sml_fr_skip_counted(r, sizeof(int32_t), "HNSW levels", &count));
+    SML_TRY(sml_fr_skip_counted(r, sizeof(uint64_t), "HNSW offsets", &count));
+    SML_TRY(sml_fr_skip_counted(r, sizeof(int32_t), "HNSW neighbours", &count));
+    SML_TRY(sml_reader_read(r, fields, sizeof fields));
+    sml_fr_note(p, " (M %d, %d levels, efConstruction %d, efSearch %d; searched exactly) > ",
+                (int)(cum[1] - cum[0]) / 2, (int)fields[1] + 1, (int)fields[2], (int)fields[3]);
+    uint32_t code;
+    SML_TRY(sml_fr_u32(r, &code));
+    if (!sml_fr_is_flat(code))
+        return sml_faiss_unsupported(r->path, code, " as the storage of an IndexHNSWFlat");
+    sml_fr_note(p, "%s", sml_faiss_name(code));
+    p->kind = SML_FAISS_FLAT;
+    SML_TRY(sml_fr_flat(r, &hs, &p->vectors));
+    SML_RETURN_IF(hs.dim != h.dim || hs.ntotal != h.ntotal || hs.metric != h.metric,
+                  SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: an IndexHNSWFlat of %" PRId64 " vectors of dimension %" PRId64
+                  " stores %" PRId64 " of dimension %" PRId64,
+                  r->path, h.ntotal, h.dim, hs.ntotal, hs.dim);
+    p->dim = h.dim;
+    p->ntotal = h.ntotal;
+    p->metric = h.metric;
+    return SIMIL_OK;
+}
+
 static simil_status sml_fr_index(sml_reader *r, sml_faiss_parsed *p, int depth)
 {
     uint32_t code;
     SML_TRY(sml_fr_u32(r, &code));
+    sml_fr_note(p, "%s", sml_faiss_name(code));
+    if (code == SML_FOURCC("IxPT") && p->pre_din == 0) return sml_fr_pretransform(r, p, depth);
+    if (code == SML_FOURCC("IHNf")) return sml_fr_hnsw_flat(r, p);
     if (code == SML_FOURCC("IxMp") || code == SML_FOURCC("IxM2")) {
+        sml_fr_note(p, " > ");
         if (depth > 0) return sml_faiss_unsupported(r->path, code, " inside an IDMap");
         return sml_fr_idmap(r, p);
     }
     if (sml_fr_is_flat(code)) {
         sml_fr_head h = {0};
+        SML_RETURN_IF(p->pre_din, SIMIL_ERR_UNSUPPORTED,
+                      "'%s': an IndexPreTransform around an IndexFlat; simil reads one around "
+                      "an IndexIVFPQ (OPQ)",
+                      r->path);
         p->kind = SML_FAISS_FLAT;
         SML_TRY(sml_fr_flat(r, &h, &p->vectors));
         p->dim = h.dim;
@@ -577,6 +799,7 @@ static simil_status sml_fr_index(sml_reader *r, sml_faiss_parsed *p, int depth)
     if (code == SML_FOURCC("IwFl") || code == SML_FOURCC("IvFl") || code == SML_FOURCC("IvFL")) {
         p->kind = SML_FAISS_IVF_FLAT;
         SML_TRY(sml_fr_ivf_header(r, p, legacy));
+        sml_fr_note(p, " (nlist %" PRId64 ", nprobe %" PRId64 ")", p->nlist, p->nprobe);
         p->code_size = p->row_bytes = (size_t)p->dim * sizeof(float);
         if (!legacy) return sml_fr_invlists(r, p);
         return sml_fr_legacy_codes(r, p, code == SML_FOURCC("IvFl") ? sizeof(float) : 1);
@@ -650,8 +873,9 @@ static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, 
     SML_TRY(sml_faiss_ids(p, path, &next_id));
     if (p->kind == SML_FAISS_IVF_PQ) {
         sml_pq *pq;
-        sml_ivf_pq_parts(index, &ivf, &pq);
-        SML_TRY(sml_ivf_pq_set_trained(index, p->coarse, p->codebooks));
+        int by_residual;
+        sml_ivf_pq_parts(index, &ivf, &pq, &by_residual);
+        SML_TRY(sml_ivf_pq_set_trained(index, p->coarse, p->codebooks, p->by_residual));
     } else if (p->kind == SML_FAISS_IVF_SQ) {
         ivf = sml_ivf_sq_ivf(index);
         SML_TRY(sml_ivf_set_centroids(b, ivf, p->coarse));
@@ -678,6 +902,7 @@ static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, 
     }
     index->ntotal = p->ntotal;
     index->next_id = next_id;
+    index->nprobe = p->nprobe; /* Faiss's default becomes the index's */
     return SIMIL_OK;
 }
 
@@ -698,6 +923,8 @@ static simil_status sml_faiss_fill_sq(simil_index *index, sml_faiss_parsed *p, c
     return SIMIL_OK;
 }
 
+/* The simil index of what was read; an IndexPreTransform becomes an OPQ
+ * index around the IVF-PQ inside. */
 static simil_status sml_faiss_build(sml_faiss_parsed *p, const char *path, const char *device,
                                     simil_index **out)
 {
@@ -707,7 +934,8 @@ static simil_status sml_faiss_build(sml_faiss_parsed *p, const char *path, const
     else if (p->kind == SML_FAISS_IVF_FLAT)
         snprintf(desc, sizeof desc, "IVF%" PRId64 ",Flat", p->nlist);
     else if (p->kind == SML_FAISS_IVF_PQ)
-        snprintf(desc, sizeof desc, "IVF%" PRId64 ",PQ%" PRId64 "x8", p->nlist, p->pq_m);
+        snprintf(desc, sizeof desc, "IVF%" PRId64 ",PQ%" PRId64 "x%d", p->nlist, p->pq_m,
+                 p->pq_nbits);
     else {
         const char *sq = p->sq_type == SML_SQ_8BIT   ? "SQ8"
                          : p->sq_type == SML_SQ_FP16 ? "SQfp16"
@@ -725,11 +953,19 @@ static simil_status sml_faiss_build(sml_faiss_parsed *p, const char *path, const
     s = p->kind == SML_FAISS_FLAT ? sml_faiss_fill_flat(index, p, path)
         : p->kind == SML_FAISS_SQ ? sml_faiss_fill_sq(index, p, path)
                                   : sml_faiss_fill_ivf(index, p, path);
+    simil_index *outer = index;
+    if (s == SIMIL_OK && p->pre_din) {
+        assert(p->kind == SML_FAISS_IVF_PQ);
+        s = sml_index_new_opq(&outer, p->pre_din, p->pq_m, p->pre_rt, index, device);
+        if (s == SIMIL_ERR_INVALID_ARGUMENT)
+            s = sml_error_context(SIMIL_ERR_UNSUPPORTED, "'%s' is a Faiss OPQ around %s", path,
+                                  desc);
+    }
     if (s != SIMIL_OK) {
         sml_index_free(index);
         return s;
     }
-    *out = index;
+    *out = outer;
     return SIMIL_OK;
 }
 
@@ -747,5 +983,35 @@ simil_status sml_faiss_load(const char *path, const char *device, simil_index **
     sml_reader_close(&r);
     if (s == SIMIL_OK) s = sml_faiss_build(&p, path, device, out);
     sml_faiss_parsed_free(&p);
+    return s;
+}
+
+simil_status simil_faiss_describe(const char *path, char *out, size_t size)
+{
+    SML_RETURN_IF(path == NULL || out == NULL || size == 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "faiss_describe: NULL argument");
+    out[0] = '\0';
+    sml_reader r;
+    SML_TRY(sml_reader_open(&r, path));
+    uint32_t code = 0;
+    sml_fr_head h = {0};
+    simil_status s = sml_faiss_file(path) ? SIMIL_OK
+                                          : sml_error(SIMIL_ERR_CORRUPT,
+                                                      "'%s' is not a Faiss index file", path);
+    /* the outermost object's header: its dimension, count and metric */
+    if (s == SIMIL_OK) s = sml_fr_u32(&r, &code);
+    if (s == SIMIL_OK) s = sml_fr_header(&r, &h);
+    sml_faiss_parsed p;
+    memset(&p, 0, sizeof p);
+    if (s == SIMIL_OK) s = sml_reader_seek(&r, 0);
+    if (s == SIMIL_OK) {
+        simil_status parsed = sml_fr_index(&r, &p, 0);
+        snprintf(out, size, "%s: d=%" PRId64 ", ntotal=%" PRId64 ", metric %s%s", p.what, h.dim,
+                 h.ntotal, h.metric == SIMIL_METRIC_L2 ? "l2" : "ip",
+                 h.trained ? "" : ", not trained");
+        if (parsed == SIMIL_ERR_CORRUPT) s = parsed;
+    }
+    sml_faiss_parsed_free(&p);
+    sml_reader_close(&r);
     return s;
 }

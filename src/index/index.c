@@ -125,7 +125,7 @@ simil_status simil_index_train(simil_index *index, int64_t n, const float *x)
                   SIMIL_ERR_INVALID_ARGUMENT,
                   "train: index '%s' holds %" PRId64 " vectors, placed and encoded with its "
                   "current training, which retraining would leave unreachable; remove them "
-                  "first (simil_index_reset) or train a new index",
+                  "first (reset the index) or train a new index",
                   index->description, index->ntotal);
     const float *prepared;
     float *copy;
@@ -227,6 +227,10 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
                   "search: the outputs are in GPU memory, but the index is on the CPU");
     sml_search_call call = {.nq = nq, .k = k, .distances = distances, .labels = labels};
     call.params = params != NULL ? *params : *sml_search_defaults();
+    /* a search that does not set nprobe visits the index's default (saved
+     * with it, or read from a Faiss file) */
+    if (!sml_search_param_given(&call.params, "nprobe") && index->nprobe > 0)
+        call.params.nprobe = index->nprobe;
     /* an inverted file probes min(nprobe, nlist) lists per query */
     const int64_t probes = call.params.nprobe < index->spec.ivf_nlist ? call.params.nprobe
                                                                        : index->spec.ivf_nlist;
@@ -292,6 +296,24 @@ simil_status simil_index_reset(simil_index *index)
     return SIMIL_OK;
 }
 
+simil_status simil_index_set_nprobe(simil_index *index, int64_t nprobe)
+{
+    SML_CHECK_INDEX(index);
+    SML_RETURN_IF(index->spec.ivf_nlist == 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "nprobe: index '%s' has no inverted lists", index->description);
+    SML_RETURN_IF(nprobe < 0, SIMIL_ERR_INVALID_ARGUMENT,
+                  "nprobe=%" PRId64 " must be >= 1 (or 0 for the default, 1)",
+                  nprobe);
+    index->nprobe = nprobe;
+    return SIMIL_OK;
+}
+
+int64_t simil_index_nprobe(const simil_index *index)
+{
+    if (index == NULL || index->spec.ivf_nlist == 0) return 0;
+    return index->nprobe > 0 ? index->nprobe : 1;
+}
+
 int64_t simil_index_size(const simil_index *index) { return index ? index->ntotal : 0; }
 int64_t simil_index_dim(const simil_index *index) { return index ? index->dim : 0; }
 
@@ -329,5 +351,12 @@ simil_status simil_index_load(simil_index **index, const char *path, const char 
 }
 
 int simil_gpu_count(void) { return sml_cuda_device_count(); }
+
+simil_status simil_gpu_memory(int gpu, size_t *free_bytes, size_t *total_bytes)
+{
+    SML_RETURN_IF(free_bytes == NULL || total_bytes == NULL, SIMIL_ERR_INVALID_ARGUMENT,
+                  "gpu_memory: NULL argument");
+    return sml_cuda_memory_info(gpu, free_bytes, total_bytes);
+}
 
 int simil_built_with_cuda(void) { return sml_cuda_built(); }

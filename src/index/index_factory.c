@@ -116,6 +116,21 @@ simil_status sml_index_append(simil_index *index, int64_t n, const float *x, con
     return s;
 }
 
+simil_status sml_index_new_opq(simil_index **out, int64_t dim, int64_t m, const float *rt,
+                               simil_index *inner, const char *device)
+{
+    char desc[128];
+    snprintf(desc, sizeof desc, "OPQ%" PRId64 "_%" PRId64 ",%s", m, inner->dim,
+             inner->description);
+    SML_TRY(sml_index_new(out, dim, desc, inner->metric, device));
+    simil_status s = sml_opq_adopt(*out, rt, inner);
+    if (s != SIMIL_OK) {
+        sml_index_free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
 void sml_index_free(simil_index *index)
 {
     if (index == NULL) return;

@@ -1,10 +1,14 @@
-/* index_file.c: the simil index file, format version 1.
+/* index_file.c: the simil index file, format versions 1 and 2.
  *
  *   "SIMILIDX" u32 version u32 0
  *   section HEAD: u32 metric, u32 trained, i64 dim, i64 ntotal, i64 next_id,
  *                 u32 length, description bytes
  *   the index type's sections (see its save function)
+ *   version 2 only: section SRCH, the search defaults: i64 nprobe
  *   section END  (empty), then the end of the file
+ * An index with no search default set is written as version 1, byte for
+ * byte as before version 2 existed, so older readers still load it; one
+ * with defaults is version 2, which they refuse by its number.
  * Integers are little-endian.  Sections are checksummed (file_io.h).  The
  * file is written atomically; loading checks every size against the file
  * before allocating, so damaged files fail cleanly. */
@@ -15,9 +19,10 @@
 #include "index/index_internal.h"
 
 static const char sml_magic[8] = {'S', 'I', 'M', 'I', 'L', 'I', 'D', 'X'};
-static const uint32_t sml_file_version = 1;
+static const uint32_t sml_file_version = 2;
 static const uint32_t sml_tag_head = SML_TAG('H', 'E', 'A', 'D');
 static const uint32_t sml_tag_end = SML_TAG('E', 'N', 'D', ' ');
+static const uint32_t sml_tag_search = SML_TAG('S', 'R', 'C', 'H');
 
 typedef struct sml_head {
     uint32_t metric;
@@ -52,7 +57,8 @@ static void sml_head_unpack(sml_head *h, const unsigned char *p)
 
 static simil_status sml_index_write_all(const simil_index *index, sml_writer *w)
 {
-    uint32_t version[2] = {sml_file_version, 0};
+    const int defaults = index->nprobe != 0;
+    uint32_t version[2] = {defaults ? sml_file_version : 1, 0};
     SML_TRY(sml_writer_write(w, sml_magic, sizeof sml_magic));
     SML_TRY(sml_writer_write(w, version, sizeof version));
     sml_head h = {
@@ -70,6 +76,7 @@ static simil_status sml_index_write_all(const simil_index *index, sml_writer *w)
     SML_TRY(sml_writer_write(w, index->description, h.desc_len));
     SML_TRY(sml_section_end(w));
     SML_TRY(index->vt->save(index, w));
+    if (defaults) SML_TRY(sml_section_write(w, sml_tag_search, &index->nprobe, 8));
     return sml_section_write(w, sml_tag_end, NULL, 0);
 }
 
@@ -99,7 +106,8 @@ simil_status sml_index_file_save(const simil_index *index, const char *path)
     return sml_writer_commit(w);
 }
 
-static simil_status sml_index_read_head(sml_reader *r, sml_head *h, char *desc, size_t desc_size)
+static simil_status sml_index_read_head(sml_reader *r, sml_head *h, uint32_t *file_version,
+                                        char *desc, size_t desc_size)
 {
     char magic[8];
     uint32_t version[2];
@@ -110,9 +118,11 @@ static simil_status sml_index_read_head(sml_reader *r, sml_head *h, char *desc, 
     SML_RETURN_IF(memcmp(magic, sml_magic, sizeof magic) != 0, SIMIL_ERR_CORRUPT,
                   "'%s' is not a simil index (wrong magic number)", r->path);
     SML_TRY(sml_reader_read(r, version, sizeof version));
-    SML_RETURN_IF(version[0] != sml_file_version || version[1] != 0, SIMIL_ERR_CORRUPT,
-                  "'%s' has index format version %u; this simil reads version %u", r->path,
-                  version[0], sml_file_version);
+    SML_RETURN_IF(version[0] < 1 || version[0] > sml_file_version || version[1] != 0,
+                  SIMIL_ERR_CORRUPT,
+                  "'%s' has index format version %u; this simil reads versions 1 to %u",
+                  r->path, version[0], sml_file_version);
+    *file_version = version[0];
     uint64_t length;
     SML_TRY(sml_section_open(r, sml_tag_head, &length));
     SML_RETURN_IF(length < SML_HEAD_BYTES || length - SML_HEAD_BYTES >= desc_size,
@@ -137,11 +147,29 @@ static simil_status sml_index_read_head(sml_reader *r, sml_head *h, char *desc, 
     return SIMIL_OK;
 }
 
+/* Version 2's search defaults. */
+static simil_status sml_index_read_search(simil_index *index, sml_reader *r)
+{
+    uint64_t length;
+    int64_t nprobe;
+    SML_TRY(sml_section_open(r, sml_tag_search, &length));
+    SML_RETURN_IF(length != 8, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: search defaults of %llu bytes", r->path,
+                  (unsigned long long)length);
+    SML_TRY(sml_section_read(r, &nprobe, 8));
+    SML_RETURN_IF(nprobe < 0 || (nprobe > 0 && index->spec.ivf_nlist == 0), SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: default nprobe %" PRId64 " for index '%s'", r->path, nprobe,
+                  index->description);
+    index->nprobe = nprobe;
+    return sml_section_close(r);
+}
+
 static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const char *device)
 {
     sml_head h = {0};
     char desc[128];
-    SML_TRY(sml_index_read_head(r, &h, desc, sizeof desc));
+    uint32_t version = 0;
+    SML_TRY(sml_index_read_head(r, &h, &version, desc, sizeof desc));
     simil_index *index;
     sml_index_spec spec;
     if (h.dim > ((int64_t)1 << 24) || sml_index_spec_parse(desc, h.dim, &spec) != SIMIL_OK)
@@ -164,8 +192,7 @@ static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const c
     SML_TRY(sml_device_placement(device, &placement));
     SML_RETURN_IF(!spec.shards && placement.count > 1, SIMIL_ERR_INVALID_ARGUMENT,
                   "'%s' holds one unsharded %s index, which loads onto one device, not the %d "
-                  "of '%s'; to search on several, build it with that --device (simil build "
-                  "--device %s)",
+                  "of '%s'; to search on several, build it with that device string ('%s')",
                   r->path, desc, placement.count, device, device);
     simil_status s = sml_index_new(&index, h.dim, desc, (simil_metric)h.metric, device);
     SML_TRY(s);
@@ -174,6 +201,7 @@ static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const c
     /* a type with nothing to train is trained, whatever a damaged header says */
     index->trained = index->vt->train == NULL ? 1 : (int)h.trained;
     s = index->vt->load(index, r);
+    if (s == SIMIL_OK && version >= 2) s = sml_index_read_search(index, r);
     uint64_t length = 0;
     if (s == SIMIL_OK) s = sml_section_open(r, sml_tag_end, &length);
     if (s == SIMIL_OK) s = sml_section_close(r);

@@ -28,6 +28,7 @@ struct simil_search_params {
     int extra_of;            /* XFBQ: what extra_distance is a fraction of, an sml_extra_of */
     int lut;                 /* IVF-PQ on a GPU: an sml_lut_precision */
     int precomputed_tables;  /* IVF-PQ, L2: 1 term tables per query, 0 per (query, list) */
+    unsigned given;          /* bit i: the setting of row i of the table was set */
 };
 
 /* Precision of IVF-PQ lookup tables in GPU shared memory. */
@@ -46,6 +47,10 @@ typedef enum sml_extra_of {
 
 /* Every setting at its default (what a NULL params means). */
 const simil_search_params *sml_search_defaults(void);
+
+/* 1 if the setting called name was set in params (not left at its default):
+ * an index's own default nprobe applies only where nprobe was not. */
+int sml_search_param_given(const simil_search_params *params, const char *name);
 
 /* Queries and results are in host memory, except for a type with device_io
  * set, which also gets the caller's GPU arrays as they are (cosine queries
@@ -90,6 +95,8 @@ struct simil_index {
     char device[48];   /* the device string it was created with, for inner indexes */
     int64_t ntotal;
     int64_t next_id;   /* one past the largest id ever added (see sml_id_fits) */
+    int64_t nprobe;    /* inverted lists a search visits when its parameters do
+                          not set nprobe; 0 here means the table's default, 1 */
     int trained;
     void *impl;
 };
@@ -144,16 +151,27 @@ simil_status sml_ivf_sq_init(simil_index *index);
 
 /* Reading and writing Faiss files (faiss_read.c, faiss_write.c) needs the
  * insides of three types.  Flat: its vectors (backend memory, ntotal x dim)
- * and host ids.  IVF-PQ: its inverted file and product quantizer; set_trained
- * makes a fresh, untrained IVF-PQ index trained with these coarse centroids
- * (nlist x dim) and codebooks (m x ksub x dsub), uploading both; if it fails,
- * the caller destroys the index. */
+ * and host ids.  IVF-PQ: its inverted file, product quantizer and whether
+ * its codes are of residuals (Faiss's by_residual); set_trained makes a fresh,
+ * untrained IVF-PQ index trained with these coarse centroids (nlist x dim)
+ * and codebooks (m x ksub x dsub), uploading both, its codes of residuals or
+ * (by_residual = 0, L2 only) of the vectors; if it fails, the caller
+ * destroys the index. */
 struct sml_ivf;
 struct sml_pq;
 void sml_flat_data(const simil_index *index, const float **vectors, const int64_t **host_ids);
 simil_status sml_ivf_pq_set_trained(simil_index *index, const float *coarse,
-                                    const float *codebooks);
-void sml_ivf_pq_parts(const simil_index *index, struct sml_ivf **ivf, struct sml_pq **pq);
+                                    const float *codebooks, int by_residual);
+void sml_ivf_pq_parts(const simil_index *index, struct sml_ivf **ivf, struct sml_pq **pq,
+                      int *by_residual);
+
+/* OPQ: its rotation (host, dim x dout: y = x rt) and the index inside. */
+void sml_opq_parts(const simil_index *index, float **rt, int64_t *dout, simil_index **inner);
+
+/* Make the fresh OPQ index take rotation rt (copied) and the trained index
+ * inner (adopted, of the description and dimension its own inner index has,
+ * which goes), with inner's counters and default nprobe. */
+simil_status sml_opq_adopt(simil_index *index, const float *rt, simil_index *inner);
 
 /* Bytes of an IVF-PQ row: the code (sml_pq_code_size), then, for the L2
  * kernel metric, the row's term 1 as a float. */
@@ -216,6 +234,13 @@ simil_status sml_index_append(simil_index *index, int64_t n, const float *x, con
 
 /* Destroy an index and its backend; NULL does nothing. */
 void sml_index_free(simil_index *index);
+
+/* An OPQ index of dimension dim, OPQm with rotation rt (dim x inner's
+ * dimension, copied), around inner, a trained index on device (loading
+ * Faiss's IndexPreTransform).  On success *out owns inner; on failure the
+ * caller still does. */
+simil_status sml_index_new_opq(simil_index **out, int64_t dim, int64_t m, const float *rt,
+                               simil_index *inner, const char *device);
 
 /* The index a wrapper type (OPQ, Refine) holds: spec without the wrapper's
  * part, on the same device, with the counters of the outer index. */

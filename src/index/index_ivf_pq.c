@@ -14,7 +14,13 @@
  * is then term 3 alone, the same for every list it probes, and a row's
  * distance is term 2 + its term 1 + m entries.  On request
  * (precomputed_tables = 0) each (query, list) table is computed from the
- * residual instead.  "PQm" alone is an inverted file of one list. */
+ * residual instead.  "PQm" alone is an inverted file of one list.
+ *
+ * A Faiss IndexIVFPQ with by_residual = false codes the vectors themselves:
+ * such an index (L2 only, read from a Faiss file) encodes, decodes and builds
+ * its tables against a zero centroid (zero_mem) wherever the others use
+ * their list's, so its scans take the residual-table route with x - 0. */
+#include <assert.h>
 #include <string.h>
 
 #include "algo/pq.h"
@@ -25,30 +31,60 @@
 #include "index/ivf.h"
 
 static const uint32_t sml_tag_codebooks = SML_TAG('P', 'Q', 'C', 'B');
+/* an empty section before the codebooks: the codes are not of residuals */
+static const uint32_t sml_tag_no_residual = SML_TAG('P', 'Q', 'N', 'R');
 
 typedef struct sml_ivf_pq {
     sml_ivf ivf;
     sml_pq pq;
     float *codebooks_mem;  /* backend: the PQ codebooks */
+    int by_residual;       /* 0: codes of the vectors, not of their residuals */
+    float *zero_mem;       /* backend, by_residual = 0 only: nlist x dim zeros */
 } sml_ivf_pq;
 
 static sml_ivf_pq *sml_ivf_pq_of(const simil_index *index) { return index->impl; }
+
+/* The centroids that codes are residuals of (backend): the coarse ones, or
+ * zeros where the codes are of the vectors themselves. */
+static const float *sml_ivf_pq_base(const sml_ivf_pq *x)
+{
+    assert(x->by_residual || x->zero_mem != NULL);
+    return x->by_residual ? x->ivf.centroids_mem : x->zero_mem;
+}
+
+/* *slot = new backend memory holding these host bytes; the old block is
+ * freed only once the new one is complete. */
+static simil_status sml_ivf_pq_put(sml_backend *b, float **slot, const float *host, size_t bytes)
+{
+    float *mem = NULL;
+    simil_status s = b->ops->mem_alloc(b, bytes, (void **)&mem);
+    if (s == SIMIL_OK) s = b->ops->mem_upload(b, mem, host, bytes);
+    if (s != SIMIL_OK) {
+        b->ops->mem_free(b, mem);
+        return s;
+    }
+    b->ops->mem_free(b, *slot);
+    *slot = mem;
+    return SIMIL_OK;
+}
 
 /* The codebooks to backend memory. */
 static simil_status sml_ivf_pq_upload(sml_backend *b, sml_ivf_pq *x)
 {
     const sml_pq *pq = &x->pq;
-    const size_t cb_bytes = sizeof(float) * (size_t)(pq->m * pq->ksub * pq->dsub);
-    float *cb = NULL;
-    simil_status s = b->ops->mem_alloc(b, cb_bytes, (void **)&cb);
-    if (s == SIMIL_OK) s = b->ops->mem_upload(b, cb, pq->centroids, cb_bytes);
-    if (s != SIMIL_OK) {
-        b->ops->mem_free(b, cb);
-        return s;
-    }
-    b->ops->mem_free(b, x->codebooks_mem);
-    x->codebooks_mem = cb;
-    return SIMIL_OK;
+    return sml_ivf_pq_put(b, &x->codebooks_mem, pq->centroids,
+                          sizeof(float) * (size_t)(pq->m * pq->ksub * pq->dsub));
+}
+
+/* The zero centroids of codes of the vectors, to backend memory. */
+static simil_status sml_ivf_pq_zero_upload(sml_backend *b, sml_ivf_pq *x)
+{
+    const size_t count = (size_t)(x->ivf.nlist * x->ivf.dim);
+    float *zeros = NULL;
+    SML_TRY(sml_calloc((void **)&zeros, count, sizeof *zeros, "zero centroids"));
+    simil_status s = sml_ivf_pq_put(b, &x->zero_mem, zeros, count * sizeof *zeros);
+    sml_free(zeros);
+    return s;
 }
 
 size_t sml_ivf_pq_row_bytes(int64_t m, simil_metric kernel_metric)
@@ -75,7 +111,8 @@ static int sml_ivf_pq_term1_rows(const sml_ivf_pq *x, int64_t n, const int64_t *
 #pragma omp parallel for schedule(static) reduction(| : bad) if (n * pq->m * pq->dsub > (1 << 18))
     for (int64_t r = 0; r < n; r++) {
         uint8_t *row = rows + (size_t)r * ivf->code_size;
-        const float *c = ivf->centroids + (lists ? lists[r] : list) * ivf->dim;
+        const float *c =
+            x->by_residual ? ivf->centroids + (lists ? lists[r] : list) * ivf->dim : NULL;
         double v = 0;
         for (int64_t i = 0; i < pq->m; i++) {
             if (row[i] >= pq->ksub) {
@@ -85,7 +122,7 @@ static int sml_ivf_pq_term1_rows(const sml_ivf_pq *x, int64_t n, const int64_t *
             if (!l2) continue;
             const float *q = pq->centroids + (i * pq->ksub + row[i]) * pq->dsub;
             for (int64_t t = 0; t < pq->dsub; t++)
-                v += (double)q[t] * q[t] + 2.0 * (double)c[i * pq->dsub + t] * q[t];
+                v += (double)q[t] * q[t] + (c ? 2.0 * (double)c[i * pq->dsub + t] * q[t] : 0.0);
         }
         if (!l2) continue;
         const float t1 = (float)v;
@@ -115,6 +152,7 @@ simil_status sml_ivf_pq_append(simil_index *index, int64_t n, const int64_t *lis
 static void sml_ivf_pq_free_parts(sml_backend *b, sml_ivf_pq *x)
 {
     b->ops->mem_free(b, x->codebooks_mem);
+    b->ops->mem_free(b, x->zero_mem);
     sml_ivf_free(b, &x->ivf);
     sml_pq_free(&x->pq);
 }
@@ -134,12 +172,15 @@ static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float 
         s = sml_ivf_init(&next.ivf, x->ivf.nlist, index->dim, x->ivf.metric, x->ivf.spherical,
                          x->ivf.code_size);
     if (s == SIMIL_OK) s = sml_ivf_train(b, &next.ivf, n, xs);
-    /* residuals against the nearest coarse centroid */
+    /* residuals against the nearest coarse centroid (or the vectors) */
     if (s == SIMIL_OK) s = sml_alloc((void **)&lists, (size_t)n, sizeof *lists, "list assignments");
     if (s == SIMIL_OK) s = sml_alloc((void **)&res, (size_t)(n * index->dim), sizeof *res, "residuals");
     if (s == SIMIL_OK) s = sml_ivf_probe(b, &next.ivf, n, xs, 1, lists);
     if (s == SIMIL_OK) {
-        sml_ivf_residuals(&next.ivf, n, xs, lists, res);
+        if (x->by_residual)
+            sml_ivf_residuals(&next.ivf, n, xs, lists, res);
+        else /* codes of the vectors themselves: the PQ learns them as they are */
+            memcpy(res, xs, sizeof *res * (size_t)(n * index->dim));
         sml_pq_train_params pp;
         sml_pq_train_params_init(&pp, &next.pq, 25, 4321);
         s = sml_pq_train(b, &next.pq, n, res, &pp);
@@ -188,7 +229,7 @@ simil_status sml_ivf_pq_encode(const simil_index *index, int64_t n, const float 
             .n = m,
             .dim = index->dim,
             .lists = lists + i,
-            .coarse = x->ivf.centroids_mem,
+            .coarse = sml_ivf_pq_base(x),
             .codebooks = x->codebooks_mem,
             .m = x->pq.m,
             .ksub = x->pq.ksub,
@@ -236,8 +277,10 @@ static simil_status sml_ivf_pq_search(const simil_index *index, const sml_search
         .ksub = x->pq.ksub,
         .dsub = x->pq.dsub,
         .codebooks = x->codebooks_mem,
-        .coarse = ivf->centroids_mem,
-        .term1_at = ivf->metric == SIMIL_METRIC_L2 && call->params.precomputed_tables
+        .coarse = sml_ivf_pq_base(x),
+        /* term 1 holds <c, q(r)>, which codes of the vectors lack */
+        .term1_at = x->by_residual && ivf->metric == SIMIL_METRIC_L2 &&
+                            call->params.precomputed_tables
                         ? sml_pq_code_size(&x->pq)
                         : 0,
         .lut_fp16 = call->params.lut == SML_LUT_FP16 ||
@@ -252,7 +295,7 @@ static simil_status sml_ivf_pq_remove(simil_index *index, int64_t n_sorted, cons
     return sml_ivf_remove(index->backend, &sml_ivf_pq_of(index)->ivf, n_sorted, sorted, removed);
 }
 
-/* The coarse centroid plus the decoded residual. */
+/* The coarse centroid plus the decoded residual (or the decoded vector). */
 static simil_status sml_ivf_pq_reconstruct(const simil_index *index, int64_t id, float *out)
 {
     const sml_ivf_pq *x = sml_ivf_pq_of(index);
@@ -265,6 +308,7 @@ static simil_status sml_ivf_pq_reconstruct(const simil_index *index, int64_t id,
     SML_TRY(b->ops->mem_download(b, code, ivf->codes_mem + (size_t)at * ivf->code_size,
                                  ivf->code_size));
     sml_pq_decode(&x->pq, 1, code, ivf->code_size, out);
+    if (!x->by_residual) return SIMIL_OK;
     const int64_t l = sml_ivf_list_of(ivf, at);
     for (int64_t t = 0; t < index->dim; t++) out[t] += ivf->centroids[l * index->dim + t];
     return SIMIL_OK;
@@ -279,6 +323,7 @@ static simil_status sml_ivf_pq_save(const simil_index *index, sml_writer *w)
 {
     if (!index->trained) return SIMIL_OK;
     const sml_ivf_pq *x = sml_ivf_pq_of(index);
+    if (!x->by_residual) SML_TRY(sml_section_write(w, sml_tag_no_residual, NULL, 0));
     SML_TRY(sml_section_write(w, sml_tag_codebooks, x->pq.centroids,
                               sizeof(float) * (uint64_t)(x->pq.m * x->pq.ksub * x->pq.dsub)));
     return sml_ivf_save(index->backend, &x->ivf, w);
@@ -293,6 +338,19 @@ static simil_status sml_ivf_pq_load(simil_index *index, sml_reader *r)
     }
     sml_ivf_pq *x = sml_ivf_pq_of(index);
     uint64_t bytes;
+    uint32_t tag = 0;
+    if (r->size - r->offset >= sizeof tag) {
+        SML_TRY(sml_reader_read(r, &tag, sizeof tag));
+        SML_TRY(sml_reader_seek(r, r->offset - sizeof tag));
+    }
+    const int by_residual = tag != sml_tag_no_residual;
+    if (!by_residual) {
+        SML_TRY(sml_section_open(r, sml_tag_no_residual, &bytes));
+        SML_TRY(sml_section_close(r));
+        SML_RETURN_IF(x->ivf.metric != SIMIL_METRIC_L2, SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: an inner-product IVF-PQ whose codes are not of "
+                      "residuals", r->path);
+    }
     SML_TRY(sml_section_open(r, sml_tag_codebooks, &bytes));
     SML_RETURN_IF(bytes != sizeof(float) * (uint64_t)(x->pq.m * x->pq.ksub * x->pq.dsub),
                   SIMIL_ERR_CORRUPT, "'%s' is damaged: PQ codebooks of %llu bytes", r->path,
@@ -300,6 +358,9 @@ static simil_status sml_ivf_pq_load(simil_index *index, sml_reader *r)
     SML_TRY(sml_pq_alloc(&x->pq)); /* its size checked against the file first */
     SML_TRY(sml_section_read(r, x->pq.centroids, (size_t)bytes));
     SML_TRY(sml_section_close(r));
+    /* before the lists, whose term 1 (sml_ivf_pq_derive) depends on it */
+    x->by_residual = by_residual;
+    if (!by_residual) SML_TRY(sml_ivf_pq_zero_upload(index->backend, x));
     SML_TRY(sml_ivf_load(index->backend, &x->ivf, r, index->ntotal, index->next_id));
     return sml_ivf_pq_upload(index->backend, x);
 }
@@ -317,23 +378,27 @@ static void sml_ivf_pq_destroy(simil_index *index)
 }
 
 simil_status sml_ivf_pq_set_trained(simil_index *index, const float *coarse,
-                                    const float *codebooks)
+                                    const float *codebooks, int by_residual)
 {
     sml_ivf_pq *x = sml_ivf_pq_of(index);
     sml_backend *b = index->backend;
+    assert(by_residual || x->ivf.metric == SIMIL_METRIC_L2);
     SML_TRY(sml_pq_alloc(&x->pq));
     SML_TRY(sml_ivf_set_centroids(b, &x->ivf, coarse));
+    x->by_residual = by_residual;
+    if (!by_residual) SML_TRY(sml_ivf_pq_zero_upload(b, x));
     memcpy(x->pq.centroids, codebooks, sizeof(float) * (size_t)(x->pq.m * x->pq.ksub * x->pq.dsub));
     SML_TRY(sml_ivf_pq_upload(b, x));
     index->trained = 1;
     return SIMIL_OK;
 }
 
-void sml_ivf_pq_parts(const simil_index *index, sml_ivf **ivf, sml_pq **pq)
+void sml_ivf_pq_parts(const simil_index *index, sml_ivf **ivf, sml_pq **pq, int *by_residual)
 {
     sml_ivf_pq *x = sml_ivf_pq_of(index);
     *ivf = &x->ivf;
     *pq = &x->pq;
+    *by_residual = x->by_residual;
 }
 
 static const sml_index_vtable sml_ivf_pq_vtable = {
@@ -360,9 +425,10 @@ simil_status sml_ivf_pq_init(simil_index *index)
 {
     const sml_backend_ops *ops = index->backend->ops;
     SML_RETURN_IF(ops->ivf_pq_scan == NULL || ops->pq_encode == NULL, SIMIL_ERR_UNSUPPORTED,
-                  "IVF-PQ is not built for %s yet; use --device cpu", index->backend->name);
+                  "IVF-PQ is not built for %s yet; use the CPU (device \"cpu\")", index->backend->name);
     sml_ivf_pq *x;
     SML_TRY(sml_calloc((void **)&x, 1, sizeof *x, "an IVF-PQ index"));
+    x->by_residual = 1;
     const sml_index_spec *spec = &index->spec;
     simil_status s = sml_pq_init(&x->pq, index->dim, spec->pq_m, spec->pq_bits);
     if (s == SIMIL_OK)

@@ -133,6 +133,33 @@ static void sml_opq_destroy(simil_index *index)
     sml_free(o);
 }
 
+void sml_opq_parts(const simil_index *index, float **rt, int64_t *dout, simil_index **inner)
+{
+    sml_opq *o = sml_opq_of(index);
+    *rt = o->rt;
+    *dout = o->dout;
+    *inner = o->inner;
+}
+
+simil_status sml_opq_adopt(simil_index *index, const float *rt, simil_index *inner)
+{
+    sml_opq *o = sml_opq_of(index);
+    SML_RETURN_IF(inner->dim != o->dout || strcmp(inner->description, o->inner->description) != 0,
+                  SIMIL_ERR_INTERNAL, "OPQ around '%s' of dimension %" PRId64 " given '%s' of %" PRId64,
+                  o->inner->description, o->dout, inner->description, inner->dim);
+    if (o->rt == NULL) /* an untrained OPQ holds no rotation yet */
+        SML_TRY(sml_alloc((void **)&o->rt, (size_t)(index->dim * o->dout), sizeof(float),
+                          "rotation"));
+    memcpy(o->rt, rt, sizeof(float) * (size_t)(index->dim * o->dout));
+    sml_index_free(o->inner);
+    o->inner = inner;
+    index->trained = inner->trained;
+    index->ntotal = inner->ntotal;
+    index->next_id = inner->next_id;
+    index->nprobe = inner->nprobe;
+    return SIMIL_OK;
+}
+
 static const sml_index_vtable sml_opq_vtable = {
     .train = sml_opq_train_index,
     .add = sml_opq_add,

@@ -169,7 +169,7 @@ static simil_status sml_shards_train(simil_index *index, int64_t n, const float 
     if (sh->parts[0]->vt->train == NULL) return SIMIL_OK; /* nothing to train (Flat) */
     SML_RETURN_IF(index->ntotal > 0, SIMIL_ERR_INVALID_ARGUMENT,
                   "train: the sharded index '%s' holds %" PRId64 " vectors, which its shards "
-                  "would lose; remove them first (simil_index_reset), then train and add",
+                  "would lose; remove them first (reset the index), then train and add",
                   index->description, index->ntotal);
     sml_placement where;
     SML_TRY(sml_device_placement(index->device, &where));

@@ -60,7 +60,7 @@ simil_status sml_xfbq_base_init(sml_xfbq_base *base, const simil_index *index,
                                 simil_status (*recode)(simil_index *, const sml_xfbq *))
 {
     SML_RETURN_IF(index->backend->ops->xfbq_scan == NULL, SIMIL_ERR_UNSUPPORTED,
-                  "XFBQ is not built for %s; use --device cpu", index->backend->name);
+                  "XFBQ is not built for %s; use the CPU (device \"cpu\")", index->backend->name);
     SML_TRY(sml_xfbq_init(&base->q, index->dim, index->spec.xfbq_query_bits,
                           index->spec.xfbq_base_bits));
     base->normalize = index->metric != SIMIL_METRIC_COSINE;

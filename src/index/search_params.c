@@ -91,6 +91,7 @@ static sml_param_row sml_params[] = {
      .min = 0, .max = 1, .def = 1, SML_AT(precomputed_tables), .uses = SML_USES_PQ},
 };
 enum { SML_NPARAMS = (int)(sizeof sml_params / sizeof sml_params[0]) };
+_Static_assert(SML_NPARAMS <= 32, "simil_search_params.given holds a bit per setting");
 
 static simil_search_params sml_defaults;
 static pthread_once_t sml_params_once = PTHREAD_ONCE_INIT;
@@ -206,6 +207,7 @@ static simil_status sml_set_number(const sml_param_row *row, simil_search_params
                   "search parameter %s: %s is out of range; it takes %s from %s",
                   row->info.name, text, sml_kind_text(row->info.type), row->range_text);
     sml_store_value(row, p, v);
+    p->given |= 1u << (row - sml_params);
     return SIMIL_OK;
 }
 
@@ -250,6 +252,7 @@ static simil_status sml_set_text(const sml_param_row *row, simil_search_params *
         for (int i = 0; in->choices[i]; i++)
             if (strcasecmp(in->choices[i], value) == 0) {
                 sml_store_value(row, p, i);
+                p->given |= 1u << (row - sml_params);
                 return SIMIL_OK;
             }
         return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
@@ -286,7 +289,7 @@ void simil_search_params_destroy(simil_search_params *params) { sml_free(params)
 simil_status simil_search_params_set(simil_search_params *params, const char *name,
                                      const char *value)
 {
-    const sml_param_row *row;
+    const sml_param_row *row = NULL; /* set by sml_lookup when it succeeds */
     SML_TRY(sml_lookup(params, name, __func__, &row));
     return sml_set_text(row, params, value);
 }
@@ -322,7 +325,7 @@ simil_status simil_search_params_parse(simil_search_params *params, const char *
 simil_status simil_search_params_set_int(simil_search_params *params, const char *name,
                                          int64_t value)
 {
-    const sml_param_row *row;
+    const sml_param_row *row = NULL; /* set by sml_lookup when it succeeds */
     SML_TRY(sml_lookup(params, name, __func__, &row));
     SML_RETURN_IF(row->info.type == SIMIL_PARAM_ENUM, SIMIL_ERR_INVALID_ARGUMENT,
                   "search parameter %s takes one of %s; set it by name "
@@ -336,7 +339,7 @@ simil_status simil_search_params_set_int(simil_search_params *params, const char
 simil_status simil_search_params_set_float(simil_search_params *params, const char *name,
                                            double value)
 {
-    const sml_param_row *row;
+    const sml_param_row *row = NULL; /* set by sml_lookup when it succeeds */
     SML_TRY(sml_lookup(params, name, __func__, &row));
     SML_RETURN_IF(row->info.type != SIMIL_PARAM_FLOAT, SIMIL_ERR_INVALID_ARGUMENT,
                   "search parameter %s takes %s%s%s, not a real number", name,
@@ -348,7 +351,7 @@ simil_status simil_search_params_set_float(simil_search_params *params, const ch
 simil_status simil_search_params_get(const simil_search_params *params, const char *name,
                                      char *value, size_t size)
 {
-    const sml_param_row *row;
+    const sml_param_row *row = NULL; /* set by sml_lookup when it succeeds */
     SML_TRY(sml_lookup(params, name, __func__, &row));
     SML_RETURN_IF(value == NULL || size == 0, SIMIL_ERR_INVALID_ARGUMENT,
                   "simil_search_params_get: no room for the value of %s", name);
@@ -378,7 +381,7 @@ simil_status simil_search_params_get(const simil_search_params *params, const ch
 simil_status simil_search_params_get_int(const simil_search_params *params, const char *name,
                                          int64_t *value)
 {
-    const sml_param_row *row;
+    const sml_param_row *row = NULL; /* set by sml_lookup when it succeeds */
     SML_TRY(sml_lookup(params, name, __func__, &row));
     SML_RETURN_IF(value == NULL, SIMIL_ERR_INVALID_ARGUMENT,
                   "simil_search_params_get_int: value is NULL");
@@ -393,7 +396,7 @@ simil_status simil_search_params_get_int(const simil_search_params *params, cons
 simil_status simil_search_params_get_float(const simil_search_params *params, const char *name,
                                            double *value)
 {
-    const sml_param_row *row;
+    const sml_param_row *row = NULL; /* set by sml_lookup when it succeeds */
     SML_TRY(sml_lookup(params, name, __func__, &row));
     SML_RETURN_IF(value == NULL, SIMIL_ERR_INVALID_ARGUMENT,
                   "simil_search_params_get_float: value is NULL");
@@ -402,6 +405,12 @@ simil_status simil_search_params_get_float(const simil_search_params *params, co
                   name, row->range_text);
     *value = sml_load_value(row, params);
     return SIMIL_OK;
+}
+
+int sml_search_param_given(const simil_search_params *params, const char *name)
+{
+    const sml_param_row *row = sml_param_row_of(name);
+    return row != NULL && (params->given >> (row - sml_params) & 1u);
 }
 
 int simil_search_param_count(void) { return SML_NPARAMS; }

@@ -160,11 +160,73 @@ static void test_hdf5_errors(void **state)
     free(all);
 }
 
+/* A root attribute "distance": a fixed-length string (as HDF5's C tools
+ * write it) when fixed, else a variable-length UTF-8 one (as h5py writes
+ * Python strings, and so ann-benchmarks' files). */
+static void put_distance(const char *path, const char *value, int fixed)
+{
+    hid_t file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(file >= 0);
+    hid_t type = H5Tcopy(H5T_C_S1), space = H5Screate(H5S_SCALAR);
+    if (fixed) {
+        H5Tset_size(type, strlen(value));
+    } else {
+        H5Tset_size(type, H5T_VARIABLE);
+        H5Tset_cset(type, H5T_CSET_UTF8);
+    }
+    if (H5Aexists(file, "distance") > 0) H5Adelete(file, "distance");
+    hid_t attr = H5Acreate2(file, "distance", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(attr >= 0);
+    assert_true(H5Awrite(attr, type, fixed ? (const void *)value : (const void *)&value) >= 0);
+    H5Aclose(attr);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(file);
+}
+
+static void test_hdf5_metric(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *value;
+        simil_metric metric;
+    } cases[] = {{"euclidean", SIMIL_METRIC_L2}, {"angular", SIMIL_METRIC_COSINE},
+                 {"Angular", SIMIL_METRIC_COSINE}, {"ip", SIMIL_METRIC_IP},
+                 {"dot", SIMIL_METRIC_IP}};
+    char path[512];
+    snprintf(path, sizeof path, "%s", sml_test_path("metric.hdf5"));
+    write_ann_file(path);
+    simil_metric metric = SIMIL_METRIC_IP;
+    int declared = 7;
+    SML_ASSERT_OK(simil_dataset_metric(path, &metric, &declared));
+    assert_int_equal(declared, 0);
+    assert_int_equal(metric, SIMIL_METRIC_IP);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int fixed = 0; fixed < 2; fixed++) {
+            put_distance(path, cases[i].value, fixed);
+            metric = (simil_metric)-1;
+            SML_ASSERT_OK(simil_dataset_metric(name_in(path, "test"), &metric, &declared));
+            if (declared != 1 || metric != cases[i].metric)
+                fail_msg("distance '%s' (fixed %d): declared %d, metric %d", cases[i].value, fixed,
+                         declared, (int)metric);
+        }
+    put_distance(path, "hamming", 0);
+    SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_dataset_metric(path, &metric, &declared));
+    assert_non_null(strstr(simil_last_error(), "'hamming'"));
+    assert_int_equal(declared, 0);
+    /* other formats declare none; a missing HDF5 file is an I/O error */
+    SML_ASSERT_OK(simil_dataset_metric("whatever.fvecs", &metric, &declared));
+    assert_int_equal(declared, 0);
+    SML_ASSERT_STATUS(SIMIL_ERR_IO,
+                      simil_dataset_metric(sml_test_path("none.hdf5"), &metric, &declared));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hdf5_read),
         cmocka_unit_test(test_hdf5_errors),
+        cmocka_unit_test(test_hdf5_metric),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
@@ -180,6 +242,9 @@ static void test_hdf5_unsupported(void **state)
     assert_non_null(strstr(simil_last_error(), "libhdf5-dev"));
     SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_matrix_info("y.h5:test", NULL, NULL, NULL));
     SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_matrix_read("z.hdf5", 0, -1, &m));
+    simil_metric metric;
+    int declared;
+    SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_dataset_metric("z.hdf5", &metric, &declared));
 }
 
 int main(void)

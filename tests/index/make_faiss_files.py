@@ -47,11 +47,12 @@ def search(faiss, index, q, k=K, nprobe=NPROBE):
     return index.search(q, k)
 
 
-def save(faiss, out, name, index, q):
+def save(faiss, out, name, index, q, own_nprobe=False):
+    """With own_nprobe, Faiss searches with the nprobe stored in the file."""
     path = f"{out}/{name}.faiss"
     faiss.write_index(index, path)
     index = faiss.read_index(path)  # the results of the file, not of the object
-    D, I = search(faiss, index, q)
+    D, I = index.search(q, K) if own_nprobe else search(faiss, index, q)
     np.save(f"{out}/{name}.q.npy", q)
     np.save(f"{out}/{name}.D.npy", D.astype(np.float32))
     np.save(f"{out}/{name}.I.npy", I.astype(np.int64))
@@ -116,6 +117,18 @@ def ivf_pq(faiss, d, nlist, m, nbits, metric, xt, by_residual=True):
     return index
 
 
+def factory(faiss, d, desc, metric=None):
+    """index_factory(d, desc), trained quickly: OPQ for 5 iterations (not 50),
+    and an IVF-PQ without polysemous training (minutes on a busy machine)."""
+    index = faiss.index_factory(d, desc, faiss.METRIC_L2 if metric is None else metric)
+    if desc.startswith("OPQ"):
+        faiss.downcast_VectorTransform(index.chain.at(0)).niter = 5
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    if isinstance(ivf, faiss.IndexIVFPQ):
+        ivf.do_polysemous_training = False
+    return index
+
+
 def gen_flat(faiss, out):
     d, n = 20, 1000
     xb, q = rand(1, n, d), rand(2, NQ, d)
@@ -144,6 +157,10 @@ def gen_ivf_flat(faiss, out):
     index = faiss.IndexIDMap2(ivf_flat(faiss, d, 16, faiss.METRIC_L2, xb))
     index.add_with_ids(xb, (np.arange(n, dtype=np.int64)[::-1] * 2 + 100).copy())
     save(faiss, out, "idmap2_ivfflat", index, q)
+    index = ivf_flat(faiss, d, 16, faiss.METRIC_L2, xb)
+    index.add(xb)
+    index.nprobe = 6  # saved in the file: the default of Faiss's searches of it
+    save(faiss, out, "ivfflat_nprobe6", index, q, own_nprobe=True)
 
 
 def gen_ivf_pq(faiss, out):
@@ -156,6 +173,37 @@ def gen_ivf_pq(faiss, out):
     index = ivf_pq(faiss, d, 16, 8, 8, faiss.METRIC_INNER_PRODUCT, xb)
     index.add(xb)
     save(faiss, out, "ivfpq_ip", index, q)
+    index = ivf_pq(faiss, d, 16, 8, 4, faiss.METRIC_L2, xb)  # 4-bit codes, packed two a byte
+    index.add(xb)
+    save(faiss, out, "ivfpq4_l2", index, q)
+    index = ivf_pq(faiss, d, 16, 8, 8, faiss.METRIC_L2, xb, by_residual=False)
+    index.add(xb)
+    save(faiss, out, "ivfpq_noresidual", index, q)
+    index = factory(faiss, d, "OPQ8,IVF16,PQ8")  # an IndexPreTransform
+    index.train(xb)
+    index.add(xb)
+    save(faiss, out, "opq_ivfpq", index, q)
+    index = faiss.IndexIDMap2(factory(faiss, d, "OPQ8_16,IVF16,PQ8x4",
+                                          faiss.METRIC_INNER_PRODUCT))
+    index.train(xb)
+    index.add_with_ids(xb, np.arange(n, dtype=np.int64) * 3 + 1)
+    save(faiss, out, "idmap_opq_ivfpq4_ip", index, q)
+
+
+def gen_hnsw(faiss, out):
+    """IndexHNSWFlat loads as Flat: the reference is exact search of its vectors."""
+    d, n = 16, 800
+    xb, q = rand(12, n, d), rand(13, NQ, d)
+    for name, metric in (("hnsw_l2", faiss.METRIC_L2), ("hnsw_ip", faiss.METRIC_INNER_PRODUCT)):
+        index = faiss.IndexHNSWFlat(d, 8, metric)
+        index.add(xb)
+        faiss.write_index(index, f"{out}/{name}.faiss")
+        flat = faiss.IndexFlat(d, metric)
+        flat.add(xb)
+        D, I = flat.search(q, K)
+        np.save(f"{out}/{name}.q.npy", q)
+        np.save(f"{out}/{name}.D.npy", D.astype(np.float32))
+        np.save(f"{out}/{name}.I.npy", I.astype(np.int64))
 
 
 def sq_types(faiss):
@@ -203,13 +251,23 @@ def gen_unsupported(faiss, out):
     index = faiss.IndexPQ(d, 4, 8)
     index.train(xb)
     faiss.write_index(index, f"{out}/unsupported_pq.faiss")
-    index = ivf_pq(faiss, d, 4, 4, 8, faiss.METRIC_L2, xb, by_residual=False)
+    index = ivf_pq(faiss, d, 4, 4, 8, faiss.METRIC_INNER_PRODUCT, xb, by_residual=False)
     index.add(xb[:20])
-    faiss.write_index(index, f"{out}/unsupported_noresidual.faiss")
-    index = ivf_pq(faiss, d, 4, 4, 4, faiss.METRIC_L2, xb)
+    faiss.write_index(index, f"{out}/unsupported_noresidual_ip.faiss")
+    index = ivf_pq(faiss, d, 4, 4, 2, faiss.METRIC_L2, xb)
     index.add(xb[:20])
-    faiss.write_index(index, f"{out}/unsupported_nbits4.faiss")
-    faiss.write_index(faiss.IndexIDMap(faiss.IndexHNSWFlat(d, 8)), f"{out}/unsupported_idmap_hnsw.faiss")
+    faiss.write_index(index, f"{out}/unsupported_nbits2.faiss")
+    faiss.write_index(faiss.IndexIDMap(faiss.IndexHNSWFlat(d, 8)), f"{out}/idmap_hnsw_empty.faiss")
+    index = faiss.IndexHNSWPQ(d, 4, 8)
+    index.train(xb)
+    index.add(xb[:30])
+    faiss.write_index(index, f"{out}/unsupported_hnswpq.faiss")
+    index = factory(faiss, d, "PCA8,IVF4,PQ4")
+    index.train(xb)
+    faiss.write_index(index, f"{out}/unsupported_pca.faiss")
+    index = factory(faiss, d, "OPQ4,IVF4,Flat")
+    index.train(xb)
+    faiss.write_index(index, f"{out}/unsupported_opq_ivfflat.faiss")
     index = faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_4bit)
     index.train(xb)
     index.add(xb[:20])
@@ -248,6 +306,13 @@ def gen_tiny(faiss, out):
     index = ivf_sq(faiss, 4, 2, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_L2, xb)
     index.add(xb[:6])
     faiss.write_index(index, f"{out}/tiny_ivfsqfp16.faiss")
+    index = faiss.IndexHNSWFlat(3, 4)
+    index.add(rand(14, 6, 3))
+    faiss.write_index(index, f"{out}/tiny_hnsw.faiss")
+    index = factory(faiss, 4, "OPQ2,IVF2,PQ2x4")
+    index.train(xb)
+    index.add(xb[:7])
+    faiss.write_index(index, f"{out}/tiny_opq.faiss")
 
 
 def main(argv):
@@ -261,6 +326,7 @@ def main(argv):
         gen_ivf_flat(faiss, out)
         gen_ivf_pq(faiss, out)
         gen_sq(faiss, out)
+        gen_hnsw(faiss, out)
         gen_unsupported(faiss, out)
         gen_tiny(faiss, out)
         return 0

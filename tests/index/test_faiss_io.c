@@ -117,13 +117,15 @@ static void search(const simil_index *index, const simil_matrix *q, float *d, in
     simil_search_params_destroy(p);
 }
 
-/* Load NAME.faiss on device and compare its search with Faiss's. */
-static void check_read_on(const char *name, const char *device, const char *desc,
-                          simil_metric metric, double tol)
+/* Load NAME.faiss on device and compare its search with Faiss's: at
+ * nprobe NPROBE, or with the index's own default nprobe when own_nprobe. */
+static void check_read_nprobe(const char *name, const char *device, const char *desc,
+                              simil_metric metric, double tol, int own_nprobe)
 {
     char file[256], ctx[256];
     snprintf(file, sizeof file, "%s.faiss", name);
-    snprintf(ctx, sizeof ctx, "%s on %s (K=%d nprobe=%d)", name, device, K, NPROBE);
+    snprintf(ctx, sizeof ctx, "%s on %s (K=%d nprobe=%s)", name, device, K,
+             own_nprobe ? "the file's" : "4");
     simil_index *index = NULL;
     SML_ASSERT_OK(simil_index_load(&index, data_path(file), device));
     assert_string_equal(simil_index_description(index), desc);
@@ -133,7 +135,8 @@ static void check_read_on(const char *name, const char *device, const char *desc
     assert_int_equal(rd.cols, K);
     float *d = sml_test_malloc(sizeof(float) * (size_t)(q.rows * K));
     int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q.rows * K));
-    search(index, &q, d, l);
+    if (own_nprobe) SML_ASSERT_OK(simil_index_search(index, q.rows, q.data, K, NULL, d, l));
+    else search(index, &q, d, l);
     check_same(ctx, q.rows, d, l, rd.data, rl.data, tol);
     free(d);
     free(l);
@@ -141,6 +144,12 @@ static void check_read_on(const char *name, const char *device, const char *desc
     simil_matrix_free(&rd);
     simil_matrix_free(&rl);
     simil_index_destroy(index);
+}
+
+static void check_read_on(const char *name, const char *device, const char *desc,
+                          simil_metric metric, double tol)
+{
+    check_read_nprobe(name, device, desc, metric, tol, 0);
 }
 
 static void check_read(const char *name, const char *desc, simil_metric metric, double tol)
@@ -169,6 +178,21 @@ static void test_read_ivf_flat(void **state)
     check_read("legacy_ivfflat", "IVF16,Flat", SIMIL_METRIC_L2, flat_tol);
 }
 
+/* The nprobe a Faiss file carries is the default of the loaded index: a
+ * search that does not set nprobe visits as many lists as Faiss's does. */
+static void test_read_nprobe(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    simil_index *index = NULL;
+    SML_ASSERT_OK(simil_index_load(&index, data_path("ivfflat_nprobe6.faiss"), "cpu"));
+    assert_int_equal(simil_index_nprobe(index), 6);
+    simil_index_destroy(index);
+    check_read_nprobe("ivfflat_nprobe6", "cpu", "IVF16,Flat", SIMIL_METRIC_L2, flat_tol, 1);
+    if (simil_gpu_count() > 0)
+        check_read_nprobe("ivfflat_nprobe6", "gpu", "IVF16,Flat", SIMIL_METRIC_L2, flat_tol, 1);
+}
+
 static void test_read_ivf_pq(void **state)
 {
     (void)state;
@@ -176,6 +200,144 @@ static void test_read_ivf_pq(void **state)
     check_read("ivfpq_l2", "IVF16,PQ8x8", SIMIL_METRIC_L2, pq_tol);
     check_read("ivfpq_ip", "IVF16,PQ8x8", SIMIL_METRIC_IP, pq_tol);
     check_read("legacy_ivfpq", "IVF16,PQ8x8", SIMIL_METRIC_L2, pq_tol);
+    check_read("ivfpq4_l2", "IVF16,PQ8x4", SIMIL_METRIC_L2, pq_tol);
+}
+
+/* IndexIVFPQ with by_residual = false (L2; its codes are of the vectors, not
+ * of their residuals): searched as Faiss searches it; saved in both formats
+ * and loaded back to the same results; extended with the queries, each coded
+ * as itself, so that with every list probed a query's nearest neighbour is its
+ * own code (PQ picks the nearest codeword of each part), at the distance of
+ * its reconstruction. */
+static void check_write(const char *name, const simil_index *index, const simil_matrix *q,
+                        const char *faiss_type, double tol);
+
+static void check_noresidual_add(simil_index *index, const simil_matrix *q)
+{
+    int64_t *ids = sml_test_malloc(sizeof(int64_t) * (size_t)q->rows);
+    for (int64_t i = 0; i < q->rows; i++) ids[i] = 1000000 + i;
+    SML_ASSERT_OK(simil_index_add(index, q->rows, q->data, ids));
+    float *d = sml_test_malloc(sizeof(float) * (size_t)(q->rows * K));
+    int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q->rows * K));
+    simil_search_params *p = sml_test_params("");
+    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", 16));
+    SML_ASSERT_OK(simil_index_search(index, q->rows, q->data, K, p, d, l));
+    simil_search_params_destroy(p);
+    const float *x = q->data;
+    float rec[64];
+    assert_true(q->cols <= 64);
+    for (int64_t i = 0; i < q->rows; i++) {
+        SML_ASSERT_OK(simil_index_reconstruct(index, ids[i], rec));
+        double want = 0;
+        for (int64_t t = 0; t < q->cols; t++) {
+            const double e = (double)x[i * q->cols + t] - rec[t];
+            want += e * e;
+        }
+        if (fabs(d[i * K] - want) > pq_tol * (1.0 + want))
+            fail_msg("query %ld: nearest at %.6g, its own code at %.6g", (long)i,
+                     (double)d[i * K], want);
+    }
+    free(ids);
+    free(d);
+    free(l);
+}
+
+static void test_read_noresidual(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    check_read("ivfpq_noresidual", "IVF16,PQ8x8", SIMIL_METRIC_L2, pq_tol);
+    simil_index *index, *back;
+    SML_ASSERT_OK(simil_index_load(&index, data_path("ivfpq_noresidual.faiss"), "cpu"));
+    simil_matrix q = npy("ivfpq_noresidual", "q");
+    const char *path = sml_test_path("noresidual.simil");
+    SML_ASSERT_OK(simil_index_save(index, path));
+    SML_ASSERT_OK(simil_index_load(&back, path, "cpu"));
+    float *d = sml_test_malloc(sizeof(float) * (size_t)(q.rows * K));
+    float *d2 = sml_test_malloc(sizeof(float) * (size_t)(q.rows * K));
+    int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q.rows * K));
+    int64_t *l2 = sml_test_malloc(sizeof(int64_t) * (size_t)(q.rows * K));
+    search(index, &q, d, l);
+    search(back, &q, d2, l2);
+    check_same("by_residual = false, saved by simil and loaded", q.rows, d2, l2, d, l, 1e-6);
+    simil_index_destroy(back);
+    if (have_faiss) check_write("w_noresidual", index, &q, "IndexIVFPQ", pq_tol);
+    check_noresidual_add(index, &q);
+    if (simil_gpu_count() > 0) {
+        simil_index_destroy(index);
+        SML_ASSERT_OK(simil_index_load(&index, data_path("ivfpq_noresidual.faiss"), "gpu"));
+        check_noresidual_add(index, &q);
+    }
+    simil_index_destroy(index);
+    simil_matrix_free(&q);
+    free(d);
+    free(d2);
+    free(l);
+    free(l2);
+}
+
+/* IndexPreTransform with an OPQ rotation around an IVF-PQ: simil's OPQ. */
+static void test_read_opq(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    check_read("opq_ivfpq", "OPQ8_32,IVF16,PQ8x8", SIMIL_METRIC_L2, pq_tol);
+    check_read("idmap_opq_ivfpq4_ip", "OPQ8_16,IVF16,PQ8x4", SIMIL_METRIC_IP, pq_tol);
+}
+
+/* IndexHNSWFlat loads as Flat over its vectors: exact search, which the
+ * reference files hold (Faiss's IndexFlat over the same vectors). */
+static void test_read_hnsw(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    check_read("hnsw_l2", "Flat", SIMIL_METRIC_L2, flat_tol);
+    check_read("hnsw_ip", "Flat", SIMIL_METRIC_IP, flat_tol);
+    simil_index *index = NULL;
+    SML_ASSERT_OK(simil_index_load(&index, data_path("idmap_hnsw_empty.faiss"), "cpu"));
+    assert_int_equal(simil_index_size(index), 0);
+    simil_index_destroy(index);
+}
+
+/* Descriptions name every object read, also of files simil does not load. */
+static void expect_described(const char *file, const char *words)
+{
+    char text[512];
+    SML_ASSERT_OK(simil_faiss_describe(data_path(file), text, sizeof text));
+    if (strstr(text, words) == NULL) fail_msg("%s: '%s' does not say '%s'", file, text, words);
+}
+
+static void test_describe(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    expect_described("flat_l2.faiss", "IndexFlatL2: d=20, ntotal=1000, metric l2");
+    expect_described("idmap2_ivfflat.faiss",
+                     "IndexIDMap2 > IndexIVFFlat (nlist 16, nprobe 1): d=32, ntotal=3000");
+    expect_described("ivfflat_nprobe6.faiss", "(nlist 16, nprobe 6)");
+    expect_described("ivfpq4_l2.faiss", "IndexIVFPQ (nlist 16, nprobe 1, M 8, nbits 4, by_residual)");
+    expect_described("opq_ivfpq.faiss", "IndexPreTransform [LinearTransform 32 -> 32] > IndexIVFPQ");
+    expect_described("hnsw_l2.faiss", "IndexHNSWFlat (M 8, ");
+    expect_described("hnsw_l2.faiss", "> IndexFlatL2: d=16, ntotal=800");
+    expect_described("unsupported_hnswpq.faiss", "IndexHNSWPQ");
+    expect_described("unsupported_hnswpq.faiss", "d=16, ntotal=30, metric l2");
+    expect_described("unsupported_noresidual_ip.faiss", "by_residual = false");
+    expect_described("ivfpq_noresidual.faiss", "nbits 8, by_residual = false)");
+    expect_described("unsupported_pca.faiss", "IndexPreTransform [transform 'Pcam']");
+    expect_described("sq8_l2.faiss", "IndexScalarQuantizer (QT_8bit): d=24, ntotal=3000");
+    expect_described("ivfsqfp16_ip.faiss", "(nlist 16, nprobe 1, QT_fp16): d=24");
+    expect_described("unsupported_sq4.faiss", "IndexScalarQuantizer (QT_4bit)");
+    expect_described("unsupported_ivfsq_noresidual.faiss", "QT_8bit), by_residual = false");
+    /* a simil file is not a Faiss file; a missing file is an I/O error */
+    char text[64];
+    simil_index *index;
+    const char *own = sml_test_path("own.simil");
+    SML_ASSERT_OK(simil_index_create(&index, 4, "Flat", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_save(index, own));
+    simil_index_destroy(index);
+    SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_faiss_describe(own, text, sizeof text));
+    SML_ASSERT_STATUS(SIMIL_ERR_IO,
+                      simil_faiss_describe(sml_test_path("nothing-here"), text, sizeof text));
 }
 
 /* Scalar quantizers: simil decodes Faiss's codes to the same floats, so the
@@ -221,11 +383,12 @@ static void test_read_unsupported(void **state)
 {
     (void)state;
     REQUIRE_FILES();
-    expect_unsupported("unsupported_hnsw.faiss", "Faiss index type 'IHNf' (HNSW)");
-    expect_unsupported("unsupported_idmap_hnsw.faiss", "'IHNf'");
+    expect_unsupported("unsupported_hnswpq.faiss", "Faiss index type 'IHNp' (IndexHNSWPQ)");
     expect_unsupported("unsupported_pq.faiss", "'IxPq'");
-    expect_unsupported("unsupported_noresidual.faiss", "by_residual = false");
-    expect_unsupported("unsupported_nbits4.faiss", "nbits=4");
+    expect_unsupported("unsupported_noresidual_ip.faiss", "inner-product IndexIVFPQ with by_residual = false");
+    expect_unsupported("unsupported_nbits2.faiss", "nbits=2");
+    expect_unsupported("unsupported_pca.faiss", "'Pcam'");
+    expect_unsupported("unsupported_opq_ivfflat.faiss", "around a Faiss IVF-Flat index");
     expect_unsupported("unsupported_sq4.faiss", "scalar quantizer of type 1");
     expect_unsupported("unsupported_ivfsq_noresidual.faiss", "by_residual = false");
 }
@@ -297,6 +460,8 @@ static void test_read_damaged(void **state)
     for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) check_damage(tiny[i], 1, 1);
     /* most bytes of these are PQ codebooks: flip some of those */
     check_damage("tiny_ivfpq.faiss", 1, 7);
+    check_damage("tiny_hnsw.faiss", 1, 1);
+    check_damage("tiny_opq.faiss", 1, 7);
     check_damage("tiny_legacy_ivfpq.faiss", 1, 7);
     check_damage("idmap2_ivfflat.faiss", 997, 0);
     check_damage("ivfpq_l2.faiss", 101, 0);
@@ -391,6 +556,10 @@ static void test_write(void **state)
         {"w_ivfpq", "IVF16,PQ8x8", SIMIL_METRIC_L2, 1, "IndexIVFPQ", pq_tol},
         {"w_ivfpq_ip", "IVF16,PQ8x8", SIMIL_METRIC_IP, 0, "IndexIVFPQ", pq_tol},
         {"w_pq", "PQ6", SIMIL_METRIC_L2, 0, "IndexIVFPQ", pq_tol},
+        {"w_ivfpq4", "IVF16,PQ8x4", SIMIL_METRIC_L2, 1, "IndexIVFPQ", pq_tol},
+        {"w_ivfpq6_ip", "IVF16,PQ6x6", SIMIL_METRIC_IP, 0, "IndexIVFPQ", pq_tol},
+        {"w_opq", "OPQ6,IVF16,PQ6", SIMIL_METRIC_L2, 1, "IndexPreTransform", pq_tol},
+        {"w_opq4_ip", "OPQ4_12,IVF16,PQ4x4", SIMIL_METRIC_IP, 0, "IndexPreTransform", pq_tol},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         simil_index *index = built(cases[i].desc, cases[i].metric, x, cases[i].shuffle);
@@ -418,7 +587,8 @@ static void test_write_round_trip(void **state)
     sml_test_fill_uniform(q, WQ * WD, 80, -1, 1);
     simil_matrix qm = {.rows = WQ, .cols = WD, .dtype = SIMIL_DTYPE_FLOAT32, .data = q};
     const char *devices[] = {"cpu", "gpu"};
-    const char *descs[] = {"Flat", "IVF16,Flat", "IVF16,PQ6", "PQ4"};
+    const char *descs[] = {"Flat", "IVF16,Flat", "IVF16,PQ6", "PQ4", "IVF16,PQ6x5",
+                           "OPQ6_12,IVF16,PQ6x4"};
     const char *path = sml_test_path("round.faiss");
     float d[WQ * K], d2[WQ * K];
     int64_t l[WQ * K], l2[WQ * K];
@@ -430,7 +600,8 @@ static void test_write_round_trip(void **state)
             simil_index *index = built_on(devices[dev], descs[i], SIMIL_METRIC_L2, x, 1), *back;
             SML_ASSERT_OK(simil_index_save_faiss(index, path));
             SML_ASSERT_OK(simil_index_load(&back, path, "cpu"));
-            const char *want[] = {"Flat", "IVF16,Flat", "IVF16,PQ6x8", "IVF1,PQ4x8"};
+            const char *want[] = {"Flat", "IVF16,Flat", "IVF16,PQ6x8", "IVF1,PQ4x8",
+                                  "IVF16,PQ6x5", "OPQ6_12,IVF16,PQ6x4"};
             assert_string_equal(simil_index_description(back), want[i]);
             search(index, &qm, d, l);
             search(back, &qm, d2, l2);
@@ -440,6 +611,24 @@ static void test_write_round_trip(void **state)
         }
     free(x);
     free(q);
+}
+
+/* The index's default nprobe goes into the Faiss file and comes back. */
+static void test_write_nprobe(void **state)
+{
+    (void)state;
+    float *x = sml_test_malloc(sizeof(float) * WN * WD);
+    sml_test_fill_uniform(x, WN * WD, 81, -1, 1);
+    const char *path = sml_test_path("nprobe.faiss");
+    simil_index *index = built("IVF16,Flat", SIMIL_METRIC_L2, x, 0), *back;
+    assert_int_equal(simil_index_nprobe(index), 1);
+    SML_ASSERT_OK(simil_index_set_nprobe(index, 7));
+    SML_ASSERT_OK(simil_index_save_faiss(index, path));
+    SML_ASSERT_OK(simil_index_load(&back, path, "cpu"));
+    assert_int_equal(simil_index_nprobe(back), 7);
+    simil_index_destroy(back);
+    simil_index_destroy(index);
+    free(x);
 }
 
 static void test_write_errors(void **state)
@@ -452,10 +641,27 @@ static void test_write_errors(void **state)
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_save_faiss(index, NULL));
     SML_ASSERT_STATUS(SIMIL_ERR_NOT_TRAINED, simil_index_save_faiss(index, path));
     simil_index_destroy(index);
-    const char *refused[] = {"IVF4,PQ4x6", "OPQ4,IVF4,PQ4", "IVF4,PQ4,Refine"};
+    /* refused for what they are, before any training (simil_index_check_faiss) */
+    const struct {
+        const char *desc, *words;
+    } refused[] = {{"IVF4,PQ4,Refine", "IndexRefineFlat"},
+                   {"XFBQ", "no Faiss counterpart"},
+                   {"Shards2,IVF4,Flat", "IndexShards"},
+                   {"SQ8", "does not write them yet"},
+                   {"IVF4,SQfp16", "IndexIVFScalarQuantizer"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        SML_ASSERT_OK(simil_index_create(&index, 8, refused[i], SIMIL_METRIC_L2, "cpu"));
+        SML_ASSERT_OK(simil_index_create(&index, 8, refused[i].desc, SIMIL_METRIC_L2, "cpu"));
+        SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_index_check_faiss(index));
+        if (strstr(simil_last_error(), refused[i].words) == NULL)
+            fail_msg("%s: '%s' does not say '%s'", refused[i].desc, simil_last_error(),
+                     refused[i].words);
         SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_index_save_faiss(index, path));
+        simil_index_destroy(index);
+    }
+    const char *accepted[] = {"Flat", "IVF4,Flat", "IVF4,PQ4x6", "OPQ4,IVF4,PQ4", "PQ2x4"};
+    for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++) {
+        SML_ASSERT_OK(simil_index_create(&index, 8, accepted[i], SIMIL_METRIC_COSINE, "cpu"));
+        SML_ASSERT_OK(simil_index_check_faiss(index));
         simil_index_destroy(index);
     }
     struct stat st;
@@ -476,7 +682,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_flat),     cmocka_unit_test(test_read_ivf_flat),
         cmocka_unit_test(test_read_ivf_pq),   cmocka_unit_test(test_read_sq),
+        cmocka_unit_test(test_read_noresidual),
         cmocka_unit_test(test_read_unsupported),
+        cmocka_unit_test(test_read_nprobe),   cmocka_unit_test(test_write_nprobe),
+        cmocka_unit_test(test_read_opq),      cmocka_unit_test(test_read_hnsw),
+        cmocka_unit_test(test_describe),
         cmocka_unit_test(test_read_damaged),  cmocka_unit_test(test_write),
         cmocka_unit_test(test_write_round_trip), cmocka_unit_test(test_write_errors),
     };

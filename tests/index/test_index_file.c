@@ -129,6 +129,62 @@ static void test_truncated_and_damaged(void **state)
     SML_ASSERT_STATUS(SIMIL_ERR_IO, simil_index_load(&loaded, sml_test_tmpdir(), "cpu"));
 }
 
+/* The default nprobe: searches without one use it; it survives a save (a
+ * version 2 file), and an index without one is saved as version 1.  A
+ * version 2 file cut or flipped anywhere fails cleanly. */
+static void test_nprobe_default(void **state)
+{
+    (void)state;
+    enum { NB = 600, DIM = 8, NQ2 = 20, K2 = 10 };
+    float *x = sml_test_malloc(sizeof(float) * NB * DIM);
+    sml_test_fill_uniform(x, NB * DIM, 31, -1, 1);
+    simil_index *index, *loaded, *flat;
+    SML_ASSERT_OK(simil_index_create(&index, DIM, "IVF16,Flat", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_train(index, NB, x));
+    SML_ASSERT_OK(simil_index_add(index, NB, x, NULL));
+    const char *path = sml_test_path("nprobe.simil");
+    SML_ASSERT_OK(simil_index_save(index, path));
+    long size;
+    unsigned char *bytes = sml_test_read_file(path, &size);
+    assert_int_equal(bytes[8], 1); /* no default set: version 1 */
+    free(bytes);
+    assert_int_equal(simil_index_nprobe(index), 1);
+    SML_ASSERT_OK(simil_index_set_nprobe(index, 16));
+    assert_int_equal(simil_index_nprobe(index), 16);
+    /* nprobe 16 of 16 lists is exact: a search with no parameters is too */
+    float d1[NQ2 * K2], d2[NQ2 * K2];
+    int64_t l1[NQ2 * K2], l2[NQ2 * K2];
+    SML_ASSERT_OK(simil_index_create(&flat, DIM, "Flat", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_add(flat, NB, x, NULL));
+    SML_ASSERT_OK(simil_index_search(flat, NQ2, x, K2, NULL, d1, l1));
+    SML_ASSERT_OK(simil_index_search(index, NQ2, x, K2, NULL, d2, l2));
+    assert_memory_equal(l1, l2, sizeof l1);
+    SML_ASSERT_OK(simil_index_save(index, path));
+    bytes = sml_test_read_file(path, &size);
+    assert_int_equal(bytes[8], 2);
+    SML_ASSERT_OK(simil_index_load(&loaded, path, "cpu"));
+    assert_int_equal(simil_index_nprobe(loaded), 16);
+    SML_ASSERT_OK(simil_index_search(loaded, NQ2, x, K2, NULL, d2, l2));
+    assert_memory_equal(l1, l2, sizeof l1);
+    simil_index_destroy(loaded);
+    const char *bad = sml_test_path("nprobe-bad.simil");
+    for (long cut = size - 64; cut < size; cut++) {
+        sml_test_write_file(bad, bytes, cut);
+        SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_index_load(&loaded, bad, "cpu"));
+    }
+    free(bytes);
+    /* bad values; indexes without inverted lists have no nprobe */
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_set_nprobe(index, -1));
+    assert_int_equal(simil_index_nprobe(index), 16);
+    SML_ASSERT_OK(simil_index_set_nprobe(index, 0));
+    assert_int_equal(simil_index_nprobe(index), 1);
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_set_nprobe(flat, 4));
+    assert_int_equal(simil_index_nprobe(flat), 0);
+    simil_index_destroy(flat);
+    simil_index_destroy(index);
+    free(x);
+}
+
 static void test_failed_save_keeps_old_file(void **state)
 {
     (void)state;
@@ -285,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_empty_round_trip),
         cmocka_unit_test(test_truncated_and_damaged),
+        cmocka_unit_test(test_nprobe_default),
         cmocka_unit_test(test_failed_save_keeps_old_file),
         cmocka_unit_test(test_untrained_file_loads_small),
         cmocka_unit_test(test_disk_space),

@@ -118,7 +118,7 @@ static void test_train(void **state)
     SML_ASSERT_OK(simil_index_create(&xfbq, D, "XFBQ", SIMIL_METRIC_COSINE, "cpu:3"));
     SML_ASSERT_OK(simil_index_add(xfbq, N, x, NULL));
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_train(xfbq, N, x));
-    assert_non_null(strstr(simil_last_error(), "simil_index_reset"));
+    assert_non_null(strstr(simil_last_error(), "reset the index"));
     assert_int_equal(simil_index_size(xfbq), N);
     float d[K];
     int64_t l[K];

@@ -3,7 +3,7 @@
 #
 #   bash test_cli.sh PATH/TO/simil GROUP
 #
-# GROUP is one of usage, gen, flat, ivf, params, stream, errors (or all).  Results
+# GROUP is one of usage, gen, flat, ivf, params, stream, ann, errors (or all).  Results
 # are checked against oracles written here in Python (the generators of
 # docs/datasets.md, exact k-NN in float64), not against the tool's own output.  Every failure
 # prints the command, its exit status and its stderr; the script exits 1 if
@@ -240,6 +240,32 @@ test_flat() {
     out_has "file size: $(stat -c %s "$TMP/flat.idx") bytes"
     out_has "built with CUDA: "
     out_has "GPUs: "
+    out_has "format: simil"
+    out_has "loads: yes"
+    grep -q "^nprobe:" "$TMP/out" && fail "a Flat index has no nprobe: $(cat "$TMP/out")"
+    expect 0 "$SIMIL" info "$TMP/flat.idx" --json
+    py '
+r = json.load(sys.stdin)
+want = {"format": "simil", "loads": True, "description": "Flat", "metric": "l2", "dim": 24,
+        "size": 2000, "trained": True}
+check(all(r.get(k) == v for k, v in want.items()), "info --json: %r" % r)
+check(r["file_size"] > 0 and isinstance(r["gpus"], int) and "faiss" not in r, "info --json: %r" % r)
+' <"$TMP/out"
+    # A Faiss file of a type simil does not load is described, and exits 0.
+    py '
+head = b"IHNp" + struct.pack("<iqqq?i", 7, 3, 1 << 20, 1 << 20, True, 1)
+open(sys.argv[1], "wb").write(head + bytes(40))
+' "$TMP/hnswpq.faiss"
+    expect 0 "$SIMIL" info "$TMP/hnswpq.faiss"
+    out_has "format: faiss"
+    out_has "faiss: IndexHNSWPQ: d=7, ntotal=3, metric l2"
+    out_has "loads: no: "
+    expect 0 "$SIMIL" info "$TMP/hnswpq.faiss" --json
+    py '
+r = json.load(sys.stdin)
+check(r["format"] == "faiss" and r["loads"] is False and "IndexHNSWPQ" in r["why_not"], "%r" % r)
+check("description" not in r, "%r" % r)
+' <"$TMP/out"
 
     # Exact search, checked against the float64 oracle; the ids become ground truth.
     expect 0 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q.fvecs" -k 10 \
@@ -252,7 +278,7 @@ for key in ("backend", "n_queries", "k", "seconds", "qps"):
     check(key in r, "json lacks " + key)
 check(r["n_queries"] == 50 and r["k"] == 10, "json %r" % r)
 check(r["seconds"] > 0 and r["qps"] > 0, "json %r" % r)
-check("r_at_1" not in r and "recall_at_k" not in r, "recall without --gt: %r" % r)
+check(not any("recall" in key for key in r), "recall without --gt: %r" % r)
 ' <"$TMP/out"
     oracle_check "$TMP/base.fvecs" "$TMP/q.fvecs" "$TMP/gt.ivecs" "$TMP/d.fvecs" l2 10
 
@@ -260,16 +286,21 @@ check("r_at_1" not in r and "recall_at_k" not in r, "recall without --gt: %r" % 
         --gt "$TMP/gt.ivecs" --json --repeat 3 --threads 1
     py '
 r = json.load(sys.stdin)
-check(r["r_at_1"] == 1.0 and r["recall_at_k"] == 1.0, "Flat against its own ids: %r" % r)
+check(r["one_recall_at_1"] == 1.0 and r["one_recall_at_k"] == 1.0 and r["recall_k_at_k"] == 1.0,
+      "Flat against its own ids: %r" % r)
+check(r["recall_by"] == "id", "no distances, yet recall by %r" % r["recall_by"])
 ' <"$TMP/out"
     expect 0 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q.fvecs" --k=10 --gt "$TMP/gt.ivecs"
     out_has "backend: "
     out_has "queries: 50  k: 10"
     out_has "QPS: "
-    out_has "R@1: 1.0000  recall@10: 1.0000"
+    out_has "1-recall@1: 1.0000  1-recall@10: 1.0000  recall 10@10: 1.0000  (by id)"
 
     # Known recall: even queries keep true ranks 0-4 and get ranks 15-19,
-    # odd queries get ranks 15-24 only: R@1 = 0.5, recall@10 = 0.25.
+    # odd queries get ranks 15-24 only: 1-recall@1 = 1-recall@10 = 0.5,
+    # recall 10@10 = 0.25.  Counted by distance (--data, as ann-benchmarks),
+    # a result counts when it is no farther than the neighbour it stands for:
+    # exact results beat this made-up truth everywhere, so all three are 1.
     py '
 base, queries = read_vecs(sys.argv[1], "f"), read_vecs(sys.argv[2], "f")
 ranks = [[i for _, i in r] for r in knn(base, queries, 25, "l2")]
@@ -280,8 +311,16 @@ write_npy(sys.argv[3], rows, "<i8", "q")
         --gt "$TMP/fake_gt.npy" --json
     py '
 r = json.load(sys.stdin)
-check(abs(r["r_at_1"] - 0.5) < 1e-9 and abs(r["recall_at_k"] - 0.25) < 1e-9,
-      "want R@1 0.5, recall 0.25: %r" % r)
+check(abs(r["one_recall_at_1"] - 0.5) < 1e-9 and abs(r["one_recall_at_k"] - 0.5) < 1e-9
+      and abs(r["recall_k_at_k"] - 0.25) < 1e-9, "want 0.5, 0.5, 0.25: %r" % r)
+' <"$TMP/out"
+    expect 0 "$SIMIL" search --index "$TMP/flat.idx" --queries "$TMP/q.fvecs" -k 10 \
+        --gt "$TMP/fake_gt.npy" --data "$TMP/base.fvecs" --json
+    py '
+r = json.load(sys.stdin)
+check(r["recall_by"] == "distance", "--data given, yet recall by %r" % r["recall_by"])
+check(r["one_recall_at_1"] == 1.0 and r["one_recall_at_k"] == 1.0 and r["recall_k_at_k"] == 1.0,
+      "by distance, want 1, 1, 1: %r" % r)
 ' <"$TMP/out"
 
     # Ground truth that does not fit: fewer columns than k, other row count.
@@ -337,7 +376,7 @@ write_vecs(sys.argv[3], [[i for _, i in r] for r in knn(base, queries, 10, "l2")
     py '
 r = json.load(sys.stdin)
 check(r.get("params") == {"nprobe": 8}, "json params: %r" % r)
-check(r["r_at_1"] == 1.0 and r["recall_at_k"] >= 0.995, "IVF8,Flat nprobe 8: %r" % r)
+check(r["one_recall_at_1"] == 1.0 and r["recall_k_at_k"] >= 0.995, "IVF8,Flat nprobe 8: %r" % r)
 ' <"$TMP/out"
 
     # Trained on the data itself, capped.
@@ -346,7 +385,7 @@ check(r["r_at_1"] == 1.0 and r["recall_at_k"] >= 0.995, "IVF8,Flat nprobe 8: %r"
         --gt "$TMP/gt.ivecs" --json
     py '
 r = json.load(sys.stdin)
-check(r["recall_at_k"] >= 0.995, "IVF8,Flat trained on data, nprobe 8: %r" % r)
+check(r["recall_k_at_k"] >= 0.995, "IVF8,Flat trained on data, nprobe 8: %r" % r)
 ' <"$TMP/out"
 
     # Written as a Faiss file, it loads back (simil reads Faiss files) as exact at nprobe 8.
@@ -354,16 +393,31 @@ check(r["recall_at_k"] >= 0.995, "IVF8,Flat trained on data, nprobe 8: %r" % r)
         --device cpu --out "$TMP/ivf.faiss"
     expect 0 "$SIMIL" info "$TMP/ivf.faiss"
     out_has "description: IVF8,Flat"
+    out_has "format: faiss"
+    out_has "faiss: IndexIVFFlat (nlist 8, nprobe 1): d=16, ntotal=3000, metric l2"
+    out_has "nprobe: 1"
     expect 0 "$SIMIL" search --index "$TMP/ivf.faiss" --queries "$TMP/q.fvecs" -k 10 --nprobe 8 \
         --gt "$TMP/gt.ivecs" --json
     py '
 r = json.load(sys.stdin)
-check(r["recall_at_k"] >= 0.995, "IVF8,Flat from a Faiss file, nprobe 8: %r" % r)
+check(r["recall_k_at_k"] >= 0.995, "IVF8,Flat from a Faiss file, nprobe 8: %r" % r)
 ' <"$TMP/out"
     expect 2 "$SIMIL" build --data "$TMP/base.fvecs" --index Flat --format hnsw --out "$TMP/x.idx"
     err_has "--format"
     expect 1 "$SIMIL" build --data "$TMP/base.fvecs" --index XFBQ --format faiss --out "$TMP/x.faiss"
+    err_has "no Faiss counterpart"
     [ -e "$TMP/x.faiss" ] && fail "a refused Faiss export left $TMP/x.faiss"
+    # Refused before training: the training file is never opened.
+    expect 1 "$SIMIL" build --data "$TMP/base.fvecs" --index IVF8,PQ4,Refine --format faiss \
+        --train "$TMP/absent-train.fvecs" --out "$TMP/x.faiss"
+    err_has "IndexRefineFlat"
+    grep -q "absent-train" "$TMP/err" && fail "trained before refusing: $(cat "$TMP/err")"
+    # OPQ and PQ codes of fewer than 8 bits have Faiss counterparts.
+    expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index OPQ4,IVF8,PQ4x4 --format faiss \
+        --device cpu --out "$TMP/opq.faiss"
+    expect 0 "$SIMIL" info "$TMP/opq.faiss"
+    out_has "description: OPQ4_"
+    out_has ",IVF8,PQ4x4"
 
     # --progress reports each stage's end to a stderr that is not a terminal;
     # without it, such a stderr gets only the summary.
@@ -428,7 +482,7 @@ write_vecs(sys.argv[3], [[i for _, i in r] for r in knn(base, queries, 10, "l2")
     py '
 r = json.load(sys.stdin)
 check(r["params"] == {"nprobe": 16, "threads": 1, "extra_distance": 0.5}, "params %r" % r)
-check(r["recall_at_k"] >= 0.995, "IVF16,Flat at nprobe 16 of 16: %r" % r)
+check(r["recall_k_at_k"] >= 0.995, "IVF16,Flat at nprobe 16 of 16: %r" % r)
 ' <"$TMP/out"
     expect 0 "${S[@]}" --nprobe 2 --threads 1
     out_has "nprobe: 2  threads: 1"
@@ -440,7 +494,7 @@ check(r["recall_at_k"] >= 0.995, "IVF16,Flat at nprobe 16 of 16: %r" % r)
         local idx=$1; shift
         expect 0 "$SIMIL" search --index "$idx" --queries "$TMP/q.fvecs" -k 10 --device cpu \
             --gt "$TMP/gt.ivecs" --json "$@"
-        "${PYTHON:-python3}" -c 'import json, sys; print(json.load(sys.stdin)["recall_at_k"])' \
+        "${PYTHON:-python3}" -c 'import json, sys; print(json.load(sys.stdin)["recall_k_at_k"])' \
             <"$TMP/out" >"$TMP/recall"
     }
     expect 0 "$SIMIL" build --data "$TMP/base.fvecs" --index IVF16,PQ4,Refine --device cpu --out "$TMP/rf.idx"
@@ -486,7 +540,121 @@ for q in range(len(i1)):
     err_has "Flat does not use search parameter nprobe (it is for IVF indexes); it is ignored"
     err_has "Flat does not use search parameter lut"
     grep -q "parameter threads" "$TMP/err" && fail "threads warned for Flat"
-    py 'r = json.load(sys.stdin); check(r["recall_at_k"] >= 0.995, "Flat: %r" % r)' <"$TMP/out"
+    py 'r = json.load(sys.stdin); check(r["recall_k_at_k"] >= 0.995, "Flat: %r" % r)' <"$TMP/out"
+}
+
+# ---------------------------------------------------------------- ann
+# ann-benchmarks HDF5 files, written by make_ann_hdf5 ($SIMIL_MAKE_ANN): the
+# metric their "distance" attribute declares, FILE.hdf5 standing for its
+# datasets, and recall counted by distance where ties make ids ambiguous.
+test_ann() {
+    if [ -z "${SIMIL_MAKE_ANN:-}" ]; then
+        echo "SKIP [ann]: simil was built without HDF5"
+        exit 77
+    fi
+    # Angular data: norms from 0.1 to 10, so that l2 and cosine neighbours differ.
+    py '
+import random
+rnd = random.Random(5)
+def vec(): 
+    v = [rnd.gauss(0, 1) for _ in range(8)]
+    s = rnd.choice([0.1, 1.0, 10.0]) / math.sqrt(sum(x * x for x in v))
+    return [x * s for x in v]
+base, queries = [vec() for _ in range(400)], [vec() for _ in range(20)]
+def cos_dist(q, x):
+    return 1 - sum(a * b for a, b in zip(q, x)) / math.sqrt(sum(a * a for a in q) * sum(b * b for b in x))
+truth = [sorted((cos_dist(q, x), i) for i, x in enumerate(base))[:10] for q in queries]
+write_vecs(sys.argv[1], base, "f")
+write_vecs(sys.argv[2], queries, "f")
+write_vecs(sys.argv[3], [[i for _, i in t] for t in truth], "i")
+write_vecs(sys.argv[4], [[d for d, _ in t] for t in truth], "f")
+' "$TMP/ab.fvecs" "$TMP/aq.fvecs" "$TMP/an.ivecs" "$TMP/ad.fvecs"
+    expect 0 "$SIMIL_MAKE_ANN" "$TMP/ang.hdf5" angular train="$TMP/ab.fvecs" test="$TMP/aq.fvecs" \
+        neighbors="$TMP/an.ivecs" distances="$TMP/ad.fvecs"
+
+    # The file alone is its train set; no --metric: the file's, cosine.
+    expect 0 "$SIMIL" build --data "$TMP/ang.hdf5" --index Flat --device cpu --out "$TMP/ang.idx"
+    grep -q warning "$TMP/err" && fail "a warning without --metric: $(cat "$TMP/err")"
+    expect 0 "$SIMIL" info "$TMP/ang.idx"
+    out_has "metric: cosine"
+    out_has "size: 400"
+    expect 0 "$SIMIL" search --index "$TMP/ang.idx" --queries "$TMP/ang.hdf5" --gt "$TMP/ang.hdf5" \
+        -k 10 --json
+    py '
+r = json.load(sys.stdin)
+check(r["recall_by"] == "distance", "recall by %r" % r)
+check(r["one_recall_at_1"] == 1 and r["one_recall_at_k"] == 1 and r["recall_k_at_k"] == 1,
+      "exact cosine search of an angular file: %r" % r)
+' <"$TMP/out"
+    # The same through bench, which used to search angular files with l2.
+    expect 0 "$SIMIL" bench --data "$TMP/ang.hdf5" --index Flat --device cpu --out "$TMP/angb"
+    out_has "metric cosine"
+    py '
+import csv
+r = list(csv.DictReader(open(sys.argv[1] + "/results.csv")))[0]
+check(float(r["recall_k_at_k"]) == 1 and r["recall_by"] == "distance", "bench: %r" % r)
+' "$TMP/angb"
+
+    # An explicit --metric that contradicts the file: a warning, and its choice.
+    expect 0 "$SIMIL" build --data "$TMP/ang.hdf5:train" --index Flat --metric l2 --device cpu \
+        --out "$TMP/l2.idx"
+    err_has "warning: --metric l2 contradicts"
+    err_has "cosine"
+    expect 0 "$SIMIL" search --index "$TMP/l2.idx" --queries "$TMP/ang.hdf5" --gt "$TMP/ang.hdf5" \
+        -k 10 --json
+    err_has "warning: the index measures l2"
+    py '
+r = json.load(sys.stdin)
+check(r["recall_by"] == "id", "the file holds cosine distances; l2 recall by %r" % r)
+check(r["recall_k_at_k"] < 0.9, "l2 neighbours of angular data: %r" % r)
+' <"$TMP/out"
+    expect 0 "$SIMIL" bench --data "$TMP/ang.hdf5" --metric l2 --index Flat --device cpu \
+        --out "$TMP/angl2"
+    err_has "warning: --metric l2 contradicts"
+    out_has "metric l2"
+    "$SIMIL_MAKE_ANN" "$TMP/ham.hdf5" hamming train="$TMP/ab.fvecs" >/dev/null
+    expect 1 "$SIMIL" build --data "$TMP/ham.hdf5" --index Flat --out "$TMP/ham.idx"
+    err_has "hamming"
+
+    # Ties: every vector three times (ids i, i + 200, i + 400), the truth
+    # naming the last copies first.  Exact search returns the first copies
+    # first, so by id 1-recall@1 is about 0 (float32 distances of two copies
+    # may differ in the last bit) and recall 10@10 about 0.9 (the 10th slot
+    # holds one copy of the 4th nearest vector); by distance, as
+    # ann-benchmarks counts, all three are 1.
+    py '
+rows = read_vecs(sys.argv[1], "f")[:200]
+queries = read_vecs(sys.argv[2], "f")
+base = rows + rows + rows
+truth = [sorted((math.sqrt(sum((a - b) ** 2 for a, b in zip(q, x))), -i) for i, x in enumerate(base))[:10]
+         for q in queries]
+write_vecs(sys.argv[3], base, "f")
+write_vecs(sys.argv[4], [[-i for _, i in t] for t in truth], "i")
+write_vecs(sys.argv[5], [[d for d, _ in t] for t in truth], "f")
+' "$TMP/ab.fvecs" "$TMP/aq.fvecs" "$TMP/db.fvecs" "$TMP/dn.ivecs" "$TMP/dd.fvecs"
+    expect 0 "$SIMIL_MAKE_ANN" "$TMP/dup.hdf5" euclidean train="$TMP/db.fvecs" \
+        test="$TMP/aq.fvecs" neighbors="$TMP/dn.ivecs" distances="$TMP/dd.fvecs"
+    expect 0 "$SIMIL" build --data "$TMP/dup.hdf5" --index Flat --device cpu --out "$TMP/dup.idx"
+    expect 0 "$SIMIL" search --index "$TMP/dup.idx" --queries "$TMP/dup.hdf5" \
+        --gt "$TMP/dup.hdf5:neighbors" -k 10 --json
+    py '
+r = json.load(sys.stdin)
+check(r["recall_by"] == "distance" and r["recall_k_at_k"] == 1 and r["one_recall_at_1"] == 1,
+      "exact search of duplicates, by distance: %r" % r)
+' <"$TMP/out"
+    expect 0 "$SIMIL" search --index "$TMP/dup.idx" --queries "$TMP/aq.fvecs" --gt "$TMP/dn.ivecs" \
+        -k 10 --json
+    py '
+r = json.load(sys.stdin)
+check(r["recall_by"] == "id" and r["recall_k_at_k"] < 0.95 and r["one_recall_at_1"] <= 0.1,
+      "exact search of duplicates, by id: %r" % r)
+' <"$TMP/out"
+    expect 0 "$SIMIL" bench --data "$TMP/dup.hdf5" --index Flat --device cpu --out "$TMP/dupb"
+    py '
+import csv
+r = list(csv.DictReader(open(sys.argv[1] + "/results.csv")))[0]
+check(float(r["one_recall_at_1"]) == 1 and float(r["recall_k_at_k"]) == 1, "bench: %r" % r)
+' "$TMP/dupb"
 }
 
 # ---------------------------------------------------------------- stream
@@ -634,8 +802,8 @@ test_errors() {
 }
 
 case $GROUP in
-    usage | gen | flat | ivf | params | stream | errors) "test_$GROUP" ;;
-    all) for g in usage gen flat ivf params stream errors; do GROUP=$g; "test_$g"; done ;;
+    usage | gen | flat | ivf | params | stream | ann | errors) "test_$GROUP" ;;
+    all) for g in usage gen flat ivf params stream ann errors; do GROUP=$g; "test_$g"; done ;;
     *) echo "unknown group $GROUP" >&2; exit 2 ;;
 esac
 [ "$FAILS" -eq 0 ] || { echo "$FAILS check(s) failed in group $GROUP" >&2; exit 1; }
