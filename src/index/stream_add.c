@@ -226,7 +226,8 @@ static simil_status sml_add_ivf_pq(sml_add_job *j)
     simil_index *index = j->index;
     sml_ivf *ivf;
     struct sml_pq *pq;
-    sml_ivf_pq_parts(index, &ivf, &pq);
+    int by_residual; /* the encoding (sml_ivf_pq_encode) knows; placing does not */
+    sml_ivf_pq_parts(index, &ivf, &pq, &by_residual);
     sml_pq_store st = {0};
     int64_t *sizes = NULL;
     const int64_t ntotal = index->ntotal, next_id = index->next_id;
