@@ -1,0 +1,299 @@
+// join_kernel.cuh: the fused list join (cuda_join.cu): every block of a call
+// in one launch, no gathering, the top k kept per row in shared memory.
+//
+// The work is a list of items, each up to kRows rows of one block (rows are
+// contiguous in the list-ordered x).  One CTA of kThreads threads takes one
+// item and walks the block's candidate spans (its candidate lists, each a
+// contiguous range of rows of x, read in place) in tiles of kCols columns:
+//   - device: one CTA per item (grid = items);
+//   - block: the item's rows and a tile's columns go through shared memory
+//     kDepth dimensions at a time, transposed (rows_s[d][r], cols_s[d][c]);
+//   - warp w owns rows 4w .. 4w + 3 of the item: its lanes compute their 4 x 8
+//     dot products in fp32 (SIMT FMA, the same sums as the CPU's sgemm up to
+//     their order), and only warp w touches those rows' top-k lists, so the
+//     selection needs no CTA-wide synchronization;
+//   - thread: lane l holds columns 4l .. 4l + 3 and 128 + 4l .. 128 + 4l + 3
+//     (two float4 reads of cols_s per dimension, conflict-free).
+// Selection per row (a threshold and a sorted list, as the CPU's top-k): the
+// keys of the tile that can enter the list (key <= threshold) are inserted
+// one at a time by the warp, each insertion a binary rank and a shift of the
+// sorted (key, position) list in shared memory; after each insertion the
+// lanes drop their candidates above the new threshold.  While a row's list is
+// not yet full and k + 1 <= 32, the threshold is bounded by the (k + 1)-th
+// smallest of the 32 lanes' minima (k + 1 distinct keys are at most that), so
+// the first tile inserts about k + 1 keys instead of all 256.
+//
+// Keys as the CPU's: ||y||^2 - 2 <x, y> for L2 (||x||^2 added at the end,
+// clamped at 0), -<x, y> for IP; order (key, label), NaN never enters.
+#pragma once
+
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "cuda/cuda_util.cuh"
+
+namespace sml {
+namespace join {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerWarp = 4;
+constexpr int kRows = kWarps * kRowsPerWarp;  // rows per item
+constexpr int kColsPerLane = 8;
+constexpr int kCols = 32 * kColsPerLane;      // columns per tile
+constexpr int kDepth = 32;                    // dimensions per shared-memory step
+constexpr int kRowStride = kRows + 1;         // transposed stores conflict-free
+constexpr int kColStride = kCols + 4;         // keeps float4 reads 16-byte aligned
+
+// Up to kRows rows [row0, row0 + rows) of x, of the call's block `block`.
+struct Item {
+    int64_t block;
+    int64_t row0;
+    int64_t rows;
+};
+
+// Rows [src, src + rows) of x: one candidate list of a block.
+struct Span {
+    int64_t src;
+    int64_t rows;
+};
+
+struct Args {
+    const float *x;        // n x dim, list order
+    const float *norms;    // n (L2), NULL for IP
+    const int64_t *ids;    // n labels
+    int64_t dim;
+    int kk;                // results per row
+    const Item *items;
+    const int64_t *span_first;  // block i's spans are [span_first[i], span_first[i + 1])
+    const Span *spans;
+    int64_t first_row;     // row first_row of x is row 0 of the outputs
+    float *out_dist;       // rows x kk
+    int64_t *out_labels;
+};
+
+// Dynamic shared memory of a CTA: the two tiles, then kRows lists of kk
+// (key, position) pairs.
+inline size_t shared_bytes(int kk)
+{
+    return sizeof(float) * (size_t)(kDepth * kColStride + kDepth * kRowStride) +
+           (sizeof(float) + sizeof(int)) * (size_t)kRows * (size_t)kk;
+}
+
+// (ka, label of row pa) before (kb, label of row pb); labels are read only
+// on equal keys, which are rare.
+__device__ __forceinline__ bool before(float ka, int pa, float kb, int pb, const int64_t *ids)
+{
+    return ka < kb || (ka == kb && ids[pa] < ids[pb]);
+}
+
+// Ascending bitonic sort of one value per lane (no NaN: fminf and fmaxf
+// would duplicate the other value).
+__device__ __forceinline__ float warp_sort(float v, int lane)
+{
+#pragma unroll
+    for (int size = 2; size <= 32; size <<= 1)
+#pragma unroll
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            const float o = __shfl_xor_sync(kFullMask, v, stride);
+            const bool up = (lane & size) == 0, low = (lane & stride) == 0;
+            v = (low == up) ? fminf(v, o) : fmaxf(v, o);
+        }
+    return v;
+}
+
+// Warp: insert (key, pos) into the sorted list keys/pos of count entries
+// (capacity kk) unless it is not before the last of a full list.  Every
+// lane passes the same arguments.
+__device__ __forceinline__ void list_insert(float *keys, int *pos, int &count, int kk, float key,
+                                            int p, const int64_t *ids, int lane)
+{
+    const int cnt = count;
+    int rank = 0;
+    for (int b = 0; b < cnt; b += 32) {
+        const int e = b + lane;
+        const bool less = e < cnt && before(keys[e], pos[e], key, p, ids);
+        rank += __popc(__ballot_sync(kFullMask, less));
+    }
+    if (rank >= kk) return;
+    // entries [rank, last) move up one, top chunk first, so that no chunk
+    // overwrites entries that a lower chunk has yet to read
+    const int last = cnt < kk ? cnt : kk - 1;
+    for (int hi = last; hi > rank; hi -= 32) {
+        const int e = hi - 1 - lane;
+        const bool on = e >= rank;
+        float k2 = 0.0f;
+        int p2 = 0;
+        if (on) {
+            k2 = keys[e];
+            p2 = pos[e];
+        }
+        __syncwarp();
+        if (on) {
+            keys[e + 1] = k2;
+            pos[e + 1] = p2;
+        }
+        __syncwarp();
+    }
+    if (lane == 0) {
+        keys[rank] = key;
+        pos[rank] = p;
+    }
+    __syncwarp();
+    count = cnt < kk ? cnt + 1 : kk;
+}
+
+// Column of x's tile held in a lane's slot j.
+__device__ __forceinline__ int slot_col(int lane, int j)
+{
+    return (j < 4 ? 0 : kCols / 2 - 4) + 4 * lane + j;
+}
+
+// Warp: the keys of one row of the tile (v, a lane's 8 slots) into its list.
+__device__ __forceinline__ void row_select(const float (&v)[kColsPerLane], float *keys, int *pos,
+                                           int &count, int kk, int64_t col0, const int64_t *ids,
+                                           int lane)
+{
+    float thr = count == kk ? keys[kk - 1] : CUDART_INF_F;
+    if (count < kk && kk <= 32) {
+        float m = CUDART_INF_F;
+#pragma unroll
+        for (int j = 0; j < kColsPerLane; ++j) m = fminf(m, v[j]);  // NaN stays out: m <= +inf
+        thr = __shfl_sync(kFullMask, warp_sort(m, lane), kk - 1);
+    }
+    unsigned bits = 0;
+#pragma unroll
+    for (int j = 0; j < kColsPerLane; ++j)
+        if (v[j] <= thr) bits |= 1u << j;
+    for (;;) {
+        const unsigned any = __ballot_sync(kFullMask, bits != 0);
+        if (any == 0) break;
+        const int leader = __ffs(any) - 1;
+        const int j = bits ? __ffs(bits) - 1 : 0;
+        float mine = 0.0f;
+#pragma unroll
+        for (int t = 0; t < kColsPerLane; ++t)
+            if (t == j) mine = v[t];
+        const float key = __shfl_sync(kFullMask, mine, leader);
+        const int jl = __shfl_sync(kFullMask, j, leader);
+        if (lane == leader) bits &= bits - 1;
+        list_insert(keys, pos, count, kk, key, (int)(col0 + slot_col(leader, jl)), ids, lane);
+        if (count == kk) thr = fminf(thr, keys[kk - 1]);
+#pragma unroll
+        for (int t = 0; t < kColsPerLane; ++t)
+            if (!(v[t] <= thr)) bits &= ~(1u << t);
+    }
+}
+
+// CTA: rows_s and cols_s get dimensions [d0, d0 + kDepth) of the item's rows
+// and of `cols` columns from row c0 of x; zeros past their ends.
+__device__ __forceinline__ void load_tiles(const Args &a, const Item &it, int64_t c0, int cols,
+                                           int64_t d0, float *rows_s, float *cols_s)
+{
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int e = tid; e < kRows * kDepth; e += kThreads) {
+        const int r = e / kDepth, d = e % kDepth;
+        float v = 0.0f;
+        if (r < it.rows && d0 + d < a.dim) v = a.x[(it.row0 + r) * a.dim + d0 + d];
+        rows_s[d * kRowStride + r] = v;
+    }
+#pragma unroll 4
+    for (int e = tid; e < kCols * kDepth; e += kThreads) {
+        const int c = e / kDepth, d = e % kDepth;
+        float v = 0.0f;
+        if (c < cols && d0 + d < a.dim) v = a.x[(c0 + c) * a.dim + d0 + d];
+        cols_s[d * kColStride + c] = v;
+    }
+}
+
+// Grid: one CTA per item; kThreads threads; shared_bytes(a.kk) of dynamic
+// shared memory.
+__global__ void __launch_bounds__(kThreads, 2) join_kernel(Args a)
+{
+    extern __shared__ float4 smem4[];
+    float *cols_s = reinterpret_cast<float *>(smem4);
+    float *rows_s = cols_s + kDepth * kColStride;
+    float *keys_s = rows_s + kDepth * kRowStride;
+    int *pos_s = reinterpret_cast<int *>(keys_s + kRows * a.kk);
+    const Item it = a.items[blockIdx.x];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool l2 = a.norms != nullptr;
+    int count[kRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) count[i] = 0;
+
+    for (int64_t s = a.span_first[it.block]; s < a.span_first[it.block + 1]; ++s) {
+        const Span sp = a.spans[s];
+        for (int64_t c0 = sp.src; c0 < sp.src + sp.rows; c0 += kCols) {
+            const int cols = (int)min((int64_t)kCols, sp.src + sp.rows - c0);
+            float acc[kRowsPerWarp][kColsPerLane];
+#pragma unroll
+            for (int i = 0; i < kRowsPerWarp; ++i)
+#pragma unroll
+                for (int j = 0; j < kColsPerLane; ++j) acc[i][j] = 0.0f;
+            for (int64_t d0 = 0; d0 < a.dim; d0 += kDepth) {
+                __syncthreads();  // every warp is done with the last tiles
+                load_tiles(a, it, c0, cols, d0, rows_s, cols_s);
+                __syncthreads();
+#pragma unroll 8
+                for (int d = 0; d < kDepth; ++d) {
+                    float rv[kRowsPerWarp];
+#pragma unroll
+                    for (int i = 0; i < kRowsPerWarp; ++i)
+                        rv[i] = rows_s[d * kRowStride + warp * kRowsPerWarp + i];
+                    const float4 lo =
+                        *reinterpret_cast<const float4 *>(cols_s + d * kColStride + 4 * lane);
+                    const float4 hi = *reinterpret_cast<const float4 *>(
+                        cols_s + d * kColStride + kCols / 2 + 4 * lane);
+                    const float cv[kColsPerLane] = {lo.x, lo.y, lo.z, lo.w,
+                                                    hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+                    for (int i = 0; i < kRowsPerWarp; ++i)
+#pragma unroll
+                        for (int j = 0; j < kColsPerLane; ++j)
+                            acc[i][j] = fmaf(rv[i], cv[j], acc[i][j]);
+                }
+            }
+            // dot products to keys; columns past the tile get NaN, which
+            // never enters (+inf would, into a list not yet full)
+#pragma unroll
+            for (int j = 0; j < kColsPerLane; ++j) {
+                const int c = slot_col(lane, j);
+                const float yn = (l2 && c < cols) ? a.norms[c0 + c] : 0.0f;
+#pragma unroll
+                for (int i = 0; i < kRowsPerWarp; ++i)
+                    acc[i][j] = c >= cols ? CUDART_NAN_F
+                                          : (l2 ? fmaf(-2.0f, acc[i][j], yn) : -acc[i][j]);
+            }
+#pragma unroll
+            for (int i = 0; i < kRowsPerWarp; ++i) {
+                const int r = warp * kRowsPerWarp + i;
+                if (r >= it.rows) break;  // the same in every lane
+                row_select(acc[i], keys_s + r * a.kk, pos_s + r * a.kk, count[i], a.kk, c0,
+                           a.ids, lane);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int r = warp * kRowsPerWarp + i;
+        if (r >= it.rows) break;
+        const int64_t row = it.row0 + r, out = (row - a.first_row) * a.kk;
+        const float xn = l2 ? a.norms[row] : 0.0f;
+        for (int e = lane; e < a.kk; e += 32) {
+            float d = l2 ? CUDART_INF_F : -CUDART_INF_F;
+            int64_t label = -1;
+            if (e < count[i]) {
+                const float key = keys_s[r * a.kk + e];
+                d = l2 ? fmaxf(key + xn, 0.0f) : -key;
+                label = a.ids[pos_s[r * a.kk + e]];
+            }
+            a.out_dist[out + e] = d;
+            a.out_labels[out + e] = label;
+        }
+    }
+}
+
+}  // namespace join
+}  // namespace sml
