@@ -13,7 +13,10 @@
 //     their order), and only warp w touches those rows' top-k lists, so the
 //     selection needs no CTA-wide synchronization;
 //   - thread: lane l holds columns 4l .. 4l + 3 and 128 + 4l .. 128 + 4l + 3
-//     (two float4 reads of cols_s per dimension, conflict-free).
+//     (per dimension, two float4 reads of cols_s, conflict-free, and one
+//     broadcast float4 read of rows_s: 9 shared-memory wavefronts per 32
+//     FMAs, so shared memory, not the FMA units, bounds the tile loop at
+//     about 3/4 of the fp32 peak).
 // Selection per row (a threshold and a sorted list, as the CPU's top-k): the
 // keys of the tile that can enter the list (key <= threshold) are inserted
 // one at a time by the warp, each insertion a binary rank and a shift of the
@@ -42,8 +45,10 @@ constexpr int kRows = kWarps * kRowsPerWarp;  // rows per item
 constexpr int kColsPerLane = 8;
 constexpr int kCols = 32 * kColsPerLane;      // columns per tile
 constexpr int kDepth = 32;                    // dimensions per shared-memory step
-constexpr int kRowStride = kRows + 1;         // transposed stores conflict-free
-constexpr int kColStride = kCols + 4;         // keeps float4 reads 16-byte aligned
+constexpr int kRowStride = kRows + 4;         // float4 reads aligned, stores
+constexpr int kColStride = kCols + 4;         // conflict-free (tile_coord)
+static_assert(kColsPerLane == 8 && kRowsPerWarp == 4, "the float4 reads of the tile loop");
+static_assert(kDepth % 8 == 0 && kRows % 4 == 0 && kCols % 4 == 0, "tile_coord's 4 x 8 groups");
 
 // Up to kRows rows [row0, row0 + rows) of x, of the call's block `block`.
 struct Item {
@@ -185,22 +190,34 @@ __device__ __forceinline__ void row_select(const float (&v)[kColsPerLane], float
     }
 }
 
+// Element e of a tile of vectors x kDepth dimensions, for its load and
+// transposed store: lanes of a warp take 4 vectors x 8 dimensions (four
+// 32-byte sectors of x), and with a stride of (a multiple of 32) + 4 floats
+// their stores at d * stride + v fall in 32 different banks.
+__device__ __forceinline__ void tile_coord(int e, int *v, int *d)
+{
+    const int lane = e & 31, group = e >> 5;
+    *v = group / (kDepth / 8) * 4 + (lane & 3);
+    *d = group % (kDepth / 8) * 8 + (lane >> 2);
+}
+
 // CTA: rows_s and cols_s get dimensions [d0, d0 + kDepth) of the item's rows
 // and of `cols` columns from row c0 of x; zeros past their ends.
 __device__ __forceinline__ void load_tiles(const Args &a, const Item &it, int64_t c0, int cols,
                                            int64_t d0, float *rows_s, float *cols_s)
 {
-    const int tid = threadIdx.x;
 #pragma unroll
-    for (int e = tid; e < kRows * kDepth; e += kThreads) {
-        const int r = e / kDepth, d = e % kDepth;
+    for (int e = threadIdx.x; e < kRows * kDepth; e += kThreads) {
+        int r, d;
+        tile_coord(e, &r, &d);
         float v = 0.0f;
         if (r < it.rows && d0 + d < a.dim) v = a.x[(it.row0 + r) * a.dim + d0 + d];
         rows_s[d * kRowStride + r] = v;
     }
 #pragma unroll 4
-    for (int e = tid; e < kCols * kDepth; e += kThreads) {
-        const int c = e / kDepth, d = e % kDepth;
+    for (int e = threadIdx.x; e < kCols * kDepth; e += kThreads) {
+        int c, d;
+        tile_coord(e, &c, &d);
         float v = 0.0f;
         if (c < cols && d0 + d < a.dim) v = a.x[(c0 + c) * a.dim + d0 + d];
         cols_s[d * kColStride + c] = v;
@@ -238,10 +255,9 @@ __global__ void __launch_bounds__(kThreads, 2) join_kernel(Args a)
                 __syncthreads();
 #pragma unroll 8
                 for (int d = 0; d < kDepth; ++d) {
-                    float rv[kRowsPerWarp];
-#pragma unroll
-                    for (int i = 0; i < kRowsPerWarp; ++i)
-                        rv[i] = rows_s[d * kRowStride + warp * kRowsPerWarp + i];
+                    const float4 r4 = *reinterpret_cast<const float4 *>(
+                        rows_s + d * kRowStride + warp * kRowsPerWarp);
+                    const float rv[kRowsPerWarp] = {r4.x, r4.y, r4.z, r4.w};
                     const float4 lo =
                         *reinterpret_cast<const float4 *>(cols_s + d * kColStride + 4 * lane);
                     const float4 hi = *reinterpret_cast<const float4 *>(
