@@ -28,6 +28,39 @@
 namespace sml {
 namespace {
 
+// The work of a call (host): each block's spans (its nonempty candidate
+// lists), and the fused join's items.
+struct CallPlan {
+    std::vector<join::Item> items;
+    std::vector<join::Span> spans;
+    std::vector<int64_t> span_first;
+};
+
+simil_status plan_call(const sml_join_args *a, CallPlan *p)
+{
+    try {
+        for (int64_t b = a->block_begin; b < a->block_end; ++b) {
+            const size_t first = p->spans.size();
+            p->span_first.push_back((int64_t)first);
+            for (int64_t c = a->cand_offset[b]; c < a->cand_offset[b + 1]; ++c) {
+                const int64_t cl = a->cand_lists[c];
+                const int64_t rows = a->list_offset[cl + 1] - a->list_offset[cl];
+                if (rows > 0) p->spans.push_back(join::Span{a->list_offset[cl], rows});
+            }
+            const int64_t r0 = a->block_offset[b], r1 = a->block_offset[b + 1];
+            SML_RETURN_IF(r1 > r0 && p->spans.size() == first, SIMIL_ERR_INTERNAL,
+                          "list join: block %lld has rows but no candidates", (long long)b);
+            for (int64_t r = r0; r < r1; r += join::kRows)
+                p->items.push_back(
+                    join::Item{b - a->block_begin, r, std::min<int64_t>(join::kRows, r1 - r)});
+        }
+        p->span_first.push_back((int64_t)p->spans.size());
+    } catch (...) {
+        return sml_error(SIMIL_ERR_OUT_OF_MEMORY, "out of host memory for the list join's plan");
+    }
+    return SIMIL_OK;
+}
+
 // Rows [src, src + rows) of x go to rows [dst, dst + rows) of the gathered
 // block.
 struct Segment {
@@ -91,22 +124,17 @@ struct Plan {
     long long max_cols = 0;
 };
 
-simil_status plan_segments(const sml_join_args *a, Plan *p)
+simil_status plan_segments(const sml_join_args *a, const CallPlan &f, Plan *p)
 {
     try {
         for (int64_t b = a->block_begin; b < a->block_end; ++b) {
+            const size_t i = (size_t)(b - a->block_begin);
             p->first.push_back((long long)p->segs.size());
             long long cols = 0;
-            for (int64_t c = a->cand_offset[b]; c < a->cand_offset[b + 1]; ++c) {
-                const int64_t cl = a->cand_lists[c];
-                const long long rows = a->list_offset[cl + 1] - a->list_offset[cl];
-                if (rows == 0) continue;
-                p->segs.push_back(Segment{a->list_offset[cl], cols, rows});
-                cols += rows;
+            for (int64_t s = f.span_first[i]; s < f.span_first[i + 1]; ++s) {
+                p->segs.push_back(Segment{f.spans[s].src, cols, f.spans[s].rows});
+                cols += f.spans[s].rows;
             }
-            const long long own = a->block_offset[b + 1] - a->block_offset[b];
-            SML_RETURN_IF(own > 0 && cols == 0, SIMIL_ERR_INTERNAL,
-                          "list join: block %lld has rows but no candidates", (long long)b);
             p->cols.push_back(cols);
             if (cols > p->max_cols) p->max_cols = cols;
         }
@@ -174,13 +202,13 @@ simil_status join_block(Device *dev, const sml_join_args *a, const Shadow *shado
 }
 
 // Every block of the call searched in turn, the slow path for large k.
-simil_status search_join(Device *dev, const sml_join_args *a)
+simil_status search_join(Device *dev, const sml_join_args *a, const CallPlan &f)
 {
     const Shadow *shadow = static_cast<const Shadow *>(a->shadow);
     const long long first_row = a->block_offset[a->block_begin];
     const long long rows = a->block_offset[a->block_end] - first_row;
     Plan p;
-    SML_TRY(plan_segments(a, &p));
+    SML_TRY(plan_segments(a, f, &p));
     Gathered g{};
     simil_status s = gathered_alloc(a, shadow != nullptr, p.max_cols, p.segs.size(), rows, &g);
     if (s == SIMIL_OK)
@@ -213,39 +241,7 @@ simil_status search_join(Device *dev, const sml_join_args *a)
 
 // ---- the fused join ----
 
-// The fused join's work (host): items, and each block's spans.
-struct FusedPlan {
-    std::vector<join::Item> items;
-    std::vector<join::Span> spans;
-    std::vector<int64_t> span_first;
-};
-
-simil_status plan_fused(const sml_join_args *a, FusedPlan *p)
-{
-    try {
-        for (int64_t b = a->block_begin; b < a->block_end; ++b) {
-            const size_t first = p->spans.size();
-            p->span_first.push_back((int64_t)first);
-            for (int64_t c = a->cand_offset[b]; c < a->cand_offset[b + 1]; ++c) {
-                const int64_t cl = a->cand_lists[c];
-                const int64_t rows = a->list_offset[cl + 1] - a->list_offset[cl];
-                if (rows > 0) p->spans.push_back(join::Span{a->list_offset[cl], rows});
-            }
-            const int64_t r0 = a->block_offset[b], r1 = a->block_offset[b + 1];
-            SML_RETURN_IF(r1 > r0 && p->spans.size() == first, SIMIL_ERR_INTERNAL,
-                          "list join: block %lld has rows but no candidates", (long long)b);
-            for (int64_t r = r0; r < r1; r += join::kRows)
-                p->items.push_back(
-                    join::Item{b - a->block_begin, r, std::min<int64_t>(join::kRows, r1 - r)});
-        }
-        p->span_first.push_back((int64_t)p->spans.size());
-    } catch (...) {
-        return sml_error(SIMIL_ERR_OUT_OF_MEMORY, "out of host memory for the list join's plan");
-    }
-    return SIMIL_OK;
-}
-
-// Device copies of a FusedPlan, and the call's results.
+// Device copies of a CallPlan, and the call's results.
 struct FusedBuffers {
     join::Item *items;
     join::Span *spans;
@@ -263,7 +259,7 @@ void fused_free(FusedBuffers *f)
     device_free(f->labels);
 }
 
-simil_status fused_alloc(const FusedPlan &p, size_t out, FusedBuffers *f)
+simil_status fused_alloc(const CallPlan &p, size_t out, FusedBuffers *f)
 {
     SML_CUDA_TRY(device_malloc(&f->items, sizeof(join::Item) * p.items.size()));
     SML_CUDA_TRY(device_malloc(&f->spans, sizeof(join::Span) * std::max<size_t>(p.spans.size(), 1)));
@@ -283,7 +279,7 @@ simil_status fused_fits(Device *dev, int64_t kk, bool *fits)
     return SIMIL_OK;
 }
 
-simil_status fused_launch(Device *dev, const sml_join_args *a, const FusedPlan &p,
+simil_status fused_launch(Device *dev, const sml_join_args *a, const CallPlan &p,
                           const FusedBuffers &f, int64_t first_row)
 {
     cudaStream_t st = dev->stream[0];
@@ -314,12 +310,10 @@ simil_status fused_launch(Device *dev, const sml_join_args *a, const FusedPlan &
     return SIMIL_OK;
 }
 
-simil_status fused_join(Device *dev, const sml_join_args *a)
+simil_status fused_join(Device *dev, const sml_join_args *a, const CallPlan &p)
 {
     const int64_t first_row = a->block_offset[a->block_begin];
     const size_t out = (size_t)(a->block_offset[a->block_end] - first_row) * (size_t)a->k;
-    FusedPlan p;
-    SML_TRY(plan_fused(a, &p));
     SML_RETURN_IF(p.items.size() >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
                   "a GPU list join call takes fewer than 2^31 pieces of rows");
     FusedBuffers f{};
@@ -350,7 +344,9 @@ simil_status join_locked(Device *dev, const sml_join_args *a)
     if (a->block_offset[a->block_end] == a->block_offset[a->block_begin]) return SIMIL_OK;
     bool fits = false;
     SML_TRY(fused_fits(dev, a->k, &fits));
-    return fits ? fused_join(dev, a) : search_join(dev, a);
+    CallPlan p;
+    SML_TRY(plan_call(a, &p));
+    return fits ? fused_join(dev, a, p) : search_join(dev, a, p);
 }
 
 }  // namespace
