@@ -55,6 +55,18 @@ simil_status plan_call(const sml_join_args *a, CallPlan *p)
                     join::Item{b - a->block_begin, r, std::min<int64_t>(join::kRows, r1 - r)});
         }
         p->span_first.push_back((int64_t)p->spans.size());
+        // the longest items first, so that the last CTAs of the launch are
+        // short ones (the stray-probe blocks of a list have few rows and many
+        // candidates); stable, so a block's items stay together and share
+        // its candidates in L2
+        std::vector<int64_t> cols(p->span_first.size() - 1, 0);
+        for (size_t i = 0; i + 1 < p->span_first.size(); ++i)
+            for (int64_t s = p->span_first[i]; s < p->span_first[i + 1]; ++s)
+                cols[i] += p->spans[(size_t)s].rows;
+        std::stable_sort(p->items.begin(), p->items.end(),
+                         [&cols](const join::Item &u, const join::Item &v) {
+                             return cols[(size_t)u.block] > cols[(size_t)v.block];
+                         });
     } catch (...) {
         return sml_error(SIMIL_ERR_OUT_OF_MEMORY, "out of host memory for the list join's plan");
     }
