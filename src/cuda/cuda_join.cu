@@ -309,7 +309,7 @@ simil_status fused_launch(Device *dev, const sml_join_args *a, const CallPlan &p
     args.x = a->x;
     args.norms = a->metric == SIMIL_METRIC_L2 ? a->norms : nullptr;
     args.ids = a->ids;
-    args.dim = a->dim;
+    args.dim = (int)a->dim;
     args.kk = (int)a->k;
     args.items = f.items;
     args.span_first = f.span_first;

@@ -44,7 +44,7 @@ constexpr int kRowsPerWarp = 4;
 constexpr int kRows = kWarps * kRowsPerWarp;  // rows per item
 constexpr int kColsPerLane = 8;
 constexpr int kCols = 32 * kColsPerLane;      // columns per tile
-constexpr int kDepth = 32;                    // dimensions per shared-memory step
+constexpr int kDepth = 16;                    // dimensions per shared-memory step
 constexpr int kRowStride = kRows + 4;         // float4 reads aligned, stores
 constexpr int kColStride = kCols + 4;         // conflict-free (tile_coord)
 static_assert(kColsPerLane == 8 && kRowsPerWarp == 4, "the float4 reads of the tile loop");
@@ -67,7 +67,7 @@ struct Args {
     const float *x;        // n x dim, list order
     const float *norms;    // n (L2), NULL for IP
     const int64_t *ids;    // n labels
-    int64_t dim;
+    int dim;               // < 2^31, as n
     int kk;                // results per row
     const Item *items;
     const int64_t *span_first;  // block i's spans are [span_first[i], span_first[i + 1])
@@ -201,31 +201,115 @@ __device__ __forceinline__ void tile_coord(int e, int *v, int *d)
     *d = group % (kDepth / 8) * 8 + (lane >> 2);
 }
 
-// CTA: rows_s and cols_s get dimensions [d0, d0 + kDepth) of the item's rows
-// and of `cols` columns from row c0 of x; zeros past their ends.
-__device__ __forceinline__ void load_tiles(const Args &a, const Item &it, int64_t c0, int cols,
-                                           int64_t d0, float *rows_s, float *cols_s)
+constexpr int kRowLoads = kRows * kDepth / kThreads;  // per thread and step
+constexpr int kColLoads = kCols * kDepth / kThreads;
+static_assert(kRows * kDepth % kThreads == 0 && kCols * kDepth % kThreads == 0, "even loads");
+
+// One step of the tile loop: dimensions [d0, d0 + kDepth) of the columns
+// [c0, c0 + cols) of x, cols <= kCols, from span s of the item's block
+// (32-bit: the caller holds fewer than 2^31 rows, spans and dimensions).
+struct Step {
+    int s;
+    int c0;
+    int d0;
+    int cols;
+};
+
+// The step after t; t.s reaches `end` after the last one.
+__device__ __forceinline__ Step next_step(const Args &a, Step t, int end)
+{
+    t.d0 += kDepth;
+    if (t.d0 < a.dim) return t;
+    t.d0 = 0;
+    Span sp = a.spans[t.s];
+    t.c0 += kCols;
+    if (t.c0 >= sp.src + sp.rows) {
+        if (++t.s == end) return t;
+        sp = a.spans[t.s];
+        t.c0 = (int)sp.src;
+    }
+    t.cols = (int)min((int64_t)kCols, sp.src + sp.rows - t.c0);
+    return t;
+}
+
+__device__ __forceinline__ Step first_step(const Args &a, int s, int end)
+{
+    Step t{s, 0, 0, 0};
+    if (s < end) {
+        const Span sp = a.spans[s];
+        t.c0 = (int)sp.src;
+        t.cols = (int)min((int64_t)kCols, sp.rows);
+    }
+    return t;
+}
+
+// Thread: its elements of step t's tiles into registers (zeros past the
+// ends), loaded while the CTA computes the step before.
+__device__ __forceinline__ void fetch(const Args &a, const Item &it, const Step &t,
+                                      float (&pr)[kRowLoads], float (&pc)[kColLoads])
 {
 #pragma unroll
-    for (int e = threadIdx.x; e < kRows * kDepth; e += kThreads) {
+    for (int m = 0; m < kRowLoads; ++m) {
         int r, d;
-        tile_coord(e, &r, &d);
-        float v = 0.0f;
-        if (r < it.rows && d0 + d < a.dim) v = a.x[(it.row0 + r) * a.dim + d0 + d];
-        rows_s[d * kRowStride + r] = v;
+        tile_coord((int)threadIdx.x + m * kThreads, &r, &d);
+        pr[m] = (r < it.rows && t.d0 + d < a.dim)
+                    ? a.x[(it.row0 + r) * a.dim + t.d0 + d]
+                    : 0.0f;
     }
-#pragma unroll 4
-    for (int e = threadIdx.x; e < kCols * kDepth; e += kThreads) {
+#pragma unroll
+    for (int m = 0; m < kColLoads; ++m) {
         int c, d;
-        tile_coord(e, &c, &d);
-        float v = 0.0f;
-        if (c < cols && d0 + d < a.dim) v = a.x[(c0 + c) * a.dim + d0 + d];
-        cols_s[d * kColStride + c] = v;
+        tile_coord((int)threadIdx.x + m * kThreads, &c, &d);
+        pc[m] = (c < t.cols && t.d0 + d < a.dim)
+                    ? a.x[(int64_t)(t.c0 + c) * a.dim + t.d0 + d]
+                    : 0.0f;
+    }
+}
+
+// Thread: the fetched elements to rows_s and cols_s, transposed.
+__device__ __forceinline__ void store(const float (&pr)[kRowLoads], const float (&pc)[kColLoads],
+                                      float *rows_s, float *cols_s)
+{
+#pragma unroll
+    for (int m = 0; m < kRowLoads; ++m) {
+        int r, d;
+        tile_coord((int)threadIdx.x + m * kThreads, &r, &d);
+        rows_s[d * kRowStride + r] = pr[m];
+    }
+#pragma unroll
+    for (int m = 0; m < kColLoads; ++m) {
+        int c, d;
+        tile_coord((int)threadIdx.x + m * kThreads, &c, &d);
+        cols_s[d * kColStride + c] = pc[m];
+    }
+}
+
+// Warp: acc[i][j] += <row 4w + i, column slot_col(lane, j)> over the kDepth
+// dimensions in shared memory.
+__device__ __forceinline__ void tile_fma(const float *rows_s, const float *cols_s, int warp,
+                                         int lane, float (&acc)[kRowsPerWarp][kColsPerLane])
+{
+#pragma unroll 8
+    for (int d = 0; d < kDepth; ++d) {
+        const float4 r4 =
+            *reinterpret_cast<const float4 *>(rows_s + d * kRowStride + warp * kRowsPerWarp);
+        const float rv[kRowsPerWarp] = {r4.x, r4.y, r4.z, r4.w};
+        const float4 lo = *reinterpret_cast<const float4 *>(cols_s + d * kColStride + 4 * lane);
+        const float4 hi =
+            *reinterpret_cast<const float4 *>(cols_s + d * kColStride + kCols / 2 + 4 * lane);
+        const float cv[kColsPerLane] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i)
+#pragma unroll
+            for (int j = 0; j < kColsPerLane; ++j) acc[i][j] = fmaf(rv[i], cv[j], acc[i][j]);
     }
 }
 
 // Grid: one CTA per item; kThreads threads; shared_bytes(a.kk) of dynamic
-// shared memory.
+// shared memory.  The steps of all the item's spans form one loop, so that
+// the next step's loads (the next tile's first, at a tile's last step) are
+// in flight while this one computes; they reach shared memory before the
+// selection, which then needs no registers for them.
 __global__ void __launch_bounds__(kThreads, 2) join_kernel(Args a)
 {
     extern __shared__ float4 smem4[];
@@ -240,56 +324,51 @@ __global__ void __launch_bounds__(kThreads, 2) join_kernel(Args a)
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) count[i] = 0;
 
-    for (int64_t s = a.span_first[it.block]; s < a.span_first[it.block + 1]; ++s) {
-        const Span sp = a.spans[s];
-        for (int64_t c0 = sp.src; c0 < sp.src + sp.rows; c0 += kCols) {
-            const int cols = (int)min((int64_t)kCols, sp.src + sp.rows - c0);
-            float acc[kRowsPerWarp][kColsPerLane];
+    const int end = (int)a.span_first[it.block + 1];
+    Step t = first_step(a, (int)a.span_first[it.block], end);
+    float pr[kRowLoads], pc[kColLoads];
+    if (t.s < end) {
+        fetch(a, it, t, pr, pc);
+        store(pr, pc, rows_s, cols_s);
+    }
+    __syncthreads();
+    float acc[kRowsPerWarp][kColsPerLane];
+    while (t.s < end) {
+        const Step u = next_step(a, t, end);
+        if (u.s < end) fetch(a, it, u, pr, pc);  // in flight during the FMAs
+        if (t.d0 == 0) {
 #pragma unroll
             for (int i = 0; i < kRowsPerWarp; ++i)
 #pragma unroll
                 for (int j = 0; j < kColsPerLane; ++j) acc[i][j] = 0.0f;
-            for (int64_t d0 = 0; d0 < a.dim; d0 += kDepth) {
-                __syncthreads();  // every warp is done with the last tiles
-                load_tiles(a, it, c0, cols, d0, rows_s, cols_s);
-                __syncthreads();
-#pragma unroll 8
-                for (int d = 0; d < kDepth; ++d) {
-                    const float4 r4 = *reinterpret_cast<const float4 *>(
-                        rows_s + d * kRowStride + warp * kRowsPerWarp);
-                    const float rv[kRowsPerWarp] = {r4.x, r4.y, r4.z, r4.w};
-                    const float4 lo =
-                        *reinterpret_cast<const float4 *>(cols_s + d * kColStride + 4 * lane);
-                    const float4 hi = *reinterpret_cast<const float4 *>(
-                        cols_s + d * kColStride + kCols / 2 + 4 * lane);
-                    const float cv[kColsPerLane] = {lo.x, lo.y, lo.z, lo.w,
-                                                    hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-                    for (int i = 0; i < kRowsPerWarp; ++i)
-#pragma unroll
-                        for (int j = 0; j < kColsPerLane; ++j)
-                            acc[i][j] = fmaf(rv[i], cv[j], acc[i][j]);
-                }
-            }
-            // dot products to keys; columns past the tile get NaN, which
-            // never enters (+inf would, into a list not yet full)
+        }
+        tile_fma(rows_s, cols_s, warp, lane, acc);
+        __syncthreads();  // every warp is done with t's tiles
+        if (u.s < end) store(pr, pc, rows_s, cols_s);
+        __syncthreads();
+        if (u.d0 == 0) {
+            // the tile is done: dot products to keys; columns past the tile
+            // get NaN, which never enters (+inf would, into a list not yet
+            // full)
 #pragma unroll
             for (int j = 0; j < kColsPerLane; ++j) {
                 const int c = slot_col(lane, j);
-                const float yn = (l2 && c < cols) ? a.norms[c0 + c] : 0.0f;
+                const float yn = (l2 && c < t.cols) ? a.norms[t.c0 + c] : 0.0f;
 #pragma unroll
                 for (int i = 0; i < kRowsPerWarp; ++i)
-                    acc[i][j] = c >= cols ? CUDART_NAN_F
-                                          : (l2 ? fmaf(-2.0f, acc[i][j], yn) : -acc[i][j]);
+                    acc[i][j] = c >= t.cols
+                                    ? CUDART_NAN_F
+                                    : (l2 ? fmaf(-2.0f, acc[i][j], yn) : -acc[i][j]);
             }
 #pragma unroll
             for (int i = 0; i < kRowsPerWarp; ++i) {
                 const int r = warp * kRowsPerWarp + i;
                 if (r >= it.rows) break;  // the same in every lane
-                row_select(acc[i], keys_s + r * a.kk, pos_s + r * a.kk, count[i], a.kk, c0,
+                row_select(acc[i], keys_s + r * a.kk, pos_s + r * a.kk, count[i], a.kk, t.c0,
                            a.ids, lane);
             }
         }
+        t = u;
     }
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
