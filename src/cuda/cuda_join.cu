@@ -326,8 +326,10 @@ simil_status fused_join(Device *dev, const sml_join_args *a, const CallPlan &p)
 {
     const int64_t first_row = a->block_offset[a->block_begin];
     const size_t out = (size_t)(a->block_offset[a->block_end] - first_row) * (size_t)a->k;
-    SML_RETURN_IF(p.items.size() >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
-                  "a GPU list join call takes fewer than 2^31 pieces of rows");
+    SML_RETURN_IF(p.items.size() >= INT32_MAX || p.spans.size() >= INT32_MAX,
+                  SIMIL_ERR_UNSUPPORTED,
+                  "a GPU list join call takes fewer than 2^31 pieces of rows and candidate "
+                  "lists");
     FusedBuffers f{};
     simil_status s = fused_alloc(p, out, &f);
     if (s == SIMIL_OK) s = fused_launch(dev, a, p, f, first_row);

@@ -4,8 +4,8 @@
  *     candidates than k, candidates from one row to thousands, several calls
  *     over block ranges, L2, IP and cosine (IP of normalized rows), odd
  *     dimensions, k from 1 to past 32 (the fused kernel's first-tile bound
- *     stops there) and past what its shared memory holds (k = 800: the
- *     per-block exact search, with the fp16 shadow and without);
+ *     stops there) and past what its shared memory holds (k = 1000:
+ *     the per-block exact search, with the fp16 shadow and without);
  *   - whole graphs: the exact graph (Flat) against the float64 reference, and
  *     IVF joins whose rows are never worse than the GPU's per-query search
  *     with the same index and nprobe, and whose quality is at least its. */
@@ -186,7 +186,7 @@ static void test_op(void **state)
             check_op(20, 300, 3, 40, 32, metrics[m], shadow, 0, 7);
             check_op(20, 300, 3, 40, 33, metrics[m], shadow, 0, 7);
             check_op(10, 600, 2, 24, 200, metrics[m], shadow, 0, 8);
-            check_op(6, 900, 1, 16, 800, metrics[m], shadow, 0, 9);    /* the per-block search */
+            check_op(6, 1200, 1, 16, 1000, metrics[m], shadow, 0, 9); /* the per-block search */
             if (!quick) check_op(8, 5000, 7, 784, 64, metrics[m], shadow, 0, 4);
             if (m < 2) {
                 check_op(15, 400, 3, 8, 11, metrics[m], shadow, 1, 10);
