@@ -19,12 +19,14 @@
 //     about 3/4 of the fp32 peak).
 // Selection per row (a threshold and a sorted list, as the CPU's top-k): the
 // keys of the tile that can enter the list (key <= threshold) are inserted
-// one at a time by the warp, each insertion a binary rank and a shift of the
-// sorted (key, position) list in shared memory; after each insertion the
-// lanes drop their candidates above the new threshold.  While a row's list is
-// not yet full and k + 1 <= 32, the threshold is bounded by the (k + 1)-th
-// smallest of the 32 lanes' minima (k + 1 distinct keys are at most that), so
-// the first tile inserts about k + 1 keys instead of all 256.
+// one at a time by the warp, each insertion a rank (a warp-wide count) and
+// a shift of the sorted (key, position) list in shared memory; after each
+// insertion the lanes drop their candidates above the new threshold.  While
+// a row's list is not yet full and k + 1 <= 32, the threshold is bounded by
+// the (k + 1)-th smallest of the 32 lanes' minima (k + 1 distinct keys are at
+// most that), so the first tile inserts about k + 1 keys instead of all 256.
+// Each thread loads the next step's tile elements into registers while the
+// CTA computes the current step.
 //
 // Keys as the CPU's: ||y||^2 - 2 <x, y> for L2 (||x||^2 added at the end,
 // clamped at 0), -<x, y> for IP; order (key, label), NaN never enters.
