@@ -73,6 +73,29 @@ simil_status plan_call(const sml_join_args *a, CallPlan *p)
     return SIMIL_OK;
 }
 
+// The call's results (rows x k on stream 0, the blocks' rows in order) to
+// the host, if s is SIMIL_OK; then waits for stream 0, also after a failure,
+// so that the caller may free what its kernels still read.
+simil_status results_home(Device *dev, const sml_join_args *a, const float *dist,
+                          const int64_t *labels, simil_status s)
+{
+    const int64_t first_row = a->block_offset[a->block_begin];
+    const size_t out = (size_t)(a->block_offset[a->block_end] - first_row) * (size_t)a->k;
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaMemcpyAsync(a->distances + first_row * a->k, dist,
+                                        sizeof(float) * out, cudaMemcpyDeviceToHost,
+                                        dev->stream[0]),
+                        "list join results", __FILE__, __LINE__);
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaMemcpyAsync(a->labels + first_row * a->k, labels,
+                                        sizeof(int64_t) * out, cudaMemcpyDeviceToHost,
+                                        dev->stream[0]),
+                        "list join results", __FILE__, __LINE__);
+    const simil_status sync = cuda_status(cudaStreamSynchronize(dev->stream[0]), "list join",
+                                          __FILE__, __LINE__);
+    return s == SIMIL_OK ? sync : s;
+}
+
 // Rows [src, src + rows) of x go to rows [dst, dst + rows) of the gathered
 // block.
 struct Segment {
@@ -232,21 +255,7 @@ simil_status search_join(Device *dev, const sml_join_args *a, const CallPlan &f)
     // the block that the last search read
     for (int64_t b = a->block_begin; b < a->block_end && s == SIMIL_OK; ++b)
         s = join_block(dev, a, shadow, g, p, b);
-    const size_t out = (size_t)rows * (size_t)a->k;
-    if (s == SIMIL_OK)
-        s = cuda_status(cudaMemcpyAsync(a->distances + first_row * a->k, g.dist,
-                                        sizeof(float) * out, cudaMemcpyDeviceToHost,
-                                        dev->stream[0]),
-                        "list join results", __FILE__, __LINE__);
-    if (s == SIMIL_OK)
-        s = cuda_status(cudaMemcpyAsync(a->labels + first_row * a->k, g.labels,
-                                        sizeof(int64_t) * out, cudaMemcpyDeviceToHost,
-                                        dev->stream[0]),
-                        "list join results", __FILE__, __LINE__);
-    // wait before freeing, also after a failure (the gathers may still run)
-    const simil_status sync = cuda_status(cudaStreamSynchronize(dev->stream[0]),
-                                          "list join", __FILE__, __LINE__);
-    if (s == SIMIL_OK) s = sync;
+    s = results_home(dev, a, g.dist, g.labels, s);
     gathered_free(&g);
     return s;
 }
@@ -333,20 +342,7 @@ simil_status fused_join(Device *dev, const sml_join_args *a, const CallPlan &p)
     FusedBuffers f{};
     simil_status s = fused_alloc(p, out, &f);
     if (s == SIMIL_OK) s = fused_launch(dev, a, p, f, first_row);
-    if (s == SIMIL_OK)
-        s = cuda_status(cudaMemcpyAsync(a->distances + first_row * a->k, f.dist,
-                                        sizeof(float) * out, cudaMemcpyDeviceToHost,
-                                        dev->stream[0]),
-                        "list join results", __FILE__, __LINE__);
-    if (s == SIMIL_OK)
-        s = cuda_status(cudaMemcpyAsync(a->labels + first_row * a->k, f.labels,
-                                        sizeof(int64_t) * out, cudaMemcpyDeviceToHost,
-                                        dev->stream[0]),
-                        "list join results", __FILE__, __LINE__);
-    // wait before freeing, also after a failure (the kernel may still run)
-    const simil_status sync = cuda_status(cudaStreamSynchronize(dev->stream[0]), "list join",
-                                          __FILE__, __LINE__);
-    if (s == SIMIL_OK) s = sync;
+    s = results_home(dev, a, f.dist, f.labels, s);
     fused_free(&f);
     return s;
 }
