@@ -1,24 +1,100 @@
 // cuda_join.cu: the join of inverted lists on the GPU (sml_join_args), for
 // k-NN graphs (algo/knn_join.h).
 //
-// Each block (a list, or part of one) is one exact search: its rows are the
-// queries, and the rows of its candidate lists, gathered into one contiguous
-// buffer with their norms, labels and fp16 shadow rows, are the base.  The search is the exact
-// search's own (knn_locked, cuda_knn.cu): fp16 tensor-core GEMM tiles, the
-// fused k-selection, and the exact fp32 re-check with its proven bound, so a
-// row's k best among its candidates are exact, as on the CPU.  The gathered
-// shadow keeps the whole matrix's largest norm, which only loosens the bound.
+// The fused join (join_kernel.cuh) does every block of a call in one launch:
+// the work list (items of up to 32 rows of a block) and each block's
+// candidate spans (its candidate lists, contiguous rows of the list-ordered
+// x, read in place) go up, one kernel computes fp32 distances tile by tile
+// and keeps each row's k best (key, label) in shared memory, and the results
+// come back in one copy: the blocks' rows are contiguous in x, and so are
+// theirs.  A row's k best among its candidates are exact, as on the CPU.
 //
-// Results stay on the GPU until every block of the call is done, then come
-// back in one copy: the blocks' rows are contiguous in x, and so are theirs.
+// Where k is too large for the fused kernel's lists to fit in shared memory,
+// each block is one exact search instead: its rows are the queries, and the
+// rows of its candidate lists, gathered into one contiguous buffer with their
+// norms, labels and fp16 shadow rows, are the base.  The search is the exact
+// search's own (knn_locked, cuda_knn.cu): fp16 tensor-core GEMM tiles, the
+// fused k-selection, and the exact fp32 re-check with its proven bound.  The
+// gathered shadow keeps the whole matrix's largest norm, which only loosens
+// the bound.
+#include <algorithm>
 #include <vector>
 
 #include "core/alloc.h"
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_util.cuh"
+#include "cuda/join_kernel.cuh"
 
 namespace sml {
 namespace {
+
+// The work of a call (host): each block's spans (its nonempty candidate
+// lists), and the fused join's items.
+struct CallPlan {
+    std::vector<join::Item> items;
+    std::vector<join::Span> spans;
+    std::vector<int64_t> span_first;
+};
+
+simil_status plan_call(const sml_join_args *a, CallPlan *p)
+{
+    try {
+        for (int64_t b = a->block_begin; b < a->block_end; ++b) {
+            const size_t first = p->spans.size();
+            p->span_first.push_back((int64_t)first);
+            for (int64_t c = a->cand_offset[b]; c < a->cand_offset[b + 1]; ++c) {
+                const int64_t cl = a->cand_lists[c];
+                const int64_t rows = a->list_offset[cl + 1] - a->list_offset[cl];
+                if (rows > 0) p->spans.push_back(join::Span{a->list_offset[cl], rows});
+            }
+            const int64_t r0 = a->block_offset[b], r1 = a->block_offset[b + 1];
+            SML_RETURN_IF(r1 > r0 && p->spans.size() == first, SIMIL_ERR_INTERNAL,
+                          "list join: block %lld has rows but no candidates", (long long)b);
+            for (int64_t r = r0; r < r1; r += join::kRows)
+                p->items.push_back(
+                    join::Item{b - a->block_begin, r, std::min<int64_t>(join::kRows, r1 - r)});
+        }
+        p->span_first.push_back((int64_t)p->spans.size());
+        // the longest items first, so that the last CTAs of the launch are
+        // short ones (the stray-probe blocks of a list have few rows and many
+        // candidates); stable, so a block's items stay together and share
+        // its candidates in L2
+        std::vector<int64_t> cols(p->span_first.size() - 1, 0);
+        for (size_t i = 0; i + 1 < p->span_first.size(); ++i)
+            for (int64_t s = p->span_first[i]; s < p->span_first[i + 1]; ++s)
+                cols[i] += p->spans[(size_t)s].rows;
+        std::stable_sort(p->items.begin(), p->items.end(),
+                         [&cols](const join::Item &u, const join::Item &v) {
+                             return cols[(size_t)u.block] > cols[(size_t)v.block];
+                         });
+    } catch (...) {
+        return sml_error(SIMIL_ERR_OUT_OF_MEMORY, "out of host memory for the list join's plan");
+    }
+    return SIMIL_OK;
+}
+
+// The call's results (rows x k on stream 0, the blocks' rows in order) to
+// the host, if s is SIMIL_OK; then waits for stream 0, also after a failure,
+// so that the caller may free what its kernels still read.
+simil_status results_home(Device *dev, const sml_join_args *a, const float *dist,
+                          const int64_t *labels, simil_status s)
+{
+    const int64_t first_row = a->block_offset[a->block_begin];
+    const size_t out = (size_t)(a->block_offset[a->block_end] - first_row) * (size_t)a->k;
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaMemcpyAsync(a->distances + first_row * a->k, dist,
+                                        sizeof(float) * out, cudaMemcpyDeviceToHost,
+                                        dev->stream[0]),
+                        "list join results", __FILE__, __LINE__);
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaMemcpyAsync(a->labels + first_row * a->k, labels,
+                                        sizeof(int64_t) * out, cudaMemcpyDeviceToHost,
+                                        dev->stream[0]),
+                        "list join results", __FILE__, __LINE__);
+    const simil_status sync = cuda_status(cudaStreamSynchronize(dev->stream[0]), "list join",
+                                          __FILE__, __LINE__);
+    return s == SIMIL_OK ? sync : s;
+}
 
 // Rows [src, src + rows) of x go to rows [dst, dst + rows) of the gathered
 // block.
@@ -83,22 +159,17 @@ struct Plan {
     long long max_cols = 0;
 };
 
-simil_status plan_segments(const sml_join_args *a, Plan *p)
+simil_status plan_segments(const sml_join_args *a, const CallPlan &f, Plan *p)
 {
     try {
         for (int64_t b = a->block_begin; b < a->block_end; ++b) {
+            const size_t i = (size_t)(b - a->block_begin);
             p->first.push_back((long long)p->segs.size());
             long long cols = 0;
-            for (int64_t c = a->cand_offset[b]; c < a->cand_offset[b + 1]; ++c) {
-                const int64_t cl = a->cand_lists[c];
-                const long long rows = a->list_offset[cl + 1] - a->list_offset[cl];
-                if (rows == 0) continue;
-                p->segs.push_back(Segment{a->list_offset[cl], cols, rows});
-                cols += rows;
+            for (int64_t s = f.span_first[i]; s < f.span_first[i + 1]; ++s) {
+                p->segs.push_back(Segment{f.spans[s].src, cols, f.spans[s].rows});
+                cols += f.spans[s].rows;
             }
-            const long long own = a->block_offset[b + 1] - a->block_offset[b];
-            SML_RETURN_IF(own > 0 && cols == 0, SIMIL_ERR_INTERNAL,
-                          "list join: block %lld has rows but no candidates", (long long)b);
             p->cols.push_back(cols);
             if (cols > p->max_cols) p->max_cols = cols;
         }
@@ -165,16 +236,14 @@ simil_status join_block(Device *dev, const sml_join_args *a, const Shadow *shado
     return knn_locked(dev, &k);
 }
 
-simil_status join_locked(Device *dev, const sml_join_args *a)
+// Every block of the call searched in turn, the slow path for large k.
+simil_status search_join(Device *dev, const sml_join_args *a, const CallPlan &f)
 {
-    SML_RETURN_IF(a->n >= INT32_MAX || a->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
-                  "a GPU list join holds fewer than 2^31 vectors");
     const Shadow *shadow = static_cast<const Shadow *>(a->shadow);
     const long long first_row = a->block_offset[a->block_begin];
     const long long rows = a->block_offset[a->block_end] - first_row;
-    if (rows == 0) return SIMIL_OK;
     Plan p;
-    SML_TRY(plan_segments(a, &p));
+    SML_TRY(plan_segments(a, f, &p));
     Gathered g{};
     simil_status s = gathered_alloc(a, shadow != nullptr, p.max_cols, p.segs.size(), rows, &g);
     if (s == SIMIL_OK)
@@ -186,23 +255,108 @@ simil_status join_locked(Device *dev, const sml_join_args *a)
     // the block that the last search read
     for (int64_t b = a->block_begin; b < a->block_end && s == SIMIL_OK; ++b)
         s = join_block(dev, a, shadow, g, p, b);
-    const size_t out = (size_t)rows * (size_t)a->k;
-    if (s == SIMIL_OK)
-        s = cuda_status(cudaMemcpyAsync(a->distances + first_row * a->k, g.dist,
-                                        sizeof(float) * out, cudaMemcpyDeviceToHost,
-                                        dev->stream[0]),
-                        "list join results", __FILE__, __LINE__);
-    if (s == SIMIL_OK)
-        s = cuda_status(cudaMemcpyAsync(a->labels + first_row * a->k, g.labels,
-                                        sizeof(int64_t) * out, cudaMemcpyDeviceToHost,
-                                        dev->stream[0]),
-                        "list join results", __FILE__, __LINE__);
-    // wait before freeing, also after a failure (the gathers may still run)
-    const simil_status sync = cuda_status(cudaStreamSynchronize(dev->stream[0]),
-                                          "list join", __FILE__, __LINE__);
-    if (s == SIMIL_OK) s = sync;
+    s = results_home(dev, a, g.dist, g.labels, s);
     gathered_free(&g);
     return s;
+}
+
+// ---- the fused join ----
+
+// Device copies of a CallPlan, and the call's results.
+struct FusedBuffers {
+    join::Item *items;
+    join::Span *spans;
+    int64_t *span_first;
+    float *dist;
+    int64_t *labels;
+};
+
+void fused_free(FusedBuffers *f)
+{
+    device_free(f->items);
+    device_free(f->spans);
+    device_free(f->span_first);
+    device_free(f->dist);
+    device_free(f->labels);
+}
+
+simil_status fused_alloc(const CallPlan &p, size_t out, FusedBuffers *f)
+{
+    SML_CUDA_TRY(device_malloc(&f->items, sizeof(join::Item) * p.items.size()));
+    SML_CUDA_TRY(device_malloc(&f->spans, sizeof(join::Span) * std::max<size_t>(p.spans.size(), 1)));
+    SML_CUDA_TRY(device_malloc(&f->span_first, sizeof(int64_t) * p.span_first.size()));
+    SML_CUDA_TRY(device_malloc(&f->dist, sizeof(float) * out));
+    SML_CUDA_TRY(device_malloc(&f->labels, sizeof(int64_t) * out));
+    return SIMIL_OK;
+}
+
+// Whether the fused kernel's lists of kk entries fit this GPU's shared memory.
+simil_status fused_fits(Device *dev, int64_t kk, bool *fits)
+{
+    int optin = 0;
+    SML_CUDA_TRY(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev->gpu));
+    *fits = kk <= INT32_MAX && join::shared_bytes((int)kk) <= (size_t)optin;
+    return SIMIL_OK;
+}
+
+simil_status fused_launch(Device *dev, const sml_join_args *a, const CallPlan &p,
+                          const FusedBuffers &f, int64_t first_row)
+{
+    cudaStream_t st = dev->stream[0];
+    SML_CUDA_TRY(cudaMemcpyAsync(f.items, p.items.data(), sizeof(join::Item) * p.items.size(),
+                                 cudaMemcpyHostToDevice, st));
+    SML_CUDA_TRY(cudaMemcpyAsync(f.spans, p.spans.data(), sizeof(join::Span) * p.spans.size(),
+                                 cudaMemcpyHostToDevice, st));
+    SML_CUDA_TRY(cudaMemcpyAsync(f.span_first, p.span_first.data(),
+                                 sizeof(int64_t) * p.span_first.size(), cudaMemcpyHostToDevice,
+                                 st));
+    const size_t smem = join::shared_bytes((int)a->k);
+    SML_CUDA_TRY(cudaFuncSetAttribute(join::join_kernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    join::Args args{};
+    args.x = a->x;
+    args.norms = a->metric == SIMIL_METRIC_L2 ? a->norms : nullptr;
+    args.ids = a->ids;
+    args.dim = (int)a->dim;
+    args.kk = (int)a->k;
+    args.items = f.items;
+    args.span_first = f.span_first;
+    args.spans = f.spans;
+    args.first_row = first_row;
+    args.out_dist = f.dist;
+    args.out_labels = f.labels;
+    join::join_kernel<<<(unsigned)p.items.size(), join::kThreads, smem, st>>>(args);
+    SML_LAUNCH_TRY("join_kernel");
+    return SIMIL_OK;
+}
+
+simil_status fused_join(Device *dev, const sml_join_args *a, const CallPlan &p)
+{
+    const int64_t first_row = a->block_offset[a->block_begin];
+    const size_t out = (size_t)(a->block_offset[a->block_end] - first_row) * (size_t)a->k;
+    SML_RETURN_IF(p.items.size() >= INT32_MAX || p.spans.size() >= INT32_MAX,
+                  SIMIL_ERR_UNSUPPORTED,
+                  "a GPU list join call takes fewer than 2^31 pieces of rows and candidate "
+                  "lists");
+    FusedBuffers f{};
+    simil_status s = fused_alloc(p, out, &f);
+    if (s == SIMIL_OK) s = fused_launch(dev, a, p, f, first_row);
+    s = results_home(dev, a, f.dist, f.labels, s);
+    fused_free(&f);
+    return s;
+}
+
+simil_status join_locked(Device *dev, const sml_join_args *a)
+{
+    SML_RETURN_IF(a->n >= INT32_MAX || a->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
+                  "a GPU list join holds fewer than 2^31 vectors");
+    if (a->block_offset[a->block_end] == a->block_offset[a->block_begin]) return SIMIL_OK;
+    bool fits = false;
+    SML_TRY(fused_fits(dev, a->k, &fits));
+    CallPlan p;
+    SML_TRY(plan_call(a, &p));
+    return fits ? fused_join(dev, a, p) : search_join(dev, a, p);
 }
 
 }  // namespace

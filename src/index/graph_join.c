@@ -49,8 +49,9 @@ simil_status sml_graph_join_applies(const simil_knn_graph_params *p, int64_t dim
         /* On a GPU the per-query search beats the join of lists at equal quality
          * (H100, 2026-11-25, docs/knn-graph.md: mix10M IVF4096,Flat searched in
          * 7.2 s at quality 0.958, joined in 21.7 s at 0.996 and 9.0 s at 0.467),
-         * since the GPU join runs one exact search per block of rows.  There AUTO
-         * joins only for the exact graph (Flat: one block, the same search). */
+         * when the GPU join ran one exact search per block of rows; the fused
+         * join that replaced it is not measured yet.  There AUTO joins only for
+         * the exact graph (Flat: one block, the same search). */
         const int gpu = fits && (strncmp(place.device[0], "gpu", 3) == 0 ||
                                  (strcmp(place.device[0], "auto") == 0 &&
                                   sml_cuda_device_count() > 0));

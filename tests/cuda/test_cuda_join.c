@@ -1,8 +1,11 @@
 /* test_cuda_join.c: the list join on the GPU against the CPU backend.
  *   - the backend op on hand-made lists: empty lists, lists of fewer rows than
- *     k, lists cut into two blocks, candidates from one row to thousands,
- *     several calls over block ranges, L2 and IP, odd dimensions, with the
- *     fp16 shadow (tensor cores, exact re-check) and without (fp32);
+ *     k, lists cut into two blocks, blocks of one row, rows with fewer
+ *     candidates than k, candidates from one row to thousands, several calls
+ *     over block ranges, L2, IP and cosine (IP of normalized rows), odd
+ *     dimensions, k from 1 to past 32 (the fused kernel's first-tile bound
+ *     stops there) and past what its shared memory holds (k = 1000:
+ *     the per-block exact search, with the fp16 shadow and without);
  *   - whole graphs: the exact graph (Flat) against the float64 reference, and
  *     IVF joins whose rows are never worse than the GPU's per-query search
  *     with the same index and nprobe, and whose quality is at least its. */
@@ -76,14 +79,22 @@ static void run_join(const side *s, sml_join_args a, int calls, float *dist, int
 /* nlist lists of random sizes (some empty, some of one row), each joined
  * with itself and up to `extra` random other lists; every third list of 4
  * rows or more is two blocks, its first half joined with itself alone. */
+/* With ties != 0 the rows are small integers instead of blobs: many rows
+ * are equal and many distances tie, all exact in fp32 whatever the order of
+ * the sums, so both backends must return the same labels (ties by label)
+ * and the same distances, bit for bit. */
 static void check_op(int64_t nlist, int64_t max_list, int64_t extra, int64_t dim, int64_t k,
-                     simil_metric metric, int shadow, uint64_t seed)
+                     simil_metric metric, int shadow, int ties, uint64_t seed)
 {
+    const int cosine = metric == SIMIL_METRIC_COSINE;
+    if (cosine) metric = SIMIL_METRIC_IP;
     char ctx[192];
     snprintf(ctx, sizeof ctx,
-             "join op %s nlist=%lld max_list=%lld extra=%lld dim=%lld k=%lld shadow=%d seed=%llu",
-             simil_metric_name(metric), (long long)nlist, (long long)max_list, (long long)extra,
-             (long long)dim, (long long)k, shadow, (unsigned long long)seed);
+             "join op %s nlist=%lld max_list=%lld extra=%lld dim=%lld k=%lld shadow=%d ties=%d "
+             "seed=%llu",
+             cosine ? "cosine" : simil_metric_name(metric), (long long)nlist, (long long)max_list,
+             (long long)extra, (long long)dim, (long long)k, shadow, ties,
+             (unsigned long long)seed);
     uint64_t rng = seed;
     int64_t *offset = sml_test_malloc(sizeof(int64_t) * (size_t)(nlist + 1));
     int64_t *block_offset = sml_test_malloc(sizeof(int64_t) * (size_t)(2 * nlist + 1));
@@ -119,6 +130,11 @@ static void check_op(int64_t nlist, int64_t max_list, int64_t extra, int64_t dim
     }
     int64_t n = offset[nlist];
     float *x = sml_test_blobs(n, dim, 5, 0.5f, seed);
+    for (int64_t i = 0; ties && i < n * dim; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((rng >> 33) % 5) - 2.0f;
+    }
+    if (cosine) sml_test_normalize(x, n, dim);
     sml_backend *gpu, *cpu;
     SML_ASSERT_OK(sml_cuda_backend_open(0, &gpu));
     SML_ASSERT_OK(sml_cpu_backend_open(&cpu));
@@ -135,6 +151,11 @@ static void check_op(int64_t nlist, int64_t max_list, int64_t extra, int64_t dim
     run_join(&g, a, 3, dg, lg);
     run_join(&c, a, 1, dc, lc);
     sml_test_check_same(ctx, x, n, x, n, dim, k, metric, dg, lg, dc, lc, rel_tol);
+    for (int64_t i = 0; ties && i < n * k; i++)
+        if (lg[i] != lc[i] || dg[i] != dc[i])
+            fail_msg("%s: row %lld rank %lld: label %lld distance %.9g, cpu %lld %.9g", ctx,
+                     (long long)(i / k), (long long)(i % k), (long long)lg[i], dg[i],
+                     (long long)lc[i], dc[i]);
     side_close(&g);
     side_close(&c);
     sml_backend_close(gpu);
@@ -154,13 +175,23 @@ static void test_op(void **state)
 {
     (void)state;
     int quick = sml_test_quick();
-    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP};
-    for (int m = 0; m < 2; m++)
+    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP, SIMIL_METRIC_COSINE};
+    for (int m = 0; m < 3; m++)
         for (int shadow = 0; shadow < 2; shadow++) {
-            check_op(12, 40, 3, 33, 11, metrics[m], shadow, 1);     /* lists smaller than k */
-            check_op(30, 300, 4, 96, 11, metrics[m], shadow, 2);
-            check_op(9, quick ? 600 : 3000, 2, 1, 5, metrics[m], shadow, 3);
-            if (!quick) check_op(8, 5000, 7, 784, 64, metrics[m], shadow, 4);
+            check_op(12, 40, 3, 33, 11, metrics[m], shadow, 0, 1);     /* lists smaller than k */
+            check_op(12, 8, 0, 7, 11, metrics[m], shadow, 0, 5);       /* every row: < k */
+            check_op(30, 300, 4, 96, 11, metrics[m], shadow, 0, 2);
+            check_op(9, quick ? 600 : 3000, 2, 1, 5, metrics[m], shadow, 0, 3);
+            check_op(20, 200, 3, 50, 1, metrics[m], shadow, 0, 6);
+            check_op(20, 300, 3, 40, 32, metrics[m], shadow, 0, 7);
+            check_op(20, 300, 3, 40, 33, metrics[m], shadow, 0, 7);
+            check_op(10, 600, 2, 24, 200, metrics[m], shadow, 0, 8);
+            check_op(6, 1200, 1, 16, 1000, metrics[m], shadow, 0, 9); /* the per-block search */
+            if (!quick) check_op(8, 5000, 7, 784, 64, metrics[m], shadow, 0, 4);
+            if (m < 2) {
+                check_op(15, 400, 3, 8, 11, metrics[m], shadow, 1, 10);
+                check_op(15, 400, 3, 8, 40, metrics[m], shadow, 1, 11);
+            }
         }
 }
 
