@@ -371,6 +371,14 @@ struct sml_backend {
     int gpu;          /* GPU ordinal, or -1 for the CPU */
     char name[128];   /* for simil_backend_name() */
     void *impl;
+    /* Searches of at most batch_max_queries queries, for at most batch_max_k
+     * neighbours, give each query the results it gets alone, whatever the
+     * other queries: the searches of several callers may then run as one
+     * (index/search_batch.c).  Beyond, a method may change with the batch
+     * (the CPU's exact search leaves its direct loops; a GEMM's rounding may
+     * depend on the rows beside a query). */
+    int64_t batch_max_queries;
+    int64_t batch_max_k;
 };
 
 /* ---- The backends' entry points ----

@@ -430,6 +430,11 @@ extern "C" simil_status sml_cuda_backend_open(int gpu, sml_backend **out)
     b->ops = &cuda_ops;
     b->gpu = gpu;
     b->impl = dev;
+    // Exact search keeps its fast path up to k = 1024 and re-ranks every
+    // candidate with the same per-query code (cuda_knn.cu); 1024 queries is
+    // already a batch the GPU runs efficiently, more are not worth a wait.
+    b->batch_max_queries = 1024;
+    b->batch_max_k = 1024;
     snprintf(b->name, sizeof b->name, "cuda:%d (%s)", gpu, dev->name);
     *out = b;
     return SIMIL_OK;

@@ -47,6 +47,9 @@ typedef enum sml_extra_of {
 /* Every setting at its default (what a NULL params means). */
 const simil_search_params *sml_search_defaults(void);
 
+/* 1 if every setting of a equals that of b. */
+int sml_search_params_equal(const simil_search_params *a, const simil_search_params *b);
+
 /* Queries and results are in host memory, except for a type with device_io
  * set, which also gets the caller's GPU arrays as they are (cosine queries
  * always come as a normalized host copy). */
@@ -78,6 +81,10 @@ typedef struct sml_index_vtable {
      * itself (the exact search does); other types get host copies from
      * index.c. */
     int device_io;
+    /* Nonzero when each query's results depend only on that query (within
+     * the backend's batch_max_queries and batch_max_k), so that concurrent
+     * searches may run as one batch (search_batch.h). */
+    int batchable;
 } sml_index_vtable;
 
 struct simil_index {
@@ -92,6 +99,7 @@ struct simil_index {
     int64_t next_id;   /* one past the largest id ever added (see sml_id_fits) */
     int trained;
     void *impl;
+    struct sml_batcher *batcher;  /* concurrent searches (search_batch.h) */
 };
 
 /* Ids.  Every stored id is in [0, next_id).  next_id is one past the largest
