@@ -50,7 +50,7 @@
 #include <time.h>
 
 #ifdef SIMIL_HAVE_CUDA
-#include <cuda_runtime.h>
+#include "bench_cuda.h"
 #endif
 
 #include "cuda/cuda_backend.h"
@@ -349,39 +349,11 @@ static void run_callers(const options *o, simil_index *index, const char *name,
 
 /* ---- the floor and the fixed cost (GPU) ---- */
 
-#ifdef SIMIL_HAVE_CUDA
-static double copy_bandwidth(size_t bytes)
-{
-    void *a, *b;
-    if (cudaMalloc(&a, bytes) || cudaMalloc(&b, bytes)) return 0;
-    cudaMemset(a, 1, bytes);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-    float best = 1e30f;
-    for (int r = 0; r < 5; r++) {
-        cudaEventRecord(e0, 0);
-        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (ms < best) best = ms;
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaFree(a);
-    cudaFree(b);
-    return 2.0 * (double)bytes / (best * 1e-3) / 1e9; /* bytes read + written */
-}
-#endif
-
 static void floor_and_fixed_cost(const options *o, const float *base, const float *q, FILE *csv)
 {
 #ifdef SIMIL_HAVE_CUDA
     if (strcmp(o->device, "cpu") != 0) {
-        const double gbs = copy_bandwidth((size_t)1 << 31);
+        const double gbs = bench_copy_bandwidth((size_t)1 << 31);
         /* the small path reads each row's fp16 values and its scale (and, for
          * L2, its norm) once */
         const double rows = 2.0 * (double)o->n * DIM;

@@ -17,15 +17,6 @@
 
 static const double rel_tol = 1e-4;
 
-static simil_index *build(const char *device, int64_t dim, simil_metric metric, int64_t n,
-                          const float *base)
-{
-    simil_index *index;
-    SML_ASSERT_OK(simil_index_create(&index, dim, "Flat", metric, device));
-    SML_ASSERT_OK(simil_index_add(index, n, base, NULL));
-    return index;
-}
-
 /* Search on the small path (the default limit) and on the batch path (the
  * limit at 0); the small path checked against the float64 reference.  Where
  * no query fell back to fp32 on either path, both give the same bits. */
@@ -40,7 +31,7 @@ static void check_paths(int64_t n, int64_t nq, int64_t dim, int64_t k, simil_met
     float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim + 1));
     sml_test_fill_uniform(base, n * dim, seed, -1, 1);
     sml_test_fill_uniform(q, nq * dim, seed + 99, -1, 1);
-    simil_index *index = build("gpu", dim, metric, n, base);
+    simil_index *index = sml_test_flat_index("gpu", dim, metric, n, base);
     const size_t out = (size_t)(nq * k);
     float *d = sml_test_malloc(sizeof(float) * out), *d2 = sml_test_malloc(sizeof(float) * out);
     int64_t *l = sml_test_malloc(sizeof(int64_t) * out);
@@ -123,8 +114,8 @@ static void test_many_slices(void **state)
     float *q = sml_test_malloc(sizeof(float) * 64 * dim);
     sml_test_fill_uniform(base, n * dim, 301, 0, 1);
     sml_test_fill_uniform(q, 64 * dim, 302, 0, 1);
-    simil_index *gpu = build("gpu", dim, SIMIL_METRIC_L2, n, base);
-    simil_index *cpu = build("cpu", dim, SIMIL_METRIC_L2, n, base);
+    simil_index *gpu = sml_test_flat_index("gpu", dim, SIMIL_METRIC_L2, n, base);
+    simil_index *cpu = sml_test_flat_index("cpu", dim, SIMIL_METRIC_L2, n, base);
     const int64_t nqs[] = {1, 8, 64}, k = 16;
     for (int i = 0; i < 3; i++) {
         const int64_t nq = nqs[i];
@@ -159,8 +150,8 @@ static void test_bound_failures(void **state)
     sml_test_fill_uniform(q, nq * dim, 402, -1, 1);
     for (int64_t i = 0; i < nq; i += 2)
         memcpy(q + i * dim, base + (i % 10) * dim, sizeof(float) * (size_t)dim);
-    simil_index *gpu = build("gpu", dim, SIMIL_METRIC_L2, n, base);
-    simil_index *cpu = build("cpu", dim, SIMIL_METRIC_L2, n, base);
+    simil_index *gpu = sml_test_flat_index("gpu", dim, SIMIL_METRIC_L2, n, base);
+    simil_index *cpu = sml_test_flat_index("cpu", dim, SIMIL_METRIC_L2, n, base);
     float *dg = sml_test_malloc(sizeof(float) * nq * k), *dc = sml_test_malloc(sizeof(float) * nq * k);
     int64_t *lg = sml_test_malloc(sizeof(int64_t) * nq * k);
     int64_t *lc = sml_test_malloc(sizeof(int64_t) * nq * k);
@@ -192,7 +183,7 @@ static void test_device_memory(void **state)
     float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
     sml_test_fill_uniform(base, n * dim, 501, -1, 1);
     sml_test_fill_uniform(q, nq * dim, 502, -1, 1);
-    simil_index *index = build("gpu", dim, SIMIL_METRIC_L2, n, base);
+    simil_index *index = sml_test_flat_index("gpu", dim, SIMIL_METRIC_L2, n, base);
     float dref[33 * 20], dh[33 * 20], *d_q, *d_d;
     int64_t lref[33 * 20], lh[33 * 20], *d_l;
     SML_ASSERT_OK(simil_index_search(index, nq, q, k, NULL, dref, lref));
