@@ -361,6 +361,37 @@ FinishKernel finish_kernel(int kk)
     }
 }
 
+// Blocks of a scan kernel an SM holds at once, asked of CUDA once per
+// kernel and shared-memory size: the answer is the same every call (the
+// build targets one architecture), and asking costs host time per call.
+simil_status blocks_per_sm(ScanKernel kernel, size_t smem, int *out)
+{
+    struct Entry {
+        std::atomic<ScanKernel> kernel;
+        std::atomic<size_t> smem;
+        std::atomic<int> blocks;
+    };
+    static Entry cache[32];
+    for (Entry &e : cache)
+        if (e.kernel.load() == kernel && e.smem.load() == smem) {
+            const int blocks = e.blocks.load();
+            if (blocks > 0) {
+                *out = blocks;
+                return SIMIL_OK;
+            }
+        }
+    SML_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(out, kernel, kThreads, smem));
+    for (Entry &e : cache) {
+        ScanKernel none = nullptr;
+        if (e.kernel.compare_exchange_strong(none, kernel)) {
+            e.smem.store(smem);
+            e.blocks.store(*out);
+            break;
+        }
+    }
+    return SIMIL_OK;
+}
+
 // How a search is cut up.
 struct Plan {
     int kk;          // candidates per query
@@ -386,8 +417,7 @@ simil_status make_plan(const Device *dev, const sml_knn_args *a, Plan *p)
         SML_CUDA_TRY(cudaFuncSetAttribute(p->scan, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)p->smem));
     int per_sm = 0;
-    SML_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->scan, kThreads,
-                                                               p->smem));
+    SML_TRY(blocks_per_sm(p->scan, p->smem, &per_sm));
     SML_RETURN_IF(per_sm < 1, SIMIL_ERR_INTERNAL,
                   "small-batch exact search: no block of %d queries fits on an SM", p->qg);
     // Enough slices to fill the GPU once (the groups of a slice run side by
