@@ -3,7 +3,7 @@
  *
  *   bench_latency [options] INDEX[@NPROBE | @SETTINGS] ...
  *
- * The data is mix10M of BENCHMARKS.md (base mix(10M, 96, seed 11), queries
+ * The data is mix10M of docs/datasets.md (base mix(10M, 96, seed 11), queries
  * mix(10,000, 96, seed 12), training mix(500,000, 96, seed 13)), or with
  * --n N the first N base vectors (and min(500,000, N / 2) training vectors).
  * For each index (e.g. Flat, IVF4096,Flat@6, IVF4096,PQ32@16, XFBQ; @N is

@@ -3,9 +3,9 @@
 //
 // The batch path (cuda_knn.cu) writes a distance matrix with a GEMM and reads
 // it back to select; for a handful of queries the GEMM has too few rows to be
-// efficient, and one warp or block per query row leaves most of the GPU idle
-// (one query against 10M x 96: 7.6 ms on an H100, where reading the fp16
-// shadow once takes about 0.6 ms).  Here the base is cut into slices, about
+// efficient, and one warp or block per query row leaves most of the GPU idle:
+// one query took more than ten times as long as reading the fp16 shadow once
+// (docs/benchmarks.md, "Online search").  Here the base is cut into slices, about
 // as many blocks as fit on the GPU at once, and each block streams its slice
 // of the fp16 shadow once for a group of up to 8 queries:
 //
