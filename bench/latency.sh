@@ -6,27 +6,29 @@
 #   1. build-gpu/bench_latency: the copy-bandwidth floor, the fixed cost of a
 #      call, then Flat, IVF4096,Flat (nprobe 6), IVF4096,PQ32 (nprobe 16) and
 #      XFBQ per batch size and with 16 callers (batching on, with a 100 us
-#      wait, and off); it writes the vectors it searched to OUT/data;
+#      wait, and off); it writes the vectors it searched to $DATA;
 #   2. PyTorch fp16 and fp32 (bench/torch_latency.py) on those vectors;
 #   3. Faiss GPU (bench/faiss_latency.cpp) on those vectors, when the Faiss
 #      build of `bash .device-deps/faiss-gpu` is in /tmp/fb (skipped, saying
 #      so, otherwise);
 #   4. OUT/latency.png (bench/latency_plot.sh) from OUT/latency.csv.
 # Extra options go to bench_latency (e.g. --n 1000000 for a short run).
-# Disk: about 4 GB under OUT/data; removed at the end unless KEEP_DATA=1.
+# Disk: about 4 GB in DATA (default /tmp/simil-latency-data), kept out of OUT
+# and removed at the end unless KEEP_DATA=1.
 set -uo pipefail
 out=${1:?usage: bash bench/latency.sh OUT [bench_latency options]}
 shift
 root=$(cd "$(dirname "$0")/.." && pwd)
+data=${DATA:-/tmp/simil-latency-data}
 mkdir -p "$out"
 csv=$out/latency.csv
 batches=1,4,16,64,256,1024,10000
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "== bench_latency on $device ($(date -u +%FT%TZ))"
 "$root/build-gpu/bench_latency" --batch "$batches" --threads 16 --wait-us 100 --csv "$csv" \
-  --write-fvecs "$out/data" "$@" Flat IVF4096,Flat@6 IVF4096,PQ32@16 XFBQ || exit 1
+  --write-fvecs "$data" "$@" Flat IVF4096,Flat@6 IVF4096,PQ32@16 XFBQ || exit 1
 echo "== PyTorch"
-python3 "$root/bench/torch_latency.py" "$out/data" --metric ip --batch "$batches" --csv "$csv" ||
+python3 "$root/bench/torch_latency.py" "$data" --metric ip --batch "$batches" --csv "$csv" ||
   echo "PyTorch run failed"
 echo "== Faiss GPU"
 if [ -f /tmp/fb/faiss/libfaiss.so ] && [ -d /tmp/fsrc ]; then
@@ -34,9 +36,9 @@ if [ -f /tmp/fb/faiss/libfaiss.so ] && [ -d /tmp/fsrc ]; then
   if g++ -O2 -std=c++17 -I/tmp/fsrc -I/usr/local/cuda/include "$root/bench/faiss_latency.cpp" \
        -o /tmp/faiss_latency -L/tmp/fb/faiss -lfaiss -Wl,-rpath,/tmp/fb/faiss -Wl,-rpath,"$ob" \
        -L/usr/local/cuda/lib64 -lcudart -lcublas; then
-    /tmp/faiss_latency "$out/data" Flat ip 10 0 "$batches" 200 "$csv"
-    /tmp/faiss_latency "$out/data" IVF4096,Flat ip 10 6 "$batches" 200 "$csv"
-    /tmp/faiss_latency "$out/data" IVF4096,PQ32 ip 10 16 "$batches" 200 "$csv"
+    /tmp/faiss_latency "$data" Flat ip 10 0 "$batches" 200 "$csv"
+    /tmp/faiss_latency "$data" IVF4096,Flat ip 10 6 "$batches" 200 "$csv"
+    /tmp/faiss_latency "$data" IVF4096,PQ32 ip 10 16 "$batches" 200 "$csv"
   else
     echo "faiss_latency did not build"
   fi
@@ -45,4 +47,4 @@ else
 fi
 bash "$root/bench/latency_plot.sh" "$csv" "$out/latency.png" \
   "mix10M, cosine, k=10, host in/out: $device, $(date -u +%F)"
-[ "${KEEP_DATA:-}" = 1 ] || rm -rf "$out/data"
+[ "${KEEP_DATA:-}" = 1 ] || rm -rf "$data"
