@@ -2,9 +2,10 @@
  *
  * One mutex guards the queue; one condition variable wakes the waiters when a
  * batch ends or a search arrives.  A search is in one of four states:
- * queued, taken (in the batch that runs), done (its rows written, with the
- * batch's status), or alone (its batch failed: it runs by itself, so that
- * its status and message are its own).  The leader's buffers for the joined
+ * queued, taken (in the batch that runs), done (its rows written, or its
+ * own failure when it ran alone in its own thread), or alone (a batch with
+ * it, or another thread running it, failed: it runs again by itself, so
+ * that its status and message are its own).  The leader's buffers for the joined
  * queries and results are kept from batch to batch; only one batch runs at a
  * time, so only the leader touches them. */
 #include "index/search_batch.h"
@@ -25,6 +26,7 @@ typedef struct sml_batch_req {
     struct sml_batch_req *next;
     struct timespec arrival;
     int state;
+    simil_status status;  /* when done */
 } sml_batch_req;
 
 struct sml_batcher {
@@ -172,13 +174,18 @@ static simil_status sml_batch_grow(void **p, size_t *have, size_t need, size_t s
     return SIMIL_OK;
 }
 
-/* Run the batch that starts at first (lock not held); each search ends done
- * or alone. */
-static void sml_batch_run(sml_batcher *b, const simil_index *index, sml_batch_req *first)
+/* Run the batch that starts at first (lock not held), led by the thread
+ * whose search is mine; each search ends done or alone.  A search that ran
+ * by itself and failed in its own thread is done, with its status: running
+ * it again would hide the failure. */
+static void sml_batch_run(sml_batcher *b, const simil_index *index, sml_batch_req *first,
+                          const sml_batch_req *mine)
 {
     simil_status s = SIMIL_OK;
+    int failed_state = SML_ALONE;
     if (first->next == NULL) {
         s = index->vt->search(index, first->call);
+        if (first == mine) failed_state = SML_DONE;
     } else {
         const int64_t dim = index->dim, k = first->call->k;
         sml_search_call joint = *first->call;
@@ -218,7 +225,8 @@ static void sml_batch_run(sml_batcher *b, const simil_index *index, sml_batch_re
     b->batches++;
     for (sml_batch_req *r = first; r != NULL;) {
         sml_batch_req *next = r->next;
-        r->state = s == SIMIL_OK ? SML_DONE : SML_ALONE;
+        r->state = s == SIMIL_OK ? SML_DONE : failed_state;
+        r->status = s;
         b->searches++;
         r = next;
     }
@@ -236,7 +244,7 @@ simil_status sml_batcher_search(sml_batcher *b, const simil_index *index,
         pthread_mutex_unlock(&b->lock);
         return index->vt->search(index, call);
     }
-    sml_batch_req req = {.call = call, .state = SML_QUEUED};
+    sml_batch_req req = {.call = call, .state = SML_QUEUED, .status = SIMIL_OK};
     clock_gettime(CLOCK_MONOTONIC, &req.arrival);
     if (b->tail) b->tail->next = &req;
     else b->head = &req;
@@ -247,7 +255,7 @@ simil_status sml_batcher_search(sml_batcher *b, const simil_index *index,
             b->running = 1;
             sml_batch_req *first = sml_batch_take(b, be->batch_max_queries);
             pthread_mutex_unlock(&b->lock);
-            sml_batch_run(b, index, first);
+            sml_batch_run(b, index, first, &req);
             pthread_mutex_lock(&b->lock);
         } else {
             pthread_cond_wait(&b->wake, &b->lock);
@@ -255,5 +263,5 @@ simil_status sml_batcher_search(sml_batcher *b, const simil_index *index,
     }
     const int alone = req.state == SML_ALONE;
     pthread_mutex_unlock(&b->lock);
-    return alone ? index->vt->search(index, call) : SIMIL_OK;
+    return alone ? index->vt->search(index, call) : req.status;
 }

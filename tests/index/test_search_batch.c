@@ -8,14 +8,16 @@
  * once, in calls of 1 to 3 queries, with two values of k and two of nprobe
  * mixed (only searches of the same k and parameters may join), with and
  * without a wait; every row must equal its lone result bit for bit, and the
- * counters must show that searches were combined.  Calls larger than a batch run alone, and the setting's
- * arguments are checked. */
+ * counters must show that searches were combined.  Calls larger than a batch
+ * run alone; a batch that fails gives every caller the failure in its own
+ * thread; and the setting's arguments are checked. */
 #define _GNU_SOURCE /* pthread_barrier_t */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "index/index_internal.h"
 #include "index/search_batch.h"
 #include "util/test_util.h"
@@ -200,6 +202,65 @@ static void test_large_calls_run_alone(void **state)
     free(q);
 }
 
+/* A batch that fails: every caller gets the failure, with the message in its
+ * own thread (sticky allocation failures from the moment the threads start;
+ * each caller's retry alone fails too). */
+typedef struct failing {
+    const simil_index *index;
+    const float *queries;
+    pthread_barrier_t *start;
+    simil_status status;
+    char message[256];
+} failing;
+
+static void *search_failing(void *arg)
+{
+    failing *f = arg;
+    float d[4 * 10];
+    int64_t l[4 * 10];
+    pthread_barrier_wait(f->start);
+    f->status = simil_index_search(f->index, 4, f->queries, 10, NULL, d, l);
+    snprintf(f->message, sizeof f->message, "%s", simil_last_error());
+    return NULL;
+}
+
+static void test_failed_batch(void **state)
+{
+    (void)state;
+    enum { N = 2000, CALLERS = 4 };
+    float *base = sml_test_malloc(sizeof(float) * N * DIM);
+    sml_test_fill_uniform(base, N * DIM, 13, 0, 1);
+    simil_index *index;
+    SML_ASSERT_OK(simil_index_create(&index, DIM, "Flat", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_add(index, N, base, NULL));
+    /* the batch starts once the 4 x 4 queries (a full CPU batch) are in */
+    SML_ASSERT_OK(simil_index_set_batching(index, 1, 5000000));
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, CALLERS + 1);
+    failing f[CALLERS];
+    pthread_t t[CALLERS];
+    for (int i = 0; i < CALLERS; i++) {
+        f[i] = (failing){.index = index, .queries = base + i * 4 * DIM, .start = &start};
+        assert_int_equal(pthread_create(&t[i], NULL, search_failing, &f[i]), 0);
+    }
+    sml_alloc_fail_at(1, 1);
+    pthread_barrier_wait(&start);
+    for (int i = 0; i < CALLERS; i++) pthread_join(t[i], NULL);
+    sml_alloc_fail_at(0, 0);
+    pthread_barrier_destroy(&start);
+    for (int i = 0; i < CALLERS; i++) {
+        if (f[i].status != SIMIL_ERR_OUT_OF_MEMORY || f[i].message[0] == '\0')
+            fail_msg("caller %d of a failed batch: %s, message '%s'", i,
+                     simil_status_name(f[i].status), f[i].message);
+    }
+    float d[10];
+    int64_t l[10];
+    SML_ASSERT_OK(simil_index_search(index, 1, base, 10, NULL, d, l));
+    assert_int_equal(l[0], 0);
+    simil_index_destroy(index);
+    free(base);
+}
+
 static void test_setting(void **state)
 {
     (void)state;
@@ -228,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_setting),  cmocka_unit_test(test_flat),
         cmocka_unit_test(test_ivf_flat), cmocka_unit_test(test_ivf_pq),
         cmocka_unit_test(test_xfbq),     cmocka_unit_test(test_large_calls_run_alone),
+        cmocka_unit_test(test_failed_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
