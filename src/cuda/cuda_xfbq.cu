@@ -572,8 +572,8 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p
     const RaggedRows rows{s.cand_keys, s.cand_rows, s.cstart + first, s.count + first, n, most};
     SML_TRY(select_ragged(rows, (int)a->scan.k, s.final_keys, s.final_idx, a->scan.k, s.radix,
                           s.radix_bytes, st));
-    return finish_to_host(a->scan, q0 + first, n, s.final_keys, s.final_idx, s.out_dist,
-                          s.out_labels, st);
+    return finish_to_host(dev, a->scan, q0 + first, n, s.final_keys, s.final_idx, s.out_dist,
+                          s.out_labels);
 }
 
 // Queries [q0, q0 + nq) of a (device queries and codes, host probes).
