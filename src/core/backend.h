@@ -234,7 +234,12 @@ typedef struct sml_sq_scan_args {
 typedef struct sml_xfbq_scan_args {
     sml_ivf_scan_args scan;      /* queries in mem (what re-ranking uses); metric
                                     of re-ranking */
-    const uint64_t *query_codes; /* mem: nq x (query_bits x words) */
+    const uint64_t *query_codes; /* mem: nq x (query_bits x words); NULL: the
+                                    backend codes the queries itself (a backend
+                                    with xfbq_encode only), with these two as
+                                    xfbq_encode takes them */
+    float alpha;
+    int normalize;
     int query_bits;
     int base_bits;
     int64_t words;               /* 64-bit words per bit plane */

@@ -100,26 +100,19 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
 {
     const sml_xfbq_base *x = sml_xfbq_base_of(index);
     sml_backend *b = index->backend;
-    const int64_t nq = call->nq, dim = index->dim;
+    const int64_t nq = call->nq;
     const int64_t code_words = x->q.query_bits * x->q.words;
     uint64_t *codes = NULL;
-    char *device_block = NULL; /* GPU: the queries, then their codes */
     const float *queries = call->queries;
-    const size_t qbytes = (sizeof(float) * (size_t)(nq * dim) + 255) / 256 * 256;
-    const size_t cbytes = sizeof *codes * (size_t)(nq * code_words);
     simil_status s = SIMIL_OK;
-    if (b->gpu >= 0) {
-        s = b->ops->mem_alloc(b, qbytes + cbytes, (void **)&device_block);
-        if (s == SIMIL_OK) {
-            queries = (const float *)device_block;
-            codes = (uint64_t *)(device_block + qbytes);
-            s = b->ops->mem_upload(b, device_block, call->queries,
-                                   sizeof(float) * (size_t)(nq * dim));
-        }
-    } else {
+    /* A GPU codes the queries itself, in the scan, from the queries it
+     * stages anyway: no device block, no upload and no wait of their own per
+     * call (the fixed cost of a call, docs/benchmarks.md). */
+    const int backend_codes = b->gpu >= 0 && b->ops->xfbq_encode != NULL;
+    if (!backend_codes) {
         s = sml_alloc((void **)&codes, (size_t)(nq * code_words), sizeof *codes, "query codes");
+        if (s == SIMIL_OK) s = sml_xfbq_query_codes(index, nq, queries, codes);
     }
-    if (s == SIMIL_OK) s = sml_xfbq_query_codes(index, nq, queries, codes);
     if (s == SIMIL_OK) {
         sml_xfbq_select sel;
         const float extra = call->params.extra_distance < 0 ? 0.05f : call->params.extra_distance;
@@ -127,6 +120,8 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
         sml_xfbq_scan_args args = {
             .scan = scan,
             .query_codes = codes,
+            .alpha = x->q.alpha,
+            .normalize = x->normalize,
             .query_bits = x->q.query_bits,
             .base_bits = x->q.base_bits,
             .words = x->q.words,
@@ -141,10 +136,7 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
         args.scan.metric = sml_kernel_metric(index->metric);
         s = b->ops->xfbq_scan(b, &args);
     }
-    if (device_block != NULL)
-        b->ops->mem_free(b, device_block);
-    else
-        sml_free(codes);
+    sml_free(codes);
     return s;
 }
 
