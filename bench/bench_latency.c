@@ -19,7 +19,8 @@
  * With a GPU, also: the device-to-device copy bandwidth of this run and the
  * floor it gives for one exact query (the bytes of the fp16 shadow of the
  * base read once), and the fixed cost of a call (Flat over 1,024 vectors, one
- * query, host input and output).
+ * query, host input and output).  For an inverted-file index, its fixed cost
+ * of a call: one query with nprobe 1 (CSV mode "fixed-cost").
  *
  * Options:
  *   --n N              base vectors (default 10,000,000)
@@ -226,7 +227,7 @@ static void write_files(const options *o, const float *base, const float *train,
 
 static void sweep_batches(const options *o, simil_index *index, const char *name,
                           const simil_search_params *p, const char *params, const float *q,
-                          FILE *csv)
+                          const char *mode, FILE *csv)
 {
     const int64_t k = o->k;
     float *d = xmalloc(sizeof(float) * (size_t)(NQ * k));
@@ -251,9 +252,10 @@ static void sweep_batches(const options *o, simil_index *index, const char *name
         qsort(ms, (size_t)reps, sizeof *ms, cmp_double);
         const double p50 = percentile(ms, reps, 50), p99 = percentile(ms, reps, 99);
         printf("  %-18s %-10s batch %6" PRId64 ": p50 %9.3f ms  p99 %9.3f ms  %11.0f QPS"
-               "  (%" PRId64 " calls)\n",
-               name, params, size, p50, p99, size / (p50 * 1e-3), reps);
-        csv_row(csv, o->device, name, params, k, size, 1, "call", reps, p50, p99,
+               "  (%" PRId64 " calls)%s\n",
+               name, params, size, p50, p99, size / (p50 * 1e-3), reps,
+               strcmp(mode, "call") ? "  [fixed cost]" : "");
+        csv_row(csv, o->device, name, params, k, size, 1, mode, reps, p50, p99,
                 size / (p50 * 1e-3));
     }
     free(ms);
@@ -377,8 +379,27 @@ static void floor_and_fixed_cost(const options *o, const float *base, const floa
     one.batch[0] = 1;
     one.nbatch = 1;
     one.reps = 1000;
-    sweep_batches(&one, tiny, "Flat-1024-vectors", NULL, "", q, csv);
+    sweep_batches(&one, tiny, "Flat-1024-vectors", NULL, "", q, "fixed-cost", csv);
     simil_index_destroy(tiny);
+}
+
+/* The fixed cost of a call to an inverted-file index: one query probing one
+ * list (about n / nlist vectors), with the index's other settings; what it
+ * takes beyond the fixed cost is the scan of that one list. */
+static void ivf_fixed_cost(const options *o, simil_index *index, const char *name,
+                           const char *params, const float *q, FILE *csv)
+{
+    if (!simil_index_uses_search_param(index, "nprobe")) return;
+    simil_search_params *p;
+    if (simil_search_params_create(&p)) die("search parameters");
+    if (*params && simil_search_params_parse(p, params)) die(params);
+    if (simil_search_params_set(p, "nprobe", "1")) die("nprobe=1");
+    options one = *o;
+    one.batch[0] = 1;
+    one.nbatch = 1;
+    one.reps = 1000;
+    sweep_batches(&one, index, name, p, "nprobe=1", q, "fixed-cost", csv);
+    simil_search_params_destroy(p);
 }
 
 /* ---- main ---- */
@@ -480,7 +501,8 @@ int main(int argc, char **argv)
             have_gt = 1;
         }
         if (have_gt) recall_check(&o, index, desc, p, q, gt);
-        sweep_batches(&o, index, desc, p, params, q, csv);
+        sweep_batches(&o, index, desc, p, params, q, "call", csv);
+        ivf_fixed_cost(&o, index, desc, params, q, csv);
         if (o.threads > 0) {
             run_callers(&o, index, desc, p, params, q, 1, 0, csv);
             if (o.wait_us > 0) run_callers(&o, index, desc, p, params, q, 1, o.wait_us, csv);

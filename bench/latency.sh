@@ -5,13 +5,15 @@
 # In one run, on mix10M (cosine, k = 10, batches 1 to 10,000, 16 callers):
 #   1. build-gpu/bench_latency: the copy-bandwidth floor, the fixed cost of a
 #      call, then Flat, IVF4096,Flat (nprobe 6), IVF4096,PQ32 (nprobe 16) and
-#      XFBQ per batch size and with 16 callers (batching on, with a 100 us
-#      wait, and off); it writes the vectors it searched to $DATA;
+#      XFBQ per batch size, each IVF index's fixed cost (one query, nprobe 1),
+#      and with 16 callers (batching on, with a 100 us wait, and off); it
+#      writes the vectors it searched to $DATA;
 #   2. PyTorch fp16 and fp32 (bench/torch_latency.py) on those vectors;
 #   3. Faiss GPU (bench/faiss_latency.cpp) on those vectors, when the Faiss
 #      build of `bash .device-deps/faiss-gpu` is in /tmp/fb (skipped, saying
 #      so, otherwise);
-#   4. OUT/latency.png (bench/latency_plot.sh) from OUT/latency.csv.
+#   4. OUT/latency.png (bench/latency_plot.sh) from OUT/latency.csv, where
+#      gnuplot is installed (else the command that draws it elsewhere).
 # Extra options go to bench_latency (e.g. --n 1000000 for a short run).
 # Disk: about 4 GB in DATA (default /tmp/simil-latency-data), kept out of OUT
 # and removed at the end unless KEEP_DATA=1.
@@ -45,6 +47,11 @@ if [ -f /tmp/fb/faiss/libfaiss.so ] && [ -d /tmp/fsrc ]; then
 else
   echo "no Faiss build in /tmp/fb: run 'bash .device-deps/faiss-gpu' first (4-8 minutes)"
 fi
-bash "$root/bench/latency_plot.sh" "$csv" "$out/latency.png" \
-  "mix10M, cosine, k=10, host in/out: $device, $(date -u +%F)"
+title="mix10M, cosine, k=10, host in/out: $device, $(date -u +%F)"
+if command -v gnuplot > /dev/null; then
+  bash "$root/bench/latency_plot.sh" "$csv" "$out/latency.png" "$title"
+else
+  # the CSV comes back with OUT: draw it where gnuplot is
+  echo "no gnuplot here: draw it with bash bench/latency_plot.sh $csv $out/latency.png '$title'"
+fi
 [ "${KEEP_DATA:-}" = 1 ] || rm -rf "$data"

@@ -5,8 +5,8 @@
 # p50_ms,p99_ms,qps).
 #   bash bench/latency_plot.sh RESULTS.csv OUT.png [TITLE]
 # One line per system, index and parameters (p50, log-log); the rows of one
-# call at a time only (mode "call"), without the fixed-cost row
-# (Flat-1024-vectors).  Needs gnuplot (Debian gnuplot-nox).
+# call at a time only (mode "call"; not the "fixed-cost" rows).  Needs
+# gnuplot (Debian gnuplot-nox).
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 RESULTS.csv OUT.png [TITLE]" >&2; exit 2; }
 csv=$1 png=$2 title=${3:-latency per call, host input and output}
@@ -30,7 +30,7 @@ awk -v dir="$work" '
   NR == 1 { next }
   {
     split_csv($0, f)
-    if (f[8] != "call" || f[3] == "Flat-1024-vectors") next
+    if (f[8] != "call") next
     name = f[1] " " f[3] (f[4] != "" ? " " f[4] : "")
     if (!(name in file)) {
       file[name] = sprintf("%s/s%03d.dat", dir, ++n)
