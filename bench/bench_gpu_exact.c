@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_cuda.h"
 #include "cuda/cuda_backend.h"
 #include "simil/simil.h"
 
@@ -88,30 +89,6 @@ static int bench_search(const char *name, int argc, char **argv)
     return 0;
 }
 
-static double copy_bandwidth(size_t bytes)
-{
-    void *a, *b;
-    if (cudaMalloc(&a, bytes) || cudaMalloc(&b, bytes)) return 0;
-    cudaMemset(a, 1, bytes);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-    float best = 1e30f;
-    for (int r = 0; r < 5; r++) {
-        cudaEventRecord(e0, 0);
-        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (ms < best) best = ms;
-    }
-    cudaFree(a);
-    cudaFree(b);
-    return 2.0 * (double)bytes / (best * 1e-3) / 1e9;  // bytes read + written
-}
-
 static int bench_select(int argc, char **argv)
 {
     if (argc < 3) return 2;
@@ -123,7 +100,7 @@ static int bench_select(int argc, char **argv)
     float *d_v;
     if (cudaMalloc((void **)&d_v, sizeof(float) * count)) return 1;
     cudaMemcpy(d_v, host, sizeof(float) * count, cudaMemcpyHostToDevice);
-    const double copy = copy_bandwidth(sizeof(float) * count);
+    const double copy = bench_copy_bandwidth(sizeof(float) * count);
     printf("select: %lld x %lld floats (%.2f GB); device copy %.0f GB/s (read + write)\n",
            (long long)rows, (long long)cols, 4e-9 * (double)count, copy);
     for (int a = 2; a < argc; a++) {

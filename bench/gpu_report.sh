@@ -13,6 +13,8 @@
 #           ${OUT:-.}/bench-fashion-gpu (results.csv, plot.gp, plot.png)
 #   multi   two GPUs in one process (bench_gpu_multi; nvidia-h200-x2)
 #   mpi     one GPU, two GPUs, two MPI ranks, and mix20M sharded (bench/mpi_gpu.sh)
+#   latency online search: latency per batch size and with 16 callers, PyTorch
+#           and Faiss in the same run, into ${OUT:-.}/latency (bench/latency.sh)
 set -uo pipefail
 b=build-gpu
 torch=${TORCH_KNN:-.device-deps/torch_knn.py}
@@ -57,6 +59,8 @@ for section in "$@"; do
       $b/bench_gpu_multi mix10M IVF4096,PQ32 16 ;;
     mpi)
       bash bench/mpi_gpu.sh ;;
+    latency)
+      bash bench/latency.sh "${OUT:-.}/latency" ;;
     *) echo "unknown section $section"; exit 2 ;;
   esac
 done

@@ -82,6 +82,26 @@ SIMIL_API simil_status simil_index_search(const simil_index *index, int64_t nq,
  * XFBQ, and so on; 0 if they ignore it, or for an unknown name. */
 SIMIL_API int simil_index_uses_search_param(const simil_index *index, const char *name);
 
+/* Dynamic batching of concurrent searches: while one search of this index
+ * runs, the searches other threads start wait, and those of the same k and
+ * parameters then run together as one batch, in one pass over the data.
+ * Each caller gets exactly the results it would get alone; a lone caller
+ * pays only a lock.  On by default for Flat, IVFn,Flat, IVFn,PQm and XFBQ
+ * indexes, with max_wait_us = 0.
+ * enabled: 0 runs every search on its own (concurrent searches of a GPU
+ *   index then take turns on the device).
+ * max_wait_us: how long a batch may wait, after its first search arrived, for
+ *   others to join before it starts (>= 0; at most 10^7).  0 waits for no
+ *   one: only the searches that queued while the previous batch ran join.
+ *   A wait raises the throughput of many callers and the latency of each.
+ * Batches hold at most 1024 queries on a GPU and 16 on the CPU (where larger
+ * batches would change method and rounding); a search of more queries, or of
+ * queries or results in GPU memory, runs on its own.  Other index types
+ * (OPQ, Refine, sharded) accept enabled = 0 only
+ * (SIMIL_ERR_UNSUPPORTED).  Needs exclusive access, as add does. */
+SIMIL_API simil_status simil_index_set_batching(simil_index *index, int enabled,
+                                                int64_t max_wait_us);
+
 /* Remove every vector whose id is in ids[0..n).  *removed (may be NULL)
  * receives how many vectors went.  Ids not present are not an error. */
 SIMIL_API simil_status simil_index_remove(simil_index *index, int64_t n, const int64_t *ids,

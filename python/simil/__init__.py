@@ -358,7 +358,8 @@ class Index:
     device: "auto", "cpu", "gpu" or "gpu:N".
 
     len(index) is the number of vectors held.  Searches may run from many
-    threads at once; train, add, remove and reset wait for them.
+    threads at once (concurrent searches are combined into batches, see
+    set_batching); train, add, remove and reset wait for them.
 
     The names Faiss users know work too: d, ntotal, is_trained, nprobe (the
     default of searches), metric_type, add_with_ids, reconstruct_n; and an
@@ -521,6 +522,22 @@ class Index:
     def reset(self):
         """Remove every vector; training is kept."""
         self._core.reset()
+
+    def set_batching(self, enabled, max_wait_us=0):
+        """Combine the searches that threads make at the same time.
+
+        While one search runs, the searches other threads start wait, and
+        those with the same k and parameters then run as one batch.  Each
+        caller gets exactly the results it would get alone.  On by default
+        for Flat, IVFn,Flat, IVFn,PQm and XFBQ indexes, with max_wait_us=0.
+
+        enabled: False runs every search on its own.
+        max_wait_us: how long a batch may wait after its first search for
+            others to join (0 to 10,000,000 microseconds); more raises the
+            throughput of many threads and the latency of each.
+        Other index types accept enabled=False only (UnsupportedError).
+        """
+        self._core.set_batching(bool(enabled), operator.index(max_wait_us))
 
     def save(self, path):
         """Write the index to path (str or os.PathLike), atomically.

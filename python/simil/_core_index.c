@@ -370,6 +370,23 @@ static PyObject *index_reset(IndexObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+static PyObject *index_set_batching(IndexObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"enabled", "max_wait_us", NULL};
+    int enabled;
+    long long wait_us = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "p|L:set_batching", kwlist, &enabled, &wait_us))
+        return NULL;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, EXCLUSIVE);
+    s = simil_index_set_batching(self->index, enabled, wait_us);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    Py_RETURN_NONE;
+}
+
 /* save(path) and save_faiss(path): a writer under the shared lock. */
 static PyObject *index_write(IndexObject *self, PyObject *arg,
                              simil_status (*writer)(const simil_index *, const char *))
@@ -490,6 +507,8 @@ static PyMethodDef index_methods[] = {
     {"reconstruct_batch", (PyCFunction)index_reconstruct_batch, METH_O,
      "reconstruct_batch(ids) -> float32 n x dim"},
     {"reset", (PyCFunction)index_reset, METH_NOARGS, "reset(): remove every vector"},
+    {"set_batching", PYSIMIL_KW_METHOD(index_set_batching), METH_VARARGS | METH_KEYWORDS,
+     "set_batching(enabled, max_wait_us=0): combine concurrent searches"},
     {"save", (PyCFunction)index_save, METH_O, "save(path): write the index atomically"},
     {"save_faiss", (PyCFunction)index_save_faiss, METH_O,
      "save_faiss(path): write the index as a Faiss index file, atomically"},

@@ -112,3 +112,51 @@ def test_add_and_remove_while_searching():
     for row, qi in enumerate(range(0, batches * per_batch, 97)):
         if qi not in removed:
             assert I[row, 0] == qi, f"seed={seed} query {qi}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("description", ["Flat", "IVF16,Flat", "IVF16,PQ4", "XFBQ"])
+def test_batched_searches_equal_lone_searches(device, description):
+    """Python threads sending one or two queries at a time: their searches are
+    combined (set_batching), and each gets the rows it gets alone."""
+    seed, nb, nq, dim, k, threads = 24, 3000, 64, 16, 6, 8
+    rng = np.random.default_rng(seed)
+    xb = rng.random((nb, dim), dtype=np.float32)
+    xq = rng.random((nq, dim), dtype=np.float32)
+    index = simil.Index(dim, description, metric="l2", device=device)
+    index.train(xb)
+    index.add(xb)
+    index.set_batching(False)
+    lone = [index.search(xq[i:i + 1], k, nprobe=4) for i in range(nq)]
+    D0 = np.concatenate([d for d, _ in lone])
+    I0 = np.concatenate([i for _, i in lone])
+    index.set_batching(True, max_wait_us=1000)
+    barrier = threading.Barrier(threads)
+    bad = []
+
+    def search(t):
+        barrier.wait()
+        for r in range(4):
+            i = t
+            while i < nq:
+                n = min(1 + (i + r) % 2, nq - i)
+                D, I = index.search(xq[i:i + n], k, nprobe=4)
+                if not (np.array_equal(D, D0[i:i + n]) and np.array_equal(I, I0[i:i + n])):
+                    bad.append((t, i, n))
+                i += n + threads - 1
+
+    run_threads(threads, search)
+    assert not bad, f"{description} on {device}, seed={seed}: rows differ from lone " \
+                    f"searches at (thread, first query, count) {bad[:5]}"
+
+
+def test_set_batching_arguments():
+    index = simil.Index(8, device="cpu")
+    index.set_batching(True, max_wait_us=100)
+    index.set_batching(False)
+    with pytest.raises(simil.InvalidArgumentError):
+        index.set_batching(True, max_wait_us=-1)
+    opq = simil.Index(8, "OPQ2,IVF4,PQ2", device="cpu")
+    with pytest.raises(simil.UnsupportedError):
+        opq.set_batching(True)
+    opq.set_batching(False)

@@ -234,7 +234,12 @@ typedef struct sml_sq_scan_args {
 typedef struct sml_xfbq_scan_args {
     sml_ivf_scan_args scan;      /* queries in mem (what re-ranking uses); metric
                                     of re-ranking */
-    const uint64_t *query_codes; /* mem: nq x (query_bits x words) */
+    const uint64_t *query_codes; /* mem: nq x (query_bits x words); NULL: the
+                                    backend codes the queries itself (a backend
+                                    with xfbq_encode only), with these two as
+                                    xfbq_encode takes them */
+    float alpha;
+    int normalize;
     int query_bits;
     int base_bits;
     int64_t words;               /* 64-bit words per bit plane */
@@ -371,6 +376,14 @@ struct sml_backend {
     int gpu;          /* GPU ordinal, or -1 for the CPU */
     char name[128];   /* for simil_backend_name() */
     void *impl;
+    /* Searches of at most batch_max_queries queries, for at most batch_max_k
+     * neighbours, give each query the results it gets alone, whatever the
+     * other queries: the searches of several callers may then run as one
+     * (index/search_batch.c).  Beyond, a method may change with the batch
+     * (the CPU's exact search leaves its direct loops; a GEMM's rounding may
+     * depend on the rows beside a query). */
+    int64_t batch_max_queries;
+    int64_t batch_max_k;
 };
 
 /* ---- The backends' entry points ----

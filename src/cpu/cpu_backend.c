@@ -191,6 +191,8 @@ simil_status sml_cpu_backend_open(sml_backend **out)
     SML_TRY(sml_calloc((void **)&b, 1, sizeof *b, "the CPU backend"));
     b->ops = &sml_cpu_ops;
     b->gpu = -1;
+    b->batch_max_queries = SML_CPU_KNN_DIRECT_MAX_QUERIES;
+    b->batch_max_k = SML_CPU_KNN_DIRECT_MAX_K;
     int threads = omp_get_max_threads();
     snprintf(b->name, sizeof b->name, "cpu (%d thread%s)", threads, threads == 1 ? "" : "s");
     *out = b;

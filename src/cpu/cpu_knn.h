@@ -7,6 +7,12 @@
 #include "core/backend.h"
 #include "cpu/cpu_select.h"
 
+/* Batches of at most this many queries, for at most this many neighbours,
+ * compute each query's distances directly, on their own (no GEMM): each
+ * query's results do not depend on the others. */
+#define SML_CPU_KNN_DIRECT_MAX_QUERIES 16
+#define SML_CPU_KNN_DIRECT_MAX_K 4096
+
 /* Runs args (all pointers in host memory).  See sml_knn_args. */
 simil_status sml_cpu_knn(const sml_knn_args *args);
 

@@ -40,6 +40,7 @@ void device_release(Device *dev)
     device_free(dev->workspace);
     device_free(dev->io);
     pinned_free(dev->pinned);
+    pinned_free(dev->results);
     pthread_mutex_destroy(&dev->lock);
     sml_free(dev);
 }
@@ -335,17 +336,36 @@ simil_status device_io(Device *dev, size_t bytes, void **out)
     return grow_device_buffer(&dev->io, &dev->io_bytes, bytes, out);
 }
 
+namespace {
+
+// A copy from the old block may still be pending on a stream (stage_inputs
+// does not wait for its upload): it ends before the block is freed.
+simil_status grow_pinned_buffer(Device *dev, void **buffer, size_t *have, size_t bytes,
+                                void **out)
+{
+    if (bytes > *have) {
+        if (*buffer != nullptr)
+            for (int i = 0; i < 2; ++i) SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[i]));
+        pinned_free(*buffer);
+        *buffer = nullptr;
+        *have = 0;
+        SML_CUDA_TRY(pinned_malloc(buffer, bytes));
+        *have = bytes;
+    }
+    *out = *buffer;
+    return SIMIL_OK;
+}
+
+}  // namespace
+
 simil_status device_pinned(Device *dev, size_t bytes, void **out)
 {
-    if (bytes > dev->pinned_bytes) {
-        pinned_free(dev->pinned);
-        dev->pinned = nullptr;
-        dev->pinned_bytes = 0;
-        SML_CUDA_TRY(pinned_malloc(&dev->pinned, bytes));
-        dev->pinned_bytes = bytes;
-    }
-    *out = dev->pinned;
-    return SIMIL_OK;
+    return grow_pinned_buffer(dev, &dev->pinned, &dev->pinned_bytes, bytes, out);
+}
+
+simil_status device_results(Device *dev, size_t bytes, void **out)
+{
+    return grow_pinned_buffer(dev, &dev->results, &dev->results_bytes, bytes, out);
 }
 
 simil_status device_join_caller(Device *dev)
@@ -447,6 +467,11 @@ extern "C" simil_status sml_cuda_backend_open(int gpu, sml_backend **out)
     b->ops = &cuda_ops;
     b->gpu = gpu;
     b->impl = dev;
+    // Exact search keeps its fast path up to k = 1024 and re-ranks every
+    // candidate with the same per-query code (cuda_knn.cu); 1024 queries is
+    // already a batch the GPU runs efficiently, more are not worth a wait.
+    b->batch_max_queries = 1024;
+    b->batch_max_k = 1024;
     snprintf(b->name, sizeof b->name, "cuda:%d (%s)", gpu, dev->name);
     *out = b;
     return SIMIL_OK;

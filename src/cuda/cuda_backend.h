@@ -55,6 +55,12 @@ simil_status sml_cuda_select_rows(int design, int warps, int64_t rows, int64_t c
                                   int32_t *d_idx, void *d_workspace, size_t workspace_bytes);
 size_t sml_cuda_select_rows_workspace(int design, int64_t rows, int64_t cols, int64_t k);
 
+/* Tests and benchmarks: the largest batch that exact search on the GPU runs
+ * on its small-batch path (cuda_knn_small.cu); 0 sends every batch to the
+ * batch path, a negative value restores the default (64).  Not for
+ * concurrent use. */
+void sml_cuda_knn_small_max(long long nq);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,6 +28,8 @@ struct Device {
     size_t workspace_bytes;
     void *pinned;
     size_t pinned_bytes;
+    void *results;  // pinned: a search's results on their way to the caller
+    size_t results_bytes;
     void *io;  // a search's inputs, beside the workspace that its steps use
     size_t io_bytes;
     pthread_mutex_t lock;
@@ -53,11 +55,17 @@ cudaError_t device_malloc(T **p, size_t bytes)
 // The backend of a GPU index: its ops table points here.
 inline Device *device_of(sml_backend *b) { return static_cast<Device *>(b->impl); }
 
-// Grow the workspace (or pinned buffer, or input buffer) to at least bytes;
-// contents are lost.  Caller holds dev->lock.
+// Grow the workspace (or pinned buffer, or input buffer, or results buffer)
+// to at least bytes; contents are lost.  A pinned buffer that grows is freed
+// only after the streams' work, which may still be copying from it, ends, so
+// that a copy from pinned memory needs no wait of its own.  Caller holds
+// dev->lock.
 simil_status device_workspace(Device *dev, size_t bytes, void **out);
 simil_status device_pinned(Device *dev, size_t bytes, void **out);
 simil_status device_io(Device *dev, size_t bytes, void **out);
+// Pinned memory apart from device_pinned's, for results going to the host:
+// a scan's plan in the pinned buffer stays intact while they come back.
+simil_status device_results(Device *dev, size_t bytes, void **out);
 
 // The caller may still be writing the GPU arrays it passes, on the legacy
 // default stream (a cudaMemcpy from pageable memory returns before its DMA
@@ -97,6 +105,9 @@ simil_status cuda_pq_encode(sml_backend *b, const sml_pq_encode_args *args);
 simil_status cuda_sq_scan(sml_backend *b, const sml_sq_scan_args *args);
 simil_status cuda_xfbq_scan(sml_backend *b, const sml_xfbq_scan_args *args);
 simil_status cuda_xfbq_encode(sml_backend *b, const sml_xfbq_encode_args *args);
+// xfbq_encode's kernel on st, without a wait: for a caller that holds
+// dev->lock (the XFBQ scan codes its staged queries with it).
+simil_status launch_xfbq_encode(const sml_xfbq_encode_args *args, cudaStream_t st);
 simil_status cuda_cluster_sums(sml_backend *b, int64_t n, int64_t dim, const float *x,
                                const int64_t *labels, int64_t k, float *sums, int64_t *counts);
 simil_status cuda_select_k(sml_backend *b, int64_t rows, int64_t cols, const float *values,

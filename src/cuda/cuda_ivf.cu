@@ -101,8 +101,11 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     }
     if (staged > 0) {
         SML_CUDA_TRY(cudaMemcpyAsync(io, host, staged, cudaMemcpyHostToDevice, st));
-        // the next steps may regrow the pinned buffer: the copy from it ends first
-        SML_CUDA_TRY(cudaStreamSynchronize(st));
+        // No wait for the copy, but where the host writes the pinned buffer
+        // next without one: a scan planned on the host writes its plan there,
+        // after the coarse search's wait, or where the probes are given, right
+        // away.  (A pinned buffer that grows waits for its copies itself.)
+        if (given && !device_probes) SML_CUDA_TRY(cudaStreamSynchronize(st));
     }
     carve_inputs(io, nlist, q_floats, pairs, &lay);
     in->queries = host_queries ? lay.queries : a->queries + q0 * a->dim;
@@ -349,15 +352,12 @@ long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count)
     return tiles;
 }
 
-size_t carve_tile_plan(void *base, const sml_ivf_scan_args &a, int nq, long long npairs,
-                       long long ntiles, TilePlan *p)
+size_t carve_tile_plan(void *base, int nq, long long npairs, long long ntiles, TilePlan *p)
 {
     Carve c(base);
     carve_pair_plan(c, nq, npairs, false, false, &p->pairs);
     p->tiles = c.take<ScanTile>((size_t)(ntiles + 1));
     p->ntiles = ntiles;
-    p->list_offset = c.take<long long>((size_t)a.lists.nlist);
-    p->list_size = c.take<int>((size_t)a.lists.nlist);
     return c.used();
 }
 
@@ -367,17 +367,14 @@ void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, TilePlan *p)
     long long t = 0;
     for (int64_t l = 0; l < a.lists.nlist; ++l) {
         const long long first = l > 0 ? count.by_list[l - 1] : 0, end = count.by_list[l];
+        const int size = (int)a.lists.size[l];
         for (long long i = first; i < end; i += kTileQueries) {
             const int n = (int)(end - i < kTileQueries ? end - i : kTileQueries);
-            for (int v = 0; v < a.lists.size[l]; v += kTileVectors)
-                p->tiles[t++] = ScanTile{(int)l, (int)i, n, v};
+            for (int v = 0; v < size; v += kTileVectors)
+                p->tiles[t++] = ScanTile{a.lists.offset[l], (int)l, size, (int)i, n, v};
         }
     }
     assert(t == p->ntiles);
-    for (int64_t l = 0; l < a.lists.nlist; ++l) {
-        p->list_offset[l] = a.lists.offset[l];
-        p->list_size[l] = (int)a.lists.size[l];
-    }
 }
 
 // ---- selection and results ----------------------------------------------
@@ -406,17 +403,24 @@ simil_status select_ragged(const RaggedRows &in, int k, float *out_keys, int *ou
     return select_rows_radix(job, ScoreType::f32, radix, radix_bytes, st);
 }
 
-simil_status finish_to_host(const sml_ivf_scan_args &a, long long q0, int nq, const float *keys,
-                            const int *rows, float *dist, int64_t *labels, cudaStream_t st)
+simil_status finish_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
+                            const float *keys, const int *rows, float *dist, int64_t *labels)
 {
-    const size_t k = (size_t)a.k;
-    SML_TRY(launch_finish(nq, (int)k, keys, rows, a.metric == SIMIL_METRIC_L2, nullptr,
+    cudaStream_t st = dev->stream[0];
+    const size_t nk = (size_t)nq * a.k;
+    SML_TRY(launch_finish(nq, (int)a.k, keys, rows, a.metric == SIMIL_METRIC_L2, nullptr,
                           a.lists.ids, dist, labels, st));
-    SML_CUDA_TRY(cudaMemcpyAsync(a.distances + q0 * a.k, dist, 4 * (size_t)nq * k,
-                                 cudaMemcpyDeviceToHost, st));
-    SML_CUDA_TRY(cudaMemcpyAsync(a.labels + q0 * a.k, labels, 8 * (size_t)nq * k,
-                                 cudaMemcpyDeviceToHost, st));
+    // through pinned memory: a copy to the caller's pageable memory would be
+    // staged by the driver and wait for the stream, once for each array
+    char *host;
+    SML_TRY(device_results(dev, 12 * nk, reinterpret_cast<void **>(&host)));
+    int64_t *host_labels = reinterpret_cast<int64_t *>(host);
+    float *host_dist = reinterpret_cast<float *>(host + 8 * nk);
+    SML_CUDA_TRY(cudaMemcpyAsync(host_labels, labels, 8 * nk, cudaMemcpyDeviceToHost, st));
+    SML_CUDA_TRY(cudaMemcpyAsync(host_dist, dist, 4 * nk, cudaMemcpyDeviceToHost, st));
     SML_CUDA_TRY(cudaStreamSynchronize(st));
+    memcpy(a.labels + q0 * a.k, host_labels, 8 * nk);
+    memcpy(a.distances + q0 * a.k, host_dist, 4 * nk);
     return SIMIL_OK;
 }
 

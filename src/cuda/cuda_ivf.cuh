@@ -322,10 +322,11 @@ simil_status select_ragged(const RaggedRows &in, int k, float *out_keys, int *ou
                            long long out_ld, void *radix, size_t radix_bytes, cudaStream_t st);
 
 // Results of queries [q0, q0 + nq) of a from their k sorted (key, arena row)
-// pairs: distances and ids into dist and labels (device scratch, nq x k),
-// then to a's host outputs; waits for the stream.
-simil_status finish_to_host(const sml_ivf_scan_args &a, long long q0, int nq, const float *keys,
-                            const int *rows, float *dist, int64_t *labels, cudaStream_t st);
+// pairs on dev's first stream: distances and ids into dist and labels
+// (device scratch, nq x k), then through the results buffer to a's host
+// outputs; waits for the stream.
+simil_status finish_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
+                            const float *keys, const int *rows, float *dist, int64_t *labels);
 
 // ---- the tiled pair scan (IVF-Flat, scalar quantizers) ------------------
 //
@@ -342,24 +343,25 @@ constexpr int kTileVectors = 64;
 constexpr int kTileDims = 32;
 
 // The work of one block: up to 32 pairs of one list against up to 64 of its
-// rows.
+// rows.  The tile carries its list's place, so that a batch uploads no
+// per-list table (nlist entries, for a batch of one query too).
 struct ScanTile {
-    int list;
-    int pair0;    // first pair (in the list-grouped pair order)
+    long long base;  // the list's first arena row
+    int list;        // for the Rows functor (a residual code's centroid)
+    int size;        // the list's rows
+    int pair0;       // first pair (in the list-grouped pair order)
     int npairs;
-    int vector0;  // first row of the list
+    int vector0;     // first row of the list
 };
 
 // What a tile kernel reads: the tiles, the plan's pairs (device), the
-// batch's queries, the list layout; what it writes: each pair's segment of
-// distances, and (radix selection) their arena rows.
+// batch's queries; what it writes: each pair's segment of distances, and
+// (radix selection) their arena rows.
 struct TileArgs {
     const ScanTile *tiles;
     const int *pair_query;
     const long long *pair_out;
     const float *queries;
-    const long long *list_offset;
-    const int *list_size;
     int dim;
     float *distances;
     int *rows;
@@ -374,8 +376,8 @@ __global__ void __launch_bounds__(128) tile_distance_kernel(TileArgs g, Rows row
     __shared__ float qs[kTileQueries][kTileDims + 1];
     __shared__ float ys[kTileVectors][kTileDims + 1];
     const ScanTile t = g.tiles[blockIdx.x];
-    const long long base = g.list_offset[t.list];
-    const int nvec = min(kTileVectors, g.list_size[t.list] - t.vector0);
+    const long long base = t.base;
+    const int nvec = min(kTileVectors, t.size - t.vector0);
     const int dim = g.dim;
     const int tq = threadIdx.x / 16, tv = threadIdx.x % 16;  // 8 x 16 threads
     float acc[4][4] = {};
@@ -428,14 +430,11 @@ __global__ void __launch_bounds__(128) tile_distance_kernel(TileArgs g, Rows row
     }
 }
 
-// A batch's host block of a tiled scan: the pair plan, the tiles, the list
-// layout as the kernel's types.
+// A batch's host block of a tiled scan: the pair plan and the tiles.
 struct TilePlan {
     PairPlan pairs;
     ScanTile *tiles;
     long long ntiles;
-    long long *list_offset;
-    int *list_size;
 };
 
 // Tiles: each list's pairs in runs of up to kTileQueries, times chunks of
@@ -444,10 +443,9 @@ long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count);
 
 // Take the plan's arrays from the block at base (nullptr: only measure);
 // returns its bytes.
-size_t carve_tile_plan(void *base, const sml_ivf_scan_args &a, int nq, long long npairs,
-                       long long ntiles, TilePlan *p);
+size_t carve_tile_plan(void *base, int nq, long long npairs, long long ntiles, TilePlan *p);
 
-// After the placing pass (fill_pair_plan): the tiles and the list layout.
+// After the placing pass (fill_pair_plan): the tiles.
 void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, TilePlan *p);
 
 // Queries [q0, q0 + nq) of a (device queries, host probes): plan, keys of
@@ -462,10 +460,10 @@ simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, 
     SML_TRY(count_pairs(a, q0, nq, kPairShape, &count));
     const long long ntiles = count_tiles(a, count);
     TilePlan hp;
-    const size_t host_bytes = carve_tile_plan(nullptr, a, nq, count.pairs, ntiles, &hp);
+    const size_t host_bytes = carve_tile_plan(nullptr, nq, count.pairs, ntiles, &hp);
     char *host;
     SML_TRY(device_pinned(dev, host_bytes, reinterpret_cast<void **>(&host)));
-    carve_tile_plan(host, a, nq, count.pairs, ntiles, &hp);
+    carve_tile_plan(host, nq, count.pairs, ntiles, &hp);
     fill_pair_plan(a, q0, nq, &count, &hp.pairs);
     fill_tiles(a, count, &hp);
     PairScratch sc;
@@ -474,11 +472,8 @@ simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, 
     float *unused;
     SML_TRY(pair_workspace(dev, a, host, host_bytes, hp.pairs, 0, &ws, &unused, &sc, &dp));
     if (ntiles > 0) {
-        const TileArgs g{mirror(ws, host, hp.tiles),       dp.pair_query,
-                         dp.pair_out,                      a.queries + q0 * a.dim,
-                         mirror(ws, host, hp.list_offset), mirror(ws, host, hp.list_size),
-                         (int)a.dim,                       sc.distances,
-                         sc.rows};
+        const TileArgs g{mirror(ws, host, hp.tiles), dp.pair_query, dp.pair_out,
+                         a.queries + q0 * a.dim, (int)a.dim, sc.distances, sc.rows};
         if (a.metric == SIMIL_METRIC_L2)
             tile_distance_kernel<true><<<(int)ntiles, 128, 0, st>>>(g, rows);
         else
@@ -486,8 +481,8 @@ simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, 
         SML_LAUNCH_TRY("tile_distance_kernel");
     }
     SML_TRY(select_pairs(a, hp.pairs, dp, sc, st));
-    return finish_to_host(a, q0, nq, sc.final_keys, sc.final_idx, sc.out_dist, sc.out_labels,
-                          st);
+    return finish_to_host(dev, a, q0, nq, sc.final_keys, sc.final_idx, sc.out_dist,
+                          sc.out_labels);
 }
 
 }  // namespace sml

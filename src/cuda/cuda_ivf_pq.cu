@@ -77,7 +77,7 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     scan.term1_at = (int)a->term1_at;
     scan.k = (int)sc.k;
     SML_TRY(launch_pq_fused(scan, a->lut_fp16 != 0, swizzled, nq, st));
-    return finish_to_host(sc, q0, nq, scan.out_keys, scan.out_idx, dist, labels, st);
+    return finish_to_host(dev, sc, q0, nq, scan.out_keys, scan.out_idx, dist, labels);
 }
 
 // ---- the pair scan ------------------------------------------------------
@@ -145,8 +145,8 @@ simil_status pair_batch(Device *dev, const sml_ivf_pq_scan_args *a, long long q0
         SML_TRY(launch_pq_distances(a, batch, tables, scratch.distances, scratch.rows, st));
     }
     SML_TRY(select_pairs(sc, hp.pairs, dp, scratch, st));
-    return finish_to_host(sc, q0, nq, scratch.final_keys, scratch.final_idx, scratch.out_dist,
-                          scratch.out_labels, st);
+    return finish_to_host(dev, sc, q0, nq, scratch.final_keys, scratch.final_idx,
+                          scratch.out_dist, scratch.out_labels);
 }
 
 }  // namespace

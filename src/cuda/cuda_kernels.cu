@@ -3,16 +3,10 @@
 
 #include "cuda/cuda_kernels.cuh"
 #include "cuda/cuda_util.cuh"
+#include "cuda/knn_device.cuh"
 
 namespace sml {
 namespace {
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
-    return v;
-}
 
 // One warp per row.
 __global__ void row_norms_kernel(long long n, int dim, const float *x, float *norms)
@@ -70,25 +64,12 @@ __global__ void rerank_kernel(int dim, const float *queries, const float *base, 
     const float *x = queries + (long long)q * dim;
     for (int c = warp; c < ncand; c += blockDim.x >> 5) {
         const int i = idx[(long long)q * ncand + c];
-        float s = 0;
-        if (i >= 0) {
-            const float *y = base + (long long)i * dim;
-            if (l2) {
-                for (int j = lane; j < dim; j += 32) {
-                    const float d = x[j] - y[j];
-                    s = fmaf(d, d, s);
-                }
-            } else {
-                for (int j = lane; j < dim; j += 32) s = fmaf(x[j], y[j], s);
-            }
-            s = warp_sum(s);
-        }
-        if (lane == 0) keys[(long long)q * ncand + c] = i < 0 ? INFINITY : (l2 ? s : -s);
+        const float key = i >= 0 ? exact_key(x, base + (long long)i * dim, dim, l2) : INFINITY;
+        if (lane == 0) keys[(long long)q * ncand + c] = key;
     }
 }
 
-// One thread per query row: distances, labels, then ties ordered by label
-// (insertion sort, cheap on rows that are already sorted by distance).
+// One thread per query row (finish_row).
 __global__ void finish_kernel(int nq, int k, const float *keys, const int *pos, bool l2,
                               const float *query_norms, const int64_t *ids, float *distances,
                               int64_t *labels)
@@ -96,28 +77,8 @@ __global__ void finish_kernel(int nq, int k, const float *keys, const int *pos, 
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= nq) return;
     const long long o = (long long)q * k;
-    for (int j = 0; j < k; ++j) {
-        const int p = pos[o + j];
-        float d = keys[o + j];
-        if (p < 0) {
-            d = INFINITY;
-        } else if (l2 && query_norms) {
-            d = fmaxf(d + query_norms[q], 0.0f);
-        }
-        distances[o + j] = l2 ? d : -d;
-        labels[o + j] = p < 0 ? -1 : ids[p];
-    }
-    for (int j = 1; j < k; ++j) {
-        const float d = distances[o + j];
-        const int64_t l = labels[o + j];
-        if (l < 0) break;
-        int i = j;
-        while (i > 0 && distances[o + i - 1] == d && labels[o + i - 1] > l) {
-            labels[o + i] = labels[o + i - 1];
-            --i;
-        }
-        labels[o + i] = l;
-    }
+    finish_row(k, keys + o, pos + o, l2, query_norms ? query_norms + q : nullptr, ids,
+               distances + o, labels + o);
 }
 
 unsigned blocks_for(long long threads, int per_block)

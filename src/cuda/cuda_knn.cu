@@ -26,6 +26,9 @@
 // approximate key is at most approx k-th + 2E), and re-ranking the k2 exactly
 // in fp32 gives the exact answer.  Queries that fail the test are searched
 // again on the fp32 path, so the result is exact either way.
+//
+// Small batches (up to 64 queries by default) go to cuda_knn_small.cu, which
+// streams the shadow once with distances and selection fused.
 #include <math.h>
 
 #include <atomic>
@@ -36,8 +39,10 @@
 #include "core/vectors.h"
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_kernels.cuh"
+#include "cuda/cuda_knn_small.cuh"
 #include "cuda/cuda_util.cuh"
 #include "cuda/cuda_workspace.cuh"
+#include "cuda/knn_device.cuh"
 #include "cuda/select.cuh"
 
 namespace sml {
@@ -143,12 +148,7 @@ simil_status plan_search(const Search &s, bool fast, size_t budget, Plan *out)
     Plan p{};
     p.fast = fast;
     p.radix = a->k > kMaxWarpSelectK;
-    // The fast path keeps 2k candidates, at least 64: with fewer, a few
-    // percent of the queries on uniform data fail the bound at k = 10.  For
-    // k <= 4 (an IVF's list assignment: k = 1) 32 suffice, and on short rows
-    // the smaller queue warms up far sooner.
-    const int floor = a->k <= 4 ? 32 : 64;
-    p.kk = fast ? warp_select_queue(a->k * 2 > floor ? (int)a->k * 2 : floor) : (int)a->k;
+    p.kk = fast ? fast_candidates(a->k) : (int)a->k;
     const size_t score_bytes = fast ? 2 : 4;
     for (p.qt = (int)(a->nq < s.max_query_tile ? a->nq : s.max_query_tile); p.qt >= 1;
          p.qt /= 2) {
@@ -337,16 +337,8 @@ __global__ void fast_prepare_kernel(int rows, const float *inv, const float *nor
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows) return;
-    const float c = 0x1p-10f + 0x1p-11f + 0x1p-17f + dim * 0x1p-20f;
-    const float xy = norm[i] * max_norm;
-    if (l2) {
-        row_scale[i] = -2.0f * inv[i];
-        bound[i] = 2.0f * c * xy + 0x1p-22f * (max_norm * max_norm + 2.0f * xy) +
-                   dim * 0x1p-23f * max_norm * max_norm;
-    } else {
-        row_scale[i] = -inv[i];
-        bound[i] = c * xy + 0x1p-22f * xy;
-    }
+    row_scale[i] = fast_row_scale(inv[i], l2);
+    bound[i] = fast_bound(norm[i], max_norm, l2, dim);
 }
 
 // ok[i]: the k2 approximate candidates of query i provably hold its exact top k.
@@ -628,9 +620,14 @@ simil_status knn_locked(Device *dev, const sml_knn_args *a)
     SML_RETURN_IF(s.outputs_on_device != is_device_pointer(a->labels), SIMIL_ERR_INVALID_ARGUMENT,
                   "search: distances and labels must both be in host or both in GPU memory");
     if (a->nq == 0) return SIMIL_OK;
-    s.max_query_tile = s.queries_on_device && s.outputs_on_device ? kMaxQueryTile
-                                                                  : staged_tile_cap(s);
-    const simil_status st = run(s);
+    simil_status st;
+    if (knn_small_takes(a)) {
+        st = knn_small(dev, a, s.queries_on_device, s.outputs_on_device);
+    } else {
+        s.max_query_tile = s.queries_on_device && s.outputs_on_device ? kMaxQueryTile
+                                                                      : staged_tile_cap(s);
+        st = run(s);
+    }
     if (st != SIMIL_OK) {
         // leave the streams idle for the next call
         cudaStreamSynchronize(dev->stream[0]);
@@ -650,6 +647,8 @@ simil_status cuda_knn(sml_backend *backend, const sml_knn_args *a)
     pthread_mutex_unlock(&dev->lock);
     return st;
 }
+
+void knn_count_fallbacks(long long n) { fallback_queries.fetch_add(n); }
 
 }  // namespace sml
 

@@ -45,7 +45,8 @@
 // the re-ranking is bound by DRAM, scattered rows, not by its L2 requests;
 // docs/benchmarks.md, "Tried and dropped".)
 //
-// The queries' codes come from cuda_xfbq_encode.cu.
+// The queries' codes come from cuda_xfbq_encode.cu: the caller's, or, where
+// it gives none, coded here from the staged queries, one launch per batch.
 #include <assert.h>
 #include <string.h>
 
@@ -468,6 +469,7 @@ struct Scratch {
     int64_t *out_labels;
     void *radix;
     size_t radix_bytes;
+    uint64_t *query_codes;  // where the caller gives none
 };
 
 size_t carve_scratch(void *base, const sml_xfbq_scan_args *a, const Plan &p, size_t dsize,
@@ -505,6 +507,8 @@ size_t carve_scratch(void *base, const sml_xfbq_scan_args *a, const Plan &p, siz
         s->radix_bytes = select_rows_radix_workspace(p.nq, 1, (int)a->scan.k);
         s->radix = c.take<char>(s->radix_bytes);
     }
+    s->query_codes =
+        c.take<uint64_t>(a->query_codes ? 0 : nq * (size_t)(a->query_bits * a->words));
     return c.used();
 }
 
@@ -572,11 +576,12 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p
     const RaggedRows rows{s.cand_keys, s.cand_rows, s.cstart + first, s.count + first, n, most};
     SML_TRY(select_ragged(rows, (int)a->scan.k, s.final_keys, s.final_idx, a->scan.k, s.radix,
                           s.radix_bytes, st));
-    return finish_to_host(a->scan, q0 + first, n, s.final_keys, s.final_idx, s.out_dist,
-                          s.out_labels, st);
+    return finish_to_host(dev, a->scan, q0 + first, n, s.final_keys, s.final_idx, s.out_dist,
+                          s.out_labels);
 }
 
-// Queries [q0, q0 + nq) of a (device queries and codes, host probes).
+// Queries [q0, q0 + nq) of a (device queries, their codes or none, host
+// probes).
 template <typename DT>
 simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, int nq)
 {
@@ -593,7 +598,14 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     carve_scratch(ws, a, p, sizeof(DT), cand_cap, &s);
     SML_CUDA_TRY(cudaMemcpyAsync(ws, p.base, p.upload, cudaMemcpyHostToDevice, st));
     Batch b{};
-    b.query_codes = a->query_codes + q0 * a->query_bits * a->words;
+    if (a->query_codes) {
+        b.query_codes = a->query_codes + q0 * a->query_bits * a->words;
+    } else {
+        const sml_xfbq_encode_args enc{sc.queries + q0 * sc.dim, nq, sc.dim, a->query_bits,
+                                       a->words, a->alpha, a->normalize, s.query_codes};
+        SML_TRY(launch_xfbq_encode(&enc, st));
+        b.query_codes = s.query_codes;
+    }
     b.queries = sc.queries + q0 * sc.dim;
     b.qw = (int)(a->query_bits * a->words);
     b.qbits = a->query_bits;
@@ -672,7 +684,7 @@ simil_status cuda_xfbq_scan(sml_backend *be, const sml_xfbq_scan_args *a)
                                 int n) {
                                 sml_xfbq_scan_args x = *a;
                                 x.scan = batch;
-                                x.query_codes = a->query_codes + first * qw;
+                                if (a->query_codes) x.query_codes = a->query_codes + first * qw;
                                 return small ? run_batch<unsigned short>(dev, &x, sub, n)
                                              : run_batch<unsigned>(dev, &x, sub, n);
                             });

@@ -24,18 +24,22 @@ __global__ void xfbq_encode_kernel(const sml_xfbq_encode_args a)
 
 }  // namespace
 
-simil_status cuda_xfbq_encode(sml_backend *be, const sml_xfbq_encode_args *a)
+simil_status launch_xfbq_encode(const sml_xfbq_encode_args *a, cudaStream_t st)
 {
     const long long threads = a->n * a->words;
     if (threads == 0) return SIMIL_OK;
+    xfbq_encode_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(*a);
+    return cuda_status(cudaGetLastError(), "xfbq_encode_kernel", __FILE__, __LINE__);
+}
+
+simil_status cuda_xfbq_encode(sml_backend *be, const sml_xfbq_encode_args *a)
+{
+    if (a->n * a->words == 0) return SIMIL_OK;
     Device *dev = device_of(be);
     pthread_mutex_lock(&dev->lock);
     simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
     if (s == SIMIL_OK) s = device_join_caller(dev);
-    if (s == SIMIL_OK) {
-        xfbq_encode_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, dev->stream[0]>>>(*a);
-        s = cuda_status(cudaGetLastError(), "xfbq_encode_kernel", __FILE__, __LINE__);
-    }
+    if (s == SIMIL_OK) s = launch_xfbq_encode(a, dev->stream[0]);
     if (s == SIMIL_OK)
         s = cuda_status(cudaStreamSynchronize(dev->stream[0]), "XFBQ codes", __FILE__, __LINE__);
     pthread_mutex_unlock(&dev->lock);

@@ -13,6 +13,7 @@
 #include "core/sq_code.h"
 #include "core/vectors.h"
 #include "index/index_internal.h"
+#include "index/search_batch.h"
 
 /* Results of nq x k beyond this many slots are refused before any work. */
 static const int64_t sml_max_result_slots = (int64_t)1 << 40;
@@ -52,6 +53,19 @@ simil_status simil_index_create(simil_index **index, int64_t dim, const char *de
 }
 
 void simil_index_destroy(simil_index *index) { sml_index_free(index); }
+
+simil_status simil_index_set_batching(simil_index *index, int enabled, int64_t max_wait_us)
+{
+    SML_RETURN_IF(index == NULL, SIMIL_ERR_INVALID_ARGUMENT, "set_batching: index is NULL");
+    SML_RETURN_IF(max_wait_us < 0 || max_wait_us > 10000000, SIMIL_ERR_INVALID_ARGUMENT,
+                  "set_batching: max_wait_us=%" PRId64 " is outside [0, 10^7]", max_wait_us);
+    SML_RETURN_IF(enabled && !index->vt->batchable, SIMIL_ERR_UNSUPPORTED,
+                  "set_batching: index '%s' cannot combine searches; batching is for Flat, "
+                  "IVFn,Flat, IVFn,PQm and XFBQ indexes",
+                  index->description);
+    sml_batcher_set(index->batcher, enabled, max_wait_us);
+    return SIMIL_OK;
+}
 
 #define SML_CHECK_INDEX(index) \
     SML_RETURN_IF((index) == NULL, SIMIL_ERR_INVALID_ARGUMENT, "%s: index is NULL", __func__)
@@ -250,6 +264,9 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
         s = sml_fill_empty(index, nq, k, distances, labels);
     else if (on_device && !index->vt->device_io)
         s = sml_search_staged(index, call);
+    else if (!on_device && (index->backend->gpu < 0 || !index->vt->device_io ||
+                            !sml_cuda_pointer_is_device(call.queries)))
+        s = sml_batcher_search(index->batcher, index, &call);
     else
         s = index->vt->search(index, &call);
     sml_free(copy);

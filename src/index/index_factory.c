@@ -12,6 +12,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "index/index_internal.h"
+#include "index/search_batch.h"
 
 simil_status sml_index_new(simil_index **out, int64_t dim, const char *description,
                            simil_metric metric, const char *device)
@@ -61,12 +62,15 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
     index->metric = metric;
     snprintf(index->device, sizeof index->device, "%s", device ? device : "auto");
     simil_status s = sml_device_open(placement.device[0], &index->backend);
+    if (s == SIMIL_OK) s = sml_batcher_create(&index->batcher);
     if (s == SIMIL_OK) s = init(index);
     if (s != SIMIL_OK) {
+        sml_batcher_destroy(index->batcher);
         sml_backend_close(index->backend);
         sml_free(index);
         return s;
     }
+    if (index->vt->batchable) sml_batcher_set(index->batcher, 1, 0);
     *out = index;
     return SIMIL_OK;
 }
@@ -77,6 +81,8 @@ simil_status sml_index_inner(const simil_index *outer, const sml_index_spec *spe
     char desc[96];
     sml_index_spec_format(spec, desc, sizeof desc);
     SML_TRY(sml_index_new(inner, dim, desc, metric, outer->device));
+    /* the outer index batches its callers; the inner sees one call at a time */
+    sml_batcher_set((*inner)->batcher, 0, 0);
     (*inner)->ntotal = outer->ntotal;
     (*inner)->next_id = outer->next_id;
     return SIMIL_OK;
@@ -135,6 +141,7 @@ void sml_index_free(simil_index *index)
 {
     if (index == NULL) return;
     index->vt->destroy(index);
+    sml_batcher_destroy(index->batcher);
     sml_backend_close(index->backend);
     sml_free(index);
 }

@@ -200,6 +200,7 @@ static const sml_index_vtable sml_flat_vtable = {
     .load = sml_flat_load,
     .destroy = sml_flat_destroy,
     .device_io = 1,
+    .batchable = 1,
 };
 
 simil_status sml_flat_init(simil_index *index)

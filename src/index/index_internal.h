@@ -52,6 +52,9 @@ const simil_search_params *sml_search_defaults(void);
  * an index's own default nprobe applies only where nprobe was not. */
 int sml_search_param_given(const simil_search_params *params, const char *name);
 
+/* 1 if every setting of a equals that of b. */
+int sml_search_params_equal(const simil_search_params *a, const simil_search_params *b);
+
 /* Queries and results are in host memory, except for a type with device_io
  * set, which also gets the caller's GPU arrays as they are (cosine queries
  * always come as a normalized host copy). */
@@ -83,6 +86,10 @@ typedef struct sml_index_vtable {
      * itself (the exact search does); other types get host copies from
      * index.c. */
     int device_io;
+    /* Nonzero when each query's results depend only on that query (within
+     * the backend's batch_max_queries and batch_max_k), so that concurrent
+     * searches may run as one batch (search_batch.h). */
+    int batchable;
 } sml_index_vtable;
 
 struct simil_index {
@@ -99,6 +106,7 @@ struct simil_index {
                           not set nprobe; 0 here means the table's default, 1 */
     int trained;
     void *impl;
+    struct sml_batcher *batcher;  /* concurrent searches (search_batch.h) */
 };
 
 /* Ids.  Every stored id is in [0, next_id).  next_id is one past the largest

@@ -109,6 +109,7 @@ static const sml_index_vtable sml_ivf_flat_vtable = {
     .save = sml_ivf_flat_save,
     .load = sml_ivf_flat_load,
     .destroy = sml_ivf_flat_destroy,
+    .batchable = 1,
 };
 
 simil_status sml_ivf_flat_init(simil_index *index)

@@ -412,6 +412,7 @@ static const sml_index_vtable sml_ivf_pq_vtable = {
     .save = sml_ivf_pq_save,
     .load = sml_ivf_pq_load,
     .destroy = sml_ivf_pq_destroy,
+    .batchable = 1,
 };
 
 int sml_index_is_ivf_pq(const simil_index *index) { return index->vt == &sml_ivf_pq_vtable; }

@@ -184,6 +184,7 @@ static const sml_index_vtable sml_ivf_xfbq_vtable = {
     .save = sml_ivf_xfbq_save,
     .load = sml_ivf_xfbq_load,
     .destroy = sml_ivf_xfbq_destroy,
+    .batchable = 1,
 };
 
 simil_status sml_ivf_xfbq_init(simil_index *index)

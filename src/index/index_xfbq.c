@@ -214,6 +214,7 @@ static const sml_index_vtable sml_xfbq_flat_vtable = {
     .save = sml_xfbq_flat_save,
     .load = sml_xfbq_flat_load,
     .destroy = sml_xfbq_flat_destroy,
+    .batchable = 1,
 };
 
 simil_status sml_xfbq_flat_init(simil_index *index)

@@ -222,19 +222,27 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
 {
     const sml_xfbq_base *x = sml_xfbq_base_of(index);
     sml_backend *b = index->backend;
-    const int64_t nq = call->nq, dim = index->dim;
+    const int64_t nq = call->nq;
     const int64_t code_words = x->q.query_bits * x->q.words;
     uint64_t *codes = NULL;
-    /* GPU: the queries, with RR their rotations, then their codes */
+    /* A GPU codes the queries itself, in the scan, from the queries it
+     * stages anyway: no device block, no upload and no wait of their own per
+     * call (the fixed cost of a call, docs/benchmarks.md).  With RR the codes
+     * are of the rotated queries, rotated on the host (bit for bit the CPU's
+     * rotation), so that path keeps its device block: the queries, their
+     * rotations, then their codes. */
+    const int backend_codes = b->gpu >= 0 && b->ops->xfbq_encode != NULL && x->rotation == NULL;
     char *device_block = NULL;
     const float *queries = call->queries, *coded = NULL;
     float *rotated = NULL; /* host, RR */
-    const size_t fbytes = sizeof(float) * (size_t)(nq * dim);
-    const size_t qbytes = (fbytes + 255) / 256 * 256;
-    const size_t rbytes = x->rotation != NULL ? qbytes : 0;
-    const size_t cbytes = sizeof *codes * (size_t)(nq * code_words);
-    simil_status s = sml_xfbq_rotated(x, nq, call->queries, &coded, &rotated);
-    if (s == SIMIL_OK && b->gpu >= 0) {
+    simil_status s = SIMIL_OK;
+    if (!backend_codes) s = sml_xfbq_rotated(x, nq, call->queries, &coded, &rotated);
+    if (s == SIMIL_OK && !backend_codes && b->gpu >= 0) {
+        const int64_t dim = index->dim;
+        const size_t fbytes = sizeof(float) * (size_t)(nq * dim);
+        const size_t qbytes = (fbytes + 255) / 256 * 256;
+        const size_t rbytes = x->rotation != NULL ? qbytes : 0;
+        const size_t cbytes = sizeof *codes * (size_t)(nq * code_words);
         s = b->ops->mem_alloc(b, qbytes + rbytes + cbytes, (void **)&device_block);
         if (s == SIMIL_OK) {
             queries = (const float *)device_block;
@@ -244,10 +252,11 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
             if (s == SIMIL_OK && rotated != NULL)
                 s = b->ops->mem_upload(b, device_block + qbytes, rotated, fbytes);
         }
-    } else if (s == SIMIL_OK) {
+        if (s == SIMIL_OK) s = sml_xfbq_query_codes(index, nq, coded, codes);
+    } else if (s == SIMIL_OK && !backend_codes) {
         s = sml_alloc((void **)&codes, (size_t)(nq * code_words), sizeof *codes, "query codes");
+        if (s == SIMIL_OK) s = sml_xfbq_query_codes(index, nq, coded, codes);
     }
-    if (s == SIMIL_OK) s = sml_xfbq_query_codes(index, nq, coded, codes);
     if (s == SIMIL_OK) {
         sml_xfbq_select sel;
         const float extra = call->params.extra_distance < 0 ? 0.05f : call->params.extra_distance;
@@ -255,6 +264,8 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
         sml_xfbq_scan_args args = {
             .scan = scan,
             .query_codes = codes,
+            .alpha = x->q.alpha,
+            .normalize = x->normalize,
             .query_bits = x->q.query_bits,
             .base_bits = x->q.base_bits,
             .words = x->q.words,

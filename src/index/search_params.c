@@ -162,6 +162,13 @@ const simil_search_params *sml_search_defaults(void)
     return &sml_defaults;
 }
 
+int sml_search_params_equal(const simil_search_params *a, const simil_search_params *b)
+{
+    for (int i = 0; i < SML_NPARAMS; i++)
+        if (sml_load_value(&sml_params[i], a) != sml_load_value(&sml_params[i], b)) return 0;
+    return 1;
+}
+
 static simil_status sml_unknown_param(const char *name)
 {
     char names[256];

@@ -15,15 +15,6 @@
 
 static const double rel_tol = 1e-4;
 
-static simil_index *build(const char *device, int64_t dim, simil_metric metric, int64_t n,
-                          const float *base)
-{
-    simil_index *index;
-    SML_ASSERT_OK(simil_index_create(&index, dim, "Flat", metric, device));
-    SML_ASSERT_OK(simil_index_add(index, n, base, NULL));
-    return index;
-}
-
 /* GPU search checked against the float64 reference. */
 static void check_reference(int64_t n, int64_t nq, int64_t dim, int64_t k, simil_metric metric,
                             uint64_t seed)
@@ -36,7 +27,7 @@ static void check_reference(int64_t n, int64_t nq, int64_t dim, int64_t k, simil
     float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim + 1));
     sml_test_fill_uniform(base, n * dim, seed, -1, 1);
     sml_test_fill_uniform(q, nq * dim, seed + 99, -1, 1);
-    simil_index *index = build("gpu", dim, metric, n, base);
+    simil_index *index = sml_test_flat_index("gpu", dim, metric, n, base);
     float *d = sml_test_malloc(sizeof(float) * (size_t)(nq * k));
     int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(nq * k));
     SML_ASSERT_OK(simil_index_search(index, nq, q, k, NULL, d, l));
@@ -56,8 +47,8 @@ static void check_against_cpu(const char *what, const float *base, int64_t n, co
     snprintf(context, sizeof context, "%s gpu vs cpu %s n=%lld nq=%lld dim=%lld k=%lld", what,
              simil_metric_name(metric), (long long)n, (long long)nq, (long long)dim,
              (long long)k);
-    simil_index *gpu = build("gpu", dim, metric, n, base);
-    simil_index *cpu = build("cpu", dim, metric, n, base);
+    simil_index *gpu = sml_test_flat_index("gpu", dim, metric, n, base);
+    simil_index *cpu = sml_test_flat_index("cpu", dim, metric, n, base);
     size_t out = (size_t)(nq * k);
     float *dg = sml_test_malloc(sizeof(float) * out), *dc = sml_test_malloc(sizeof(float) * out);
     int64_t *lg = sml_test_malloc(sizeof(int64_t) * out);
@@ -174,7 +165,7 @@ static void test_device_memory(void **state)
     sml_test_fill_uniform(q, nq * dim, 12, -1, 1);
     const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_COSINE};
     for (int m = 0; m < 2; m++) {
-        simil_index *index = build("gpu", dim, metrics[m], n, base);
+        simil_index *index = sml_test_flat_index("gpu", dim, metrics[m], n, base);
         float *d_q, *d_d;
         int64_t *d_l;
         assert_int_equal(cudaMalloc((void **)&d_q, sizeof(float) * nq * dim), 0);
@@ -233,7 +224,7 @@ static void test_staged_tiles(void **state)
         printf("staged tiles k=%lld: %lld of %lld queries re-ran in fp32\n", (long long)k,
                sml_cuda_fallback_queries() - before, (long long)nq);
         if (k <= 100) assert_true(sml_cuda_fallback_queries() > before);
-        simil_index *index = build("gpu", dim, SIMIL_METRIC_L2, n, base);
+        simil_index *index = sml_test_flat_index("gpu", dim, SIMIL_METRIC_L2, n, base);
         float *dref = sml_test_malloc(sizeof(float) * out);
         float *dh = sml_test_malloc(sizeof(float) * out);
         int64_t *lref = sml_test_malloc(sizeof(int64_t) * out);
@@ -277,7 +268,7 @@ static void test_nan_rejected(void **state)
 {
     (void)state;
     float base[4 * 3] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
-    simil_index *index = build("gpu", 3, SIMIL_METRIC_L2, 4, base);
+    simil_index *index = sml_test_flat_index("gpu", 3, SIMIL_METRIC_L2, 4, base);
     float bad[3] = {1, NAN, 2}, d[2];
     int64_t l[2];
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_search(index, 1, bad, 2, NULL, d, l));
@@ -351,7 +342,7 @@ static void test_files_move_between_backends(void **state)
     const int64_t n = 3000, dim = 24, nq = 30, k = 5;
     float *base = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
     sml_test_fill_uniform(base, n * dim, 41, -1, 1);
-    simil_index *gpu = build("gpu", dim, SIMIL_METRIC_L2, n, base);
+    simil_index *gpu = sml_test_flat_index("gpu", dim, SIMIL_METRIC_L2, n, base);
     int64_t gone[3] = {0, 10, 20};
     SML_ASSERT_OK(simil_index_remove(gpu, 3, gone, NULL));
     const char *path = sml_test_path("gpu.simil");

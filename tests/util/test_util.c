@@ -262,6 +262,15 @@ void sml_test_require_gpu(void)
     exit(SML_TEST_SKIP);
 }
 
+simil_index *sml_test_flat_index(const char *device, int64_t dim, simil_metric metric, int64_t n,
+                                 const float *base)
+{
+    simil_index *index;
+    SML_ASSERT_OK(simil_index_create(&index, dim, "Flat", metric, device));
+    SML_ASSERT_OK(simil_index_add(index, n, base, NULL));
+    return index;
+}
+
 void sml_test_normalize(float *x, int64_t n, int64_t dim)
 {
     for (int64_t i = 0; i < n; i++) {

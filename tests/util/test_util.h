@@ -83,6 +83,11 @@ void sml_test_require_gpu(void);
  * destroys it (simil_search_params_destroy). */
 simil_search_params *sml_test_params(const char *settings);
 
+/* A Flat index on device holding the n rows of base (ids 0..n-1); fails the
+ * test on error. */
+simil_index *sml_test_flat_index(const char *device, int64_t dim, simil_metric metric, int64_t n,
+                                 const float *base);
+
 /* Normalize rows in place (zero rows stay zero). */
 void sml_test_normalize(float *x, int64_t n, int64_t dim);
 

@@ -1,0 +1,570 @@
+// cuda_knn_small.cu: exact search of small batches (1 to 64 queries by
+// default), streaming the base once with distances and top-k fused.
+//
+// The batch path (cuda_knn.cu) writes a distance matrix with a GEMM and reads
+// it back to select; for a handful of queries the GEMM has too few rows to be
+// efficient, and one warp or block per query row leaves most of the GPU idle:
+// one query took more than ten times as long as reading the fp16 shadow once
+// (docs/benchmarks.md, "Online search").  Here the base is cut into slices, about
+// as many blocks as fit on the GPU at once, and each block streams its slice
+// of the fp16 shadow once for a group of up to 8 queries:
+//
+//   scan (small_scan_kernel, 256 threads): the group's queries sit in shared
+//       memory as fp32 (the fp16-rounded scaled values, exactly); each lane
+//       takes one base row at a time, reads it with 16-byte loads, and
+//       accumulates the dot products with all the group's queries in fp32.
+//       The approximate key is that of the batch path (docs/gpu-exact-search.md)
+//       with fp32 instead of fp16 output, so the same bound E(x) holds with
+//       room to spare.  Each warp keeps, per query, its best kk keys
+//       (BufferedWarpSelect, warp_select.cuh); at the end the block's warps
+//       merge their lists into one list per (query, slice).  Blocks of one
+//       slice are numbered together, so the groups of a larger batch read
+//       the slice at about the same time, from L2.
+//   finish (small_finish_kernel, one block per query): merges the slices'
+//       lists into the kk best approximate candidates, checks the bound (the
+//       kk-th must exceed the k-th by more than 2E), re-ranks the candidates
+//       with exact fp32 keys (exact_key, as the batch path's rerank) and
+//       writes the k best as final rows (finish_row).
+//
+// A query whose candidates fail the bound is searched again on the fp32
+// path, as in the batch path.  Every surviving result is computed by the same
+// device code as the batch path's, so both paths return the same bits
+// (candidates differ only in their approximate keys, and each set provably
+// holds the exact top k).  Queries and results in host memory pass through
+// the device's pinned buffer, in one copy each way; the workspace and the
+// pinned buffer are reused from call to call, so a call allocates nothing
+// once they are large enough.
+#include <string.h>
+
+#include <atomic>
+
+#include "core/alloc.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_kernels.cuh"
+#include "cuda/cuda_knn_small.cuh"
+#include "cuda/cuda_util.cuh"
+#include "cuda/knn_device.cuh"
+#include "cuda/warp_select.cuh"
+
+namespace sml {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxCandidates = 256;        // kk, so k <= 128
+constexpr int kMaxGroup = 8;               // queries per block
+constexpr long long kMinSliceRows = 512;   // rows per block, at least
+constexpr size_t kSmemCap = (size_t)160 << 10;
+constexpr long long kDefaultMaxQueries = 64;
+
+std::atomic<long long> max_queries{kDefaultMaxQueries};
+
+// Queries per block for kk candidates: the warp queues of a group live in
+// registers (kk / 32 pairs per lane and query).
+int group_cap(int kk) { return kk <= 64 ? kMaxGroup : kk == 128 ? 4 : 2; }
+
+// Dynamic shared memory of a scan block: the group's queries (dim x qg
+// floats), later reused for the warps' lists of the block merge.
+size_t scan_smem(int dim, int qg, int kk)
+{
+    const size_t queries = sizeof(float) * (size_t)dim * qg;
+    const size_t lists = (size_t)qg * kWarps * kk * (sizeof(float) + sizeof(int));
+    return queries > lists ? queries : lists;
+}
+
+struct ScanArgs {
+    const __half *rows;       // n x dim: the shadow
+    const float *inv_scale;   // n
+    const float *add;         // n squared norms (L2), or null (IP)
+    long long n;
+    int dim;
+    int width;                // halves per load: 8, 4, 2 or 1, dividing dim
+    const __half *queries;    // nq x dim, scaled and rounded
+    const float *query_inv;   // nq: 1 / s_x
+    int nq;
+    bool l2;
+    int slices;
+    int groups;
+    long long slice_rows;     // a multiple of 32
+    float *part_keys;         // nq x slices x kk
+    int *part_idx;
+};
+
+// Query values of dimension d for the group: QG consecutive floats.
+template <int QG>
+__device__ __forceinline__ void group_values(const float *p, float (&v)[QG])
+{
+    if constexpr (QG % 4 == 0) {
+#pragma unroll
+        for (int t = 0; t < QG / 4; ++t) {
+            const float4 f = reinterpret_cast<const float4 *>(p)[t];
+            v[4 * t] = f.x, v[4 * t + 1] = f.y, v[4 * t + 2] = f.z, v[4 * t + 3] = f.w;
+        }
+    } else if constexpr (QG == 2) {
+        const float2 f = *reinterpret_cast<const float2 *>(p);
+        v[0] = f.x, v[1] = f.y;
+    } else {
+        v[0] = p[0];
+    }
+}
+
+// W halves of a row from one load (W * 2 bytes, aligned).
+template <int W>
+__device__ __forceinline__ void load_halves(const __half *p, float (&h)[W])
+{
+    if constexpr (W == 8) {
+        const uint4 raw = __ldg(reinterpret_cast<const uint4 *>(p));
+        const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[i]));
+            h[2 * i] = f.x, h[2 * i + 1] = f.y;
+        }
+    } else if constexpr (W == 4) {
+        const uint2 raw = __ldg(reinterpret_cast<const uint2 *>(p));
+        const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&raw.x));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&raw.y));
+        h[0] = a.x, h[1] = a.y, h[2] = b.x, h[3] = b.y;
+    } else if constexpr (W == 2) {
+        const unsigned raw = __ldg(reinterpret_cast<const unsigned *>(p));
+        const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&raw));
+        h[0] = a.x, h[1] = a.y;
+    } else {
+        h[0] = __half2float(p[0]);
+    }
+}
+
+// acc[q] += <row, query q> over dim, in fp32, W halves per load.  qs holds
+// the group's queries dimension by dimension (dim x QG).
+template <int QG, int W>
+__device__ __forceinline__ void dot_row(const __half *row, const float *qs, int dim,
+                                        float (&acc)[QG])
+{
+#pragma unroll 4
+    for (int c = 0; c < dim; c += W) {
+        float h[W];
+        load_halves<W>(row + c, h);
+#pragma unroll
+        for (int e = 0; e < W; ++e) {
+            float v[QG];
+            group_values<QG>(qs + (c + e) * QG, v);
+#pragma unroll
+            for (int q = 0; q < QG; ++q) acc[q] = fmaf(h[e], v[q], acc[q]);
+        }
+    }
+}
+
+// Launch: slices x groups blocks of kThreads (block b: slice b / groups,
+// group b % groups), dynamic shared memory scan_smem(dim, QG, K).  Each lane
+// takes one row per step, each warp 32 consecutive rows; the warps' queues
+// (K pairs per query) merge into the block's list of the (query, slice).
+template <int QG, int K>
+__global__ void __launch_bounds__(kThreads, 2) small_scan_kernel(const __grid_constant__ ScanArgs a)
+{
+    extern __shared__ float4 dynamic_smem[];
+    float *qs = reinterpret_cast<float *>(dynamic_smem);
+    __shared__ float slot_k[kWarps][QG][32];
+    __shared__ int slot_v[kWarps][QG][32];
+    const int group = blockIdx.x % a.groups, slice = blockIdx.x / a.groups;
+    const int q0 = group * QG;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int e = threadIdx.x; e < a.dim * QG; e += kThreads) {
+        const int d = e / QG, q = e % QG;
+        qs[e] = q0 + q < a.nq ? __half2float(a.queries[(long long)(q0 + q) * a.dim + d]) : 0.0f;
+    }
+    float row_scale[QG];
+#pragma unroll
+    for (int q = 0; q < QG; ++q)
+        row_scale[q] = q0 + q < a.nq ? fast_row_scale(a.query_inv[q0 + q], a.l2) : 0.0f;
+    __syncthreads();
+    BufferedWarpSelect<K> ws[QG];
+#pragma unroll
+    for (int q = 0; q < QG; ++q) ws[q].init(K, INFINITY, kEmptyIdx, slot_k[warp][q], slot_v[warp][q]);
+    const long long r0 = (long long)slice * a.slice_rows;
+    const long long r1 = min(a.n, r0 + a.slice_rows);
+    for (long long first = r0 + warp * 32; first < r1; first += kThreads) {
+        const long long j = first + lane;
+        const bool valid = j < r1;
+        float acc[QG];
+#pragma unroll
+        for (int q = 0; q < QG; ++q) acc[q] = 0.0f;
+        float add = 0.0f, scale = 0.0f;
+        if (valid) {
+            const __half *row = a.rows + j * a.dim;
+            switch (a.width) {
+            case 8: dot_row<QG, 8>(row, qs, a.dim, acc); break;
+            case 4: dot_row<QG, 4>(row, qs, a.dim, acc); break;
+            case 2: dot_row<QG, 2>(row, qs, a.dim, acc); break;
+            default: dot_row<QG, 1>(row, qs, a.dim, acc); break;
+            }
+            scale = a.inv_scale[j];
+            if (a.add) add = a.add[j];
+        }
+#pragma unroll
+        for (int q = 0; q < QG; ++q) {
+            if (q0 + q >= a.nq) continue;  // the same in every lane
+            float key = INFINITY;
+            int idx = kEmptyIdx;
+            if (valid) {
+                // the batch path's key (RowReader::finish), from an fp32 dot product
+                float s = acc[q] * row_scale[q];
+                s *= scale;
+                key = a.add ? add + s : s;
+                if (key != key) key = INFINITY;
+                idx = (int)j;
+            }
+            ws[q].offer(key, idx);
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < QG; ++q)
+        if (q0 + q < a.nq) ws[q].flush();
+    __syncthreads();  // every warp is done with the queries: their memory takes the lists
+    float *list_k = qs;
+    int *list_v = reinterpret_cast<int *>(qs + QG * kWarps * K);
+#pragma unroll
+    for (int q = 0; q < QG; ++q)
+        if (q0 + q < a.nq)
+            ws[q].q.write(list_k + (q * kWarps + warp) * K, list_v + (q * kWarps + warp) * K);
+    __syncthreads();
+    for (int q = warp; q < QG; q += kWarps) {
+        if (q0 + q >= a.nq) continue;
+        BufferedWarpSelect<K> m;
+        m.init(K, INFINITY, kEmptyIdx, slot_k[warp][0], slot_v[warp][0]);
+        const float *keys = list_k + q * kWarps * K;
+        const int *idx = list_v + q * kWarps * K;
+        for (int e = lane; e < kWarps * K; e += 32) {
+            const int i = idx[e];
+            m.offer(i < 0 ? INFINITY : keys[e], i < 0 ? kEmptyIdx : i);
+        }
+        m.flush();
+        const long long out = ((long long)(q0 + q) * a.slices + slice) * K;
+        m.q.write(a.part_keys + out, a.part_idx + out);
+    }
+}
+
+struct FinishArgs {
+    const float *part_keys;   // nq x slices x kk
+    const int *part_idx;
+    int slices;
+    const float *queries;     // nq x dim, fp32
+    const float *base;        // n x dim, fp32
+    int dim;
+    bool l2;
+    const float *query_norm;  // nq: ||x|| (not squared)
+    float max_norm;           // of the base rows
+    int k;
+    const int64_t *ids;       // n
+    float *distances;         // nq x k
+    int64_t *labels;
+    int *ok;                  // nq: 1 when the bound proved the candidates
+};
+
+// Launch: one block of kThreads per query.  The warps merge shares of the
+// slices' lists, warp 0 merges the warps' lists into the K candidates; the
+// bound is checked, the warps re-rank the candidates in turn, and warp 0
+// selects and writes the k best.
+template <int K>
+__global__ void __launch_bounds__(kThreads) small_finish_kernel(const __grid_constant__ FinishArgs a)
+{
+    __shared__ float slot_k[kWarps][32];
+    __shared__ int slot_v[kWarps][32];
+    __shared__ float list_k[kWarps][K];
+    __shared__ int list_v[kWarps][K];
+    __shared__ float cand_k[K];
+    __shared__ int cand_v[K];
+    __shared__ float exact[K];
+    const int q = blockIdx.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const long long row = (long long)q * a.slices * K;
+    const int total = a.slices * K;
+    BufferedWarpSelect<K> ws;
+    ws.init(K, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
+    for (int e0 = warp * 32; e0 < total; e0 += kThreads) {
+        const int e = e0 + lane;
+        const int i = e < total ? a.part_idx[row + e] : -1;
+        ws.offer(i < 0 ? INFINITY : a.part_keys[row + e], i < 0 ? kEmptyIdx : i);
+    }
+    ws.flush();
+    ws.q.write(list_k[warp], list_v[warp]);
+    __syncthreads();
+    if (warp == 0) {
+        BufferedWarpSelect<K> m;
+        m.init(K, INFINITY, kEmptyIdx, slot_k[0], slot_v[0]);
+        for (int e = lane; e < kWarps * K; e += 32) {
+            const int i = list_v[e / K][e % K];
+            m.offer(i < 0 ? INFINITY : list_k[e / K][e % K], i < 0 ? kEmptyIdx : i);
+        }
+        m.flush();
+        m.q.write(cand_k, cand_v);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        // as fast_check_kernel: every row is a candidate, or the bound holds
+        const float bound = fast_bound(a.query_norm[q], a.max_norm, a.l2, a.dim);
+        a.ok[q] = cand_v[K - 1] < 0 || cand_k[K - 1] > cand_k[a.k - 1] + 2.0f * bound;
+    }
+    const float *x = a.queries + (long long)q * a.dim;
+    for (int c = warp; c < K; c += kWarps) {
+        const int i = cand_v[c];
+        const float key = i >= 0 ? exact_key(x, a.base + (long long)i * a.dim, a.dim, a.l2)
+                                 : INFINITY;
+        if (lane == 0) exact[c] = key;
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    BufferedWarpSelect<K> f;
+    f.init(a.k, INFINITY, kEmptyIdx, slot_k[0], slot_v[0]);
+    for (int c = lane; c < K; c += 32) {
+        const int i = cand_v[c];
+        float key = exact[c];
+        if (key != key) key = INFINITY;
+        f.offer(i < 0 ? INFINITY : key, i < 0 ? kEmptyIdx : i);
+    }
+    f.flush();
+    // the k best, in the candidates' memory (read by no one any more)
+    __syncwarp();
+    f.q.write(cand_k, cand_v);
+    __syncwarp();
+    if (lane == 0)
+        finish_row(a.k, cand_k, cand_v, a.l2, nullptr, a.ids, a.distances + (long long)q * a.k,
+                   a.labels + (long long)q * a.k);
+}
+
+using ScanKernel = void (*)(const ScanArgs);
+using FinishKernel = void (*)(const FinishArgs);
+
+ScanKernel scan_kernel(int qg, int kk)
+{
+    switch (kk) {
+    case 32:
+        return qg == 1 ? small_scan_kernel<1, 32> : qg == 2 ? small_scan_kernel<2, 32>
+             : qg == 4 ? small_scan_kernel<4, 32> : small_scan_kernel<8, 32>;
+    case 64:
+        return qg == 1 ? small_scan_kernel<1, 64> : qg == 2 ? small_scan_kernel<2, 64>
+             : qg == 4 ? small_scan_kernel<4, 64> : small_scan_kernel<8, 64>;
+    case 128:
+        return qg == 1 ? small_scan_kernel<1, 128> : qg == 2 ? small_scan_kernel<2, 128>
+                                                     : small_scan_kernel<4, 128>;
+    default:
+        return qg == 1 ? small_scan_kernel<1, 256> : small_scan_kernel<2, 256>;
+    }
+}
+
+FinishKernel finish_kernel(int kk)
+{
+    switch (kk) {
+    case 32: return small_finish_kernel<32>;
+    case 64: return small_finish_kernel<64>;
+    case 128: return small_finish_kernel<128>;
+    default: return small_finish_kernel<256>;
+    }
+}
+
+// Blocks of a scan kernel an SM holds at once, asked of CUDA once per
+// kernel and shared-memory size: the answer is the same every call (the
+// build targets one architecture), and asking costs host time per call.
+simil_status blocks_per_sm(ScanKernel kernel, size_t smem, int *out)
+{
+    struct Entry {
+        std::atomic<ScanKernel> kernel;
+        std::atomic<size_t> smem;
+        std::atomic<int> blocks;
+    };
+    static Entry cache[32];
+    for (Entry &e : cache)
+        if (e.kernel.load() == kernel && e.smem.load() == smem) {
+            const int blocks = e.blocks.load();
+            if (blocks > 0) {
+                *out = blocks;
+                return SIMIL_OK;
+            }
+        }
+    SML_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(out, kernel, kThreads, smem));
+    for (Entry &e : cache) {
+        ScanKernel none = nullptr;
+        if (e.kernel.compare_exchange_strong(none, kernel)) {
+            e.smem.store(smem);
+            e.blocks.store(*out);
+            break;
+        }
+    }
+    return SIMIL_OK;
+}
+
+// How a search is cut up.
+struct Plan {
+    int kk;          // candidates per query
+    int qg;          // queries per block
+    int groups;
+    int slices;
+    long long slice_rows;
+    size_t smem;
+    ScanKernel scan;
+};
+
+simil_status make_plan(const Device *dev, const sml_knn_args *a, Plan *p)
+{
+    p->kk = fast_candidates(a->k);
+    p->qg = 1;
+    const int cap = group_cap(p->kk);
+    while (p->qg < a->nq && p->qg < cap && scan_smem((int)a->dim, 2 * p->qg, p->kk) <= kSmemCap)
+        p->qg *= 2;
+    p->groups = (int)((a->nq + p->qg - 1) / p->qg);
+    p->smem = scan_smem((int)a->dim, p->qg, p->kk);
+    p->scan = scan_kernel(p->qg, p->kk);
+    if (p->smem > 48 * 1024)
+        SML_CUDA_TRY(cudaFuncSetAttribute(p->scan, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)p->smem));
+    int per_sm = 0;
+    SML_TRY(blocks_per_sm(p->scan, p->smem, &per_sm));
+    SML_RETURN_IF(per_sm < 1, SIMIL_ERR_INTERNAL,
+                  "small-batch exact search: no block of %d queries fits on an SM", p->qg);
+    // Enough slices to fill the GPU once (the groups of a slice run side by
+    // side), none shorter than kMinSliceRows.
+    long long slices = (long long)per_sm * dev->sm_count / p->groups;
+    const long long most = (a->n + kMinSliceRows - 1) / kMinSliceRows;
+    if (slices > most) slices = most;
+    if (slices < 1) slices = 1;
+    p->slice_rows = (a->n + slices - 1) / slices;
+    p->slice_rows = (p->slice_rows + 31) / 32 * 32;
+    p->slices = (int)((a->n + p->slice_rows - 1) / p->slice_rows);
+    return SIMIL_OK;
+}
+
+size_t up(size_t x) { return (x + 255) / 256 * 256; }
+
+// Device memory of one search (in the workspace) and its host side (in the
+// pinned buffer).  The results travel as one block: labels, distances, ok.
+struct Buffers {
+    float *queries;      // nq x dim fp32, when the caller's are on the host
+    __half *queries_h;
+    float *query_inv;
+    float *query_norm;
+    float *part_keys;    // nq x slices x kk
+    int *part_idx;
+    char *out;           // labels (nq x k int64), distances (nq x k float), ok (nq int)
+    size_t out_bytes;
+};
+
+size_t carve(const sml_knn_args *a, const Plan &p, bool host_queries, char *base, Buffers *b)
+{
+    size_t at = 0;
+    auto take = [&](size_t bytes) {
+        char *ptr = base ? base + at : nullptr;
+        at += up(bytes);
+        return ptr;
+    };
+    const size_t nq = (size_t)a->nq, dim = (size_t)a->dim, k = (size_t)a->k;
+    const size_t parts = nq * p.slices * p.kk;
+    b->queries = host_queries ? reinterpret_cast<float *>(take(4 * nq * dim)) : nullptr;
+    b->queries_h = reinterpret_cast<__half *>(take(2 * nq * dim));
+    b->query_inv = reinterpret_cast<float *>(take(4 * nq));
+    b->query_norm = reinterpret_cast<float *>(take(4 * nq));
+    b->part_keys = reinterpret_cast<float *>(take(4 * parts));
+    b->part_idx = reinterpret_cast<int *>(take(4 * parts));
+    b->out_bytes = 12 * nq * k + 4 * nq;
+    b->out = take(b->out_bytes);
+    return at;
+}
+
+// The queries that failed the bound, again on the fp32 path, one by one
+// (rare by design): their rows of the caller's results are overwritten.
+simil_status redo_failed(Device *dev, const sml_knn_args *a, const int *ok)
+{
+    long long bad = 0;
+    for (long long i = 0; i < a->nq; ++i) bad += !ok[i];
+    if (bad == 0) return SIMIL_OK;
+    knn_count_fallbacks(bad);
+    // the fp32 search reuses the pinned buffer that holds ok: keep a copy
+    long long *rows;
+    SML_TRY(sml_alloc(reinterpret_cast<void **>(&rows), (size_t)bad, sizeof *rows,
+                      "queries to search again"));
+    long long n = 0;
+    for (long long i = 0; i < a->nq; ++i)
+        if (!ok[i]) rows[n++] = i;
+    simil_status s = SIMIL_OK;
+    for (long long r = 0; r < n && s == SIMIL_OK; ++r) {
+        const long long i = rows[r];
+        sml_knn_args one = *a;
+        one.base_shadow = nullptr;  // the plain fp32 path
+        one.queries = a->queries + i * a->dim;
+        one.nq = 1;
+        one.distances = a->distances + i * a->k;
+        one.labels = a->labels + i * a->k;
+        s = knn_locked(dev, &one);
+    }
+    sml_free(rows);
+    return s;
+}
+
+}  // namespace
+
+bool knn_small_takes(const sml_knn_args *a)
+{
+    return a->base_shadow != nullptr && a->n >= 1 && a->nq >= 1 &&
+           a->nq <= max_queries.load() && fast_candidates(a->k) <= kMaxCandidates &&
+           scan_smem((int)a->dim, 1, kMaxCandidates) <= kSmemCap &&
+           (a->metric == SIMIL_METRIC_L2 || a->metric == SIMIL_METRIC_IP);
+}
+
+simil_status knn_small(Device *dev, const sml_knn_args *a, bool queries_on_device,
+                       bool outputs_on_device)
+{
+    const Shadow *shadow = static_cast<const Shadow *>(a->base_shadow);
+    const bool l2 = a->metric == SIMIL_METRIC_L2;
+    cudaStream_t st = dev->stream[0];
+    Plan p;
+    SML_TRY(make_plan(dev, a, &p));
+    Buffers b;
+    const size_t need = carve(a, p, !queries_on_device, nullptr, &b);
+    char *ws;
+    SML_TRY(device_workspace(dev, need, reinterpret_cast<void **>(&ws)));
+    carve(a, p, !queries_on_device, ws, &b);
+    const size_t q_bytes = queries_on_device ? 0 : 4 * (size_t)a->nq * a->dim;
+    char *pinned;
+    SML_TRY(device_pinned(dev, up(q_bytes) + b.out_bytes, reinterpret_cast<void **>(&pinned)));
+    char *pinned_out = pinned + up(q_bytes);
+    const float *queries = a->queries;
+    if (!queries_on_device) {
+        memcpy(pinned, a->queries, q_bytes);
+        SML_CUDA_TRY(cudaMemcpyAsync(b.queries, pinned, q_bytes, cudaMemcpyHostToDevice, st));
+        queries = b.queries;
+    }
+    SML_TRY(launch_scale_to_half(a->nq, (int)a->dim, queries, b.queries_h, b.query_inv,
+                                 b.query_norm, nullptr, st));
+    const int dim = (int)a->dim;
+    ScanArgs scan{shadow->rows, shadow->inv_scale, l2 ? a->base_norms : nullptr, a->n, dim,
+                  dim % 8 == 0 ? 8 : dim % 4 == 0 ? 4 : dim % 2 == 0 ? 2 : 1, b.queries_h,
+                  b.query_inv, (int)a->nq, l2, p.slices, p.groups, p.slice_rows,
+                  b.part_keys, b.part_idx};
+    p.scan<<<p.slices * p.groups, kThreads, p.smem, st>>>(scan);
+    SML_LAUNCH_TRY("small_scan_kernel");
+    const size_t k = (size_t)a->k, nq = (size_t)a->nq;
+    int64_t *labels = reinterpret_cast<int64_t *>(b.out);
+    float *dist = reinterpret_cast<float *>(b.out + 8 * nq * k);
+    int *ok = reinterpret_cast<int *>(b.out + 12 * nq * k);
+    FinishArgs fin{b.part_keys, b.part_idx, p.slices, queries, a->base, dim, l2,
+                   b.query_norm, shadow->max_norm, (int)a->k, a->base_ids,
+                   outputs_on_device ? a->distances : dist,
+                   outputs_on_device ? a->labels : labels, ok};
+    finish_kernel(p.kk)<<<a->nq, kThreads, 0, st>>>(fin);
+    SML_LAUNCH_TRY("small_finish_kernel");
+    // one copy back: the ok flags, and the results unless they are on the device
+    const size_t back = outputs_on_device ? 4 * nq : b.out_bytes;
+    SML_CUDA_TRY(cudaMemcpyAsync(pinned_out + b.out_bytes - back, b.out + b.out_bytes - back, back,
+                                 cudaMemcpyDeviceToHost, st));
+    SML_CUDA_TRY(cudaStreamSynchronize(st));
+    if (!outputs_on_device) {
+        memcpy(a->labels, pinned_out, 8 * nq * k);
+        memcpy(a->distances, pinned_out + 8 * nq * k, 4 * nq * k);
+    }
+    return redo_failed(dev, a, reinterpret_cast<const int *>(pinned_out + 12 * nq * k));
+}
+
+}  // namespace sml
+
+extern "C" void sml_cuda_knn_small_max(long long nq)
+{
+    sml::max_queries.store(nq < 0 ? sml::kDefaultMaxQueries : nq);
+}

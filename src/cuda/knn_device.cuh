@@ -1,0 +1,110 @@
+// knn_device.cuh: device code shared by the exact search paths (the batch
+// path of cuda_knn.cu and the small-batch path of cuda_knn_small.cu), so that
+// both prove their candidates with the same bound and return the same bits:
+//   - the fast path's candidate count and its error bound E(x)
+//     (docs/gpu-exact-search.md derives it);
+//   - the exact fp32 key of one (query, vector) pair, computed by one warp;
+//   - one row of final results (distances, labels, ties ordered by label).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda/cuda_util.cuh"
+
+namespace sml {
+
+// Approximate candidates the fast path keeps per query for a top k: 2k, at
+// least 64 (32 for k <= 4), rounded up to a WarpSelect queue size.  With
+// fewer, a few percent of the queries on uniform data fail the bound at
+// k = 10; for k <= 4 (an IVF's list assignment: k = 1) 32 suffice, and on
+// short rows the smaller queue warms up far sooner.
+__host__ __device__ inline int fast_candidates(long long k)
+{
+    const long long want = k * 2 > (k <= 4 ? 32 : 64) ? k * 2 : (k <= 4 ? 32 : 64);
+    int q = 32;
+    while (q < want) q <<= 1;
+    return q;
+}
+
+// The factor of a query row in the approximate key: key = add[j] +
+// row_scale * inv_scale[j] * <x^, y^_j> (add = ||y_j||^2 for L2, none for IP).
+// inv: 1 / s_x.
+__device__ __forceinline__ float fast_row_scale(float inv, bool l2)
+{
+    return l2 ? -2.0f * inv : -inv;
+}
+
+// E(x): every approximate key of a query of norm ||x|| (not squared) is
+// within this of its exact key, for base rows of norm at most max_norm.
+__device__ __forceinline__ float fast_bound(float norm, float max_norm, bool l2, int dim)
+{
+    const float c = 0x1p-10f + 0x1p-11f + 0x1p-17f + dim * 0x1p-20f;
+    const float xy = norm * max_norm;
+    if (l2)
+        return 2.0f * c * xy + 0x1p-22f * (max_norm * max_norm + 2.0f * xy) +
+               dim * 0x1p-23f * max_norm * max_norm;
+    return c * xy + 0x1p-22f * xy;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+    return v;
+}
+
+// The exact key of query x against row y (dim floats each), in every lane:
+// ||x - y||^2 (l2) or -<x, y>.  All 32 lanes call it; the sum runs in a fixed
+// order, so every caller gets the same bits.
+__device__ __forceinline__ float exact_key(const float *x, const float *y, int dim, bool l2)
+{
+    const int lane = threadIdx.x & 31;
+    float s = 0;
+    if (l2) {
+        for (int j = lane; j < dim; j += 32) {
+            const float d = x[j] - y[j];
+            s = fmaf(d, d, s);
+        }
+    } else {
+        for (int j = lane; j < dim; j += 32) s = fmaf(x[j], y[j], s);
+    }
+    s = warp_sum(s);
+    return l2 ? s : -s;
+}
+
+// One row of final results from k sorted (key, position) pairs:
+// distance = key + (query_norm ? *query_norm clamped at 0 : 0) for l2, -key
+// for ip; label = ids[position] (or -1 and +-inf for an empty slot), and runs
+// of equal distances ordered by label (insertion sort, cheap on rows already
+// sorted by distance).  One thread.
+__device__ __forceinline__ void finish_row(int k, const float *keys, const int *pos, bool l2,
+                                           const float *query_norm, const int64_t *ids,
+                                           float *distances, int64_t *labels)
+{
+    for (int j = 0; j < k; ++j) {
+        const int p = pos[j];
+        float d = keys[j];
+        if (p < 0) {
+            d = INFINITY;
+        } else if (l2 && query_norm) {
+            d = fmaxf(d + *query_norm, 0.0f);
+        }
+        distances[j] = l2 ? d : -d;
+        labels[j] = p < 0 ? -1 : ids[p];
+    }
+    for (int j = 1; j < k; ++j) {
+        const float d = distances[j];
+        const int64_t l = labels[j];
+        if (l < 0) break;
+        int i = j;
+        while (i > 0 && distances[i - 1] == d && labels[i - 1] > l) {
+            labels[i] = labels[i - 1];
+            --i;
+        }
+        labels[i] = l;
+    }
+}
+
+}  // namespace sml
