@@ -99,8 +99,9 @@ void backend_close(sml_backend *b)
         device_free(dev->workspace);
         device_free(dev->io);
         pinned_free(dev->pinned);
-        dev->workspace = dev->io = dev->pinned = nullptr;
-        dev->workspace_bytes = dev->io_bytes = dev->pinned_bytes = 0;
+        pinned_free(dev->results);
+        dev->workspace = dev->io = dev->pinned = dev->results = nullptr;
+        dev->workspace_bytes = dev->io_bytes = dev->pinned_bytes = dev->results_bytes = 0;
     }
     pthread_mutex_unlock(&devices_lock);
     sml_free(b);
