@@ -44,9 +44,8 @@ extern "C" {
  *           IVF<n>,Flat.
  *   SEARCH: an index of all vectors is built and every vector is searched
  *           in it, as the GPU paper does: any index, any devices.
- *   AUTO:   the default: on the CPU, JOIN where it applies; on a GPU, JOIN
- *           for the exact graph (Flat) only, since there the per-query search
- *           is faster for IVF<n>,Flat (docs/knn-graph.md); else SEARCH. */
+ *   AUTO:   JOIN where it applies, else SEARCH (the default); the join
+ *           measured faster on the CPU and on a GPU (docs/knn-graph.md). */
 typedef enum simil_knn_graph_method {
     SIMIL_KNN_GRAPH_AUTO = 0,
     SIMIL_KNN_GRAPH_JOIN = 1,

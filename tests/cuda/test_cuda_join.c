@@ -262,25 +262,6 @@ static void test_exact_graph(void **state)
     free(x);
 }
 
-/* AUTO on a GPU: the search for IVF<n>,Flat (measured faster there), the
- * join for the exact graph (test_exact_graph). */
-static void test_auto_takes_search(void **state)
-{
-    (void)state;
-    const int64_t n = 2000, dim = 16, k = 5;
-    float *x = sml_test_blobs(n, dim, 10, 0.5f, 5);
-    int64_t *ids = sml_test_malloc(sizeof(int64_t) * (size_t)(n * k));
-    float *dist = sml_test_malloc(sizeof(float) * (size_t)(n * k));
-    simil_knn_graph_params p = gpu_params("IVF16,Flat", 2, SIMIL_KNN_GRAPH_AUTO);
-    simil_knn_graph_stats st;
-    SML_ASSERT_OK(simil_knn_graph(&p, n, dim, x, k, ids, dist, &st));
-    assert_string_equal(st.method, "search");
-    assert_non_null(strstr(st.backend, "cuda"));
-    free(dist);
-    free(ids);
-    free(x);
-}
-
 static void test_join_covers_search(void **state)
 {
     (void)state;
@@ -326,7 +307,6 @@ int main(void)
         cmocka_unit_test(test_op),
         cmocka_unit_test(test_exact_graph),
         cmocka_unit_test(test_join_covers_search),
-        cmocka_unit_test(test_auto_takes_search),
     };
     return cmocka_run_group_tests(tests, NULL, free_params);
 }

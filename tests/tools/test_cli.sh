@@ -707,7 +707,7 @@ for q, want in enumerate(knn(base, queries, 5, "ip")):
         --gt "$TMP/pqgt.ivecs" --json
     py '
 r = json.loads(open(sys.argv[1]).read())
-check(r["r_at_1"] >= 0.5, "IVF16,PQ8 from gen: 1-recall@10 %r" % r["r_at_1"])
+check(r["one_recall_at_k"] >= 0.5, "IVF16,PQ8 from gen: 1-recall@10 %r" % r["one_recall_at_k"])
 ' "$TMP/out"
     # --part: rows [1000, 2000) with their global ids
     expect 0 "$SIMIL" build --data gen:uniform:2000:24:1 --index Flat --part 1/2 --device cpu \
