@@ -77,6 +77,36 @@ SIMIL_API simil_status simil_index_search(const simil_index *index, int64_t nq,
                                           const simil_search_params *params,
                                           float *distances, int64_t *labels);
 
+/* The result of a range search, in CSR form as Faiss's RangeSearchResult:
+ * query i's neighbours are labels[j] and distances[j] for j in
+ * [offsets[i], offsets[i + 1]), sorted as search sorts them.  The library
+ * owns the arrays; free the whole with simil_range_result_destroy. */
+typedef struct simil_range_result {
+    int64_t nq;
+    int64_t *offsets;    /* nq + 1, offsets[0] = 0 */
+    int64_t *labels;     /* offsets[nq] */
+    float *distances;    /* offsets[nq] */
+} simil_range_result;
+
+/* Every neighbour within radius of each of nq queries (host memory, nq x dim):
+ * L2: squared distance < radius (radius >= 0, in squared units as search's
+ * distances); IP and cosine: similarity > radius (any finite radius).
+ * Flat finds all of them; an inverted file those in the lists it scans
+ * (nprobe), IVF-PQ judging by its approximate distances.  params as for
+ * search (nprobe, allowed ids, ...), or NULL.  A NaN or infinite radius, or a
+ * negative one for L2, is SIMIL_ERR_INVALID_ARGUMENT.
+ * It runs as k-NN searches (on the index's device) that grow k per query,
+ * four times at a time from 64, until the k-th neighbour lies outside the
+ * radius or k covers the index: a query with many neighbours costs a few
+ * searches.  On success *result is the caller's to destroy. */
+SIMIL_API simil_status simil_index_range_search(const simil_index *index, int64_t nq,
+                                                const float *queries, float radius,
+                                                const simil_search_params *params,
+                                                simil_range_result **result);
+
+/* NULL is allowed and does nothing. */
+SIMIL_API void simil_range_result_destroy(simil_range_result *result);
+
 /* 1 if searches of this index read the search parameter called name
  * (simil/search_params.h): nprobe for an inverted file, extra_distance for
  * XFBQ, and so on; 0 if they ignore it, or for an unknown name. */

@@ -76,6 +76,32 @@ SIMIL_API simil_status simil_search_params_get_int(const simil_search_params *pa
 SIMIL_API simil_status simil_search_params_get_float(const simil_search_params *params,
                                                      const char *name, double *value);
 
+/* ---- Allowed ids (filtered search) ----
+ *
+ * A search with allowed ids returns only vectors whose id is allowed, as if
+ * the index held those vectors alone.  Flat gives the true k nearest among
+ * them; an approximate index (IVF, XFBQ) the k nearest among the allowed
+ * vectors of the lists it scans (nprobe), so a filter that leaves few
+ * vectors in those lists leaves slots empty (label -1) rather than scanning
+ * more lists.  Sharded indexes pass the filter to every shard.  The ids are
+ * copied into the handle; a later call replaces them.
+ *
+ * bitset: nbits bits, id i allowed iff bit i % 8 of byte i / 8 is set (the
+ * layout of numpy.packbits(..., bitorder="little") and of cuVS's bitsets).
+ * A search fails (SIMIL_ERR_INVALID_ARGUMENT) when the bitset is shorter than
+ * the ids the index has held (see simil_index_add: one bit for every id below
+ * one past the largest id ever added).
+ * ids: n ids, ascending, no repeats, none negative; n = 0 allows nothing.
+ * Ids no vector has are allowed and ignored. */
+SIMIL_API simil_status simil_search_params_allow_bitset(simil_search_params *params,
+                                                        int64_t nbits, const uint8_t *bitset);
+SIMIL_API simil_status simil_search_params_allow_ids(simil_search_params *params, int64_t n,
+                                                     const int64_t *ids);
+/* Allow every id again (the default). */
+SIMIL_API void simil_search_params_allow_all(simil_search_params *params);
+/* 1 when params restricts the ids (a bitset or a list), else 0. */
+SIMIL_API int simil_search_params_has_filter(const simil_search_params *params);
+
 /* ---- What settings exist ---- */
 
 typedef enum simil_param_type {

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/id_filter.h"
 #include "simil/index.h"
 
 #ifdef __cplusplus
@@ -40,6 +41,8 @@ typedef struct sml_knn_args {
     int64_t *labels;          /* any (same kind as queries): nq x k */
     int threads;              /* CPU threads, 0 = all */
     const void *base_shadow;  /* the backend's shadow of base (see shadow_sync), or NULL */
+    const sml_id_filter *filter;  /* host: only rows whose label it allows are ranked; NULL:
+                                     every row (core/id_filter.h) */
 } sml_knn_args;
 
 /* The search of a stored base (base, norms, ids, shadow, n, dim and metric
@@ -138,6 +141,8 @@ typedef struct sml_ivf_scan_args {
     float *distances;            /* host: nq x k */
     int64_t *labels;             /* host: nq x k */
     int threads;                 /* CPU threads, 0 = all */
+    const sml_id_filter *filter; /* host: only rows whose label it allows are ranked (the
+                                    coarse search is not filtered); NULL: every row */
 } sml_ivf_scan_args;
 
 /* 1 where args keep the promises above; every scan asserts it. */

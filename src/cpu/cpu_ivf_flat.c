@@ -37,6 +37,7 @@ simil_status sml_cpu_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
             if (l < 0) continue;
             int64_t end = a->lists.offset[l] + a->lists.size[l];
             for (int64_t i = a->lists.offset[l]; i < end; i++) {
+                if (!sml_id_allowed(a->filter, a->lists.ids[i])) continue;
                 const float *y = codes + i * a->dim;
                 float key = a->metric == SIMIL_METRIC_L2 ? sml_cpu_l2sq(x, y, a->dim)
                                                          : -sml_cpu_dot(x, y, a->dim);

@@ -106,6 +106,7 @@ static simil_status sml_knn_direct(const sml_knn_args *a)
         for (int64_t q = 0; q < a->nq; q++)
             sml_topk_reset(&mine[q], storage + (t * a->nq + q) * cap, a->k);
         for (int64_t i = lo; i < hi; i++) {
+            if (!sml_id_allowed(a->filter, a->base_ids[i])) continue;
             const float *y = a->base + i * a->dim;
             for (int64_t q = 0; q < a->nq; q++) {
                 const float *x = a->queries + q * a->dim;
@@ -143,6 +144,10 @@ void sml_cpu_knn_block_scan(const sml_knn_args *a, const float *queries, int64_t
 #pragma omp simd
                 for (int64_t j = 0; j < w; j++) row[j] += norms[j];
             }
+            /* refused rows get NaN, which no top-k admits */
+            if (a->filter != NULL)
+                for (int64_t j = 0; j < w; j++)
+                    if (!sml_id_allowed(a->filter, a->base_ids[b0 + j])) row[j] = NAN;
             sml_topk_push_row(&lists[i], row, w, a->base_ids + b0, 0);
         }
     }

@@ -126,6 +126,15 @@ static void sml_pq_scan_rows(const sml_ivf_pq_scan_args *a, const float *tab, fl
     const uint8_t *codes = a->scan.lists.codes;
     const int64_t *ids = a->scan.lists.ids;
     const size_t cs = a->scan.lists.code_stride;
+    const sml_id_filter *filter = a->scan.filter;
+    /* filtered: row by row, refused rows skipped before their lookups */
+    for (; filter != NULL && r < end; r++) {
+        if (!sml_id_allowed(filter, ids[r])) continue;
+        const uint8_t *c = codes + (size_t)r * cs;
+        float d = sml_pq_row_start(a, c, base);
+        for (int64_t i = 0; i < m; i++) d += tab[i * ksub + c[i]];
+        sml_topk_push(top, d, ids[r]);
+    }
     for (; r + 4 <= end; r += 4) {
         const uint8_t *c0 = codes + (size_t)r * cs, *c1 = c0 + cs, *c2 = c1 + cs, *c3 = c2 + cs;
         float d0 = sml_pq_row_start(a, c0, base), d1 = sml_pq_row_start(a, c1, base);

@@ -40,6 +40,7 @@ static void sml_cpu_sq_list(const sml_sq_scan_args *a, const float *x, int64_t l
     const uint8_t *codes = s->lists.codes;
     const int64_t end = s->lists.offset[l] + s->lists.size[l];
     for (int64_t i = s->lists.offset[l]; i < end; i++) {
+        if (!sml_id_allowed(s->filter, s->lists.ids[i])) continue;
         sml_cpu_sq_decode(a, codes + (size_t)i * s->lists.code_stride, y);
         const float key = s->metric == SIMIL_METRIC_L2 ? sml_cpu_l2sq(xq, y, dim)
                                                        : -(base + sml_cpu_dot(xq, y, dim));

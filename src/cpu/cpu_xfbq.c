@@ -177,6 +177,29 @@ static uint32_t sml_xfbq_threshold(const sml_xfbq_scan_args *a, const uint32_t *
     return (uint32_t)((((uint64_t)c + 1) << a->bin_shift) - 1);
 }
 
+/* D of a row the filter refuses: out of the histogram and the candidates (a
+ * true D is at most 64 x 64 x words, far below). */
+#define SML_XFBQ_REFUSED UINT32_MAX
+
+/* Mark query q's refused rows in dist (its probed lists' rows in order);
+ * the count of rows left. */
+static int64_t sml_xfbq_refuse(const sml_ivf_scan_args *sc, const sml_ivf_probes *probes,
+                               int64_t q, uint32_t *dist)
+{
+    int64_t pos = 0, left = 0;
+    for (int64_t p = 0; p < probes->nprobe; p++) {
+        const int64_t l = probes->lists[q * probes->nprobe + p];
+        if (l < 0) continue;
+        for (int64_t r = 0; r < sc->lists.size[l]; r++, pos++) {
+            if (sml_id_allowed(sc->filter, sc->lists.ids[sc->lists.offset[l] + r]))
+                left++;
+            else
+                dist[pos] = SML_XFBQ_REFUSED;
+        }
+    }
+    return left;
+}
+
 /* One query: D, histogram, threshold, candidates into t. */
 static void sml_xfbq_query(const sml_xfbq_scan_args *a, const sml_ivf_probes *probes, int64_t q,
                            uint32_t *dist, uint32_t *hist, sml_topk *t)
@@ -200,18 +223,22 @@ static void sml_xfbq_query(const sml_xfbq_scan_args *a, const sml_ivf_probes *pr
     if (pos == 0) return;
     memset(hist, 0, sizeof *hist * (size_t)a->nbins);
     const uint32_t clamp = (uint32_t)(((uint64_t)a->nbins << a->bin_shift) - 1);
+    int64_t counted = pos;
+    if (sc->filter != NULL) counted = sml_xfbq_refuse(sc, probes, q, dist);
     for (int64_t i = 0; i < pos; i++) {
+        if (dist[i] == SML_XFBQ_REFUSED) continue;
         if (dist[i] > clamp) dist[i] = clamp; /* a no-op but for damaged codes */
         hist[dist[i] >> a->bin_shift]++;
     }
-    const uint32_t limit = sml_xfbq_threshold(a, hist, pos);
+    if (counted == 0) return;
+    const uint32_t limit = sml_xfbq_threshold(a, hist, counted);
     pos = 0;
     for (int64_t p = 0; p < nprobe; p++) {
         const int64_t l = probes->lists[q * nprobe + p];
         if (l < 0) continue;
         const int64_t first = lists->offset[l];
         for (int64_t r = 0; r < lists->size[l]; r++, pos++) {
-            if (dist[pos] > limit) continue;
+            if (dist[pos] > limit || dist[pos] == SML_XFBQ_REFUSED) continue;
             const float *y = (const float *)(vectors + (size_t)(first + r) * a->vector_stride);
             sml_topk_push(t, sml_xfbq_key(x, y, sc->dim, sc->metric == SIMIL_METRIC_L2),
                           lists->ids[first + r]);

@@ -227,6 +227,46 @@ simil_status row_norms(sml_backend *b, int64_t n, int64_t dim, const float *x, f
     return SIMIL_OK;
 }
 
+// Filtered search (core/id_filter.h) has no GPU kernels yet: refuse it
+// rather than return rows the filter forbids.
+simil_status no_gpu_filter(const sml_id_filter *filter)
+{
+    SML_RETURN_IF(filter != nullptr, SIMIL_ERR_UNSUPPORTED,
+                  "filtered search (allowed ids) is not yet available on the GPU; search an "
+                  "index on the CPU");
+    return SIMIL_OK;
+}
+
+simil_status knn_op(sml_backend *b, const sml_knn_args *a)
+{
+    SML_TRY(no_gpu_filter(a->filter));
+    return cuda_knn(b, a);
+}
+
+simil_status ivf_flat_scan_op(sml_backend *b, const sml_ivf_scan_args *a)
+{
+    SML_TRY(no_gpu_filter(a->filter));
+    return cuda_ivf_flat_scan(b, a);
+}
+
+simil_status ivf_pq_scan_op(sml_backend *b, const sml_ivf_pq_scan_args *a)
+{
+    SML_TRY(no_gpu_filter(a->scan.filter));
+    return cuda_ivf_pq_scan(b, a);
+}
+
+simil_status sq_scan_op(sml_backend *b, const sml_sq_scan_args *a)
+{
+    SML_TRY(no_gpu_filter(a->scan.filter));
+    return cuda_sq_scan(b, a);
+}
+
+simil_status xfbq_scan_op(sml_backend *b, const sml_xfbq_scan_args *a)
+{
+    SML_TRY(no_gpu_filter(a->scan.filter));
+    return cuda_xfbq_scan(b, a);
+}
+
 sml_backend_ops make_ops()
 {
     sml_backend_ops o{};
@@ -238,13 +278,13 @@ sml_backend_ops make_ops()
     o.mem_copy = mem_copy;
     o.mem_move_rows = mem_move_rows;
     o.row_norms = row_norms;
-    o.knn = cuda_knn;
+    o.knn = knn_op;
     o.knn_join = cuda_knn_join;
-    o.ivf_flat_scan = cuda_ivf_flat_scan;
-    o.ivf_pq_scan = cuda_ivf_pq_scan;
+    o.ivf_flat_scan = ivf_flat_scan_op;
+    o.ivf_pq_scan = ivf_pq_scan_op;
     o.pq_encode = cuda_pq_encode;
-    o.sq_scan = cuda_sq_scan;
-    o.xfbq_scan = cuda_xfbq_scan;
+    o.sq_scan = sq_scan_op;
+    o.xfbq_scan = xfbq_scan_op;
     o.xfbq_encode = cuda_xfbq_encode;
     o.select_k = cuda_select_k;
     o.cluster_sums = cuda_cluster_sums;

@@ -221,6 +221,21 @@ static simil_status sml_search_staged(const simil_index *index, sml_search_call 
     return s;
 }
 
+/* A bitset filter must say something of every id the index may hold. */
+static simil_status sml_filter_check(const simil_index *index, const sml_id_filter *f)
+{
+    if (f == NULL || f->bits == NULL || f->nbits >= index->next_id) return SIMIL_OK;
+    if (index->next_id == INT64_MAX)
+        return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
+                         "search: index '%s' may hold any id up to 2^63-1 (it was read from "
+                         "a Faiss file), which no bitset covers; allow a list of ids instead",
+                         index->description);
+    return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
+                     "search: the allowed-ids bitset has %" PRId64 " bits, but index '%s' has "
+                     "held ids up to %" PRId64 "; give one bit for each id, %" PRId64 " bits",
+                     f->nbits, index->description, index->next_id - 1, index->next_id);
+}
+
 simil_status simil_index_search(const simil_index *index, int64_t nq, const float *queries,
                                 int64_t k, const simil_search_params *params, float *distances,
                                 int64_t *labels)
@@ -245,6 +260,7 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
      * with it, or read from a Faiss file) */
     if (!sml_search_param_given(&call.params, "nprobe") && index->nprobe > 0)
         call.params.nprobe = index->nprobe;
+    SML_TRY(sml_filter_check(index, call.params.allow));
     /* an inverted file probes min(nprobe, nlist) lists per query */
     const int64_t probes = call.params.nprobe < index->spec.ivf_nlist ? call.params.nprobe
                                                                        : index->spec.ivf_nlist;

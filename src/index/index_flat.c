@@ -96,6 +96,7 @@ static simil_status sml_flat_search(const simil_index *index, const sml_search_c
         .labels = call->labels,
         .threads = call->params.threads,
         .base_shadow = f->shadow,
+        .filter = call->params.allow,
     };
     return index->backend->ops->knn(index->backend, &args);
 }

@@ -29,6 +29,10 @@ struct simil_search_params {
     int lut;                 /* IVF-PQ on a GPU: an sml_lut_precision */
     int precomputed_tables;  /* IVF-PQ, L2: 1 term tables per query, 0 per (query, list) */
     unsigned given;          /* bit i: the setting of row i of the table was set */
+    /* The allowed ids (simil_search_params_allow_*), or NULL: every id.  One
+     * block owned by the handle (the filter, then its words or ids); the
+     * copy a search call holds borrows it. */
+    sml_id_filter *allow;
 };
 
 /* Precision of IVF-PQ lookup tables in GPU shared memory. */

@@ -211,6 +211,7 @@ simil_status sml_row_store_scan(const sml_row_store *s, int c, int64_t used, int
         .distances = call->distances,
         .labels = call->labels,
         .threads = call->params.threads,
+        .filter = call->params.allow,
     };
     return SIMIL_OK;
 }

@@ -291,7 +291,86 @@ simil_status simil_search_params_create(simil_search_params **params)
     return SIMIL_OK;
 }
 
-void simil_search_params_destroy(simil_search_params *params) { sml_free(params); }
+void simil_search_params_destroy(simil_search_params *params)
+{
+    if (params != NULL) sml_free(params->allow);
+    sml_free(params);
+}
+
+/* A filter block of `bytes` of data after the struct, 8-aligned; swapped in
+ * by sml_allow_commit. */
+static simil_status sml_allow_new(size_t bytes, sml_id_filter **f)
+{
+    SML_TRY(sml_alloc((void **)f, 1, sizeof **f + bytes, "allowed ids"));
+    memset(*f, 0, sizeof **f);
+    return SIMIL_OK;
+}
+
+static void sml_allow_commit(simil_search_params *p, sml_id_filter *f)
+{
+    sml_free(p->allow);
+    p->allow = f;
+}
+
+simil_status simil_search_params_allow_bitset(simil_search_params *params, int64_t nbits,
+                                              const uint8_t *bitset)
+{
+    SML_RETURN_IF(params == NULL, SIMIL_ERR_INVALID_ARGUMENT,
+                  "simil_search_params_allow_bitset: params is NULL");
+    SML_RETURN_IF(nbits < 0 || nbits > ((int64_t)1 << 46), SIMIL_ERR_INVALID_ARGUMENT,
+                  "allowed ids: a bitset of %" PRId64 " bits; it takes 0 to 2^46 bits", nbits);
+    SML_RETURN_IF(nbits > 0 && bitset == NULL, SIMIL_ERR_INVALID_ARGUMENT,
+                  "allowed ids: the bitset of %" PRId64 " bits is NULL", nbits);
+    const size_t words = (size_t)(nbits + 63) / 64, bytes = (size_t)(nbits + 7) / 8;
+    sml_id_filter *f;
+    SML_TRY(sml_allow_new(words * sizeof(uint64_t), &f));
+    uint64_t *w = (uint64_t *)(void *)(f + 1);
+    memset(w, 0, words * sizeof *w);
+    /* byte i / 8 holds bit i % 8: little-endian words of the same bits */
+    for (size_t i = 0; i < bytes; i++) w[i / 8] |= (uint64_t)bitset[i] << (8 * (i % 8));
+    if (nbits % 64 != 0) w[words - 1] &= ((uint64_t)1 << (nbits % 64)) - 1;
+    f->bits = w;
+    f->nbits = nbits;
+    sml_allow_commit(params, f);
+    return SIMIL_OK;
+}
+
+simil_status simil_search_params_allow_ids(simil_search_params *params, int64_t n,
+                                           const int64_t *ids)
+{
+    SML_RETURN_IF(params == NULL, SIMIL_ERR_INVALID_ARGUMENT,
+                  "simil_search_params_allow_ids: params is NULL");
+    SML_RETURN_IF(n < 0 || n > ((int64_t)1 << 40), SIMIL_ERR_INVALID_ARGUMENT,
+                  "allowed ids: n=%" PRId64 "; it takes 0 to 2^40 ids", n);
+    SML_RETURN_IF(n > 0 && ids == NULL, SIMIL_ERR_INVALID_ARGUMENT,
+                  "allowed ids: the list of %" PRId64 " ids is NULL", n);
+    for (int64_t i = 0; i < n; i++) {
+        SML_RETURN_IF(ids[i] < 0, SIMIL_ERR_INVALID_ARGUMENT,
+                      "allowed ids: id %" PRId64 " (at %" PRId64 ") is negative", ids[i], i);
+        SML_RETURN_IF(i > 0 && ids[i] <= ids[i - 1], SIMIL_ERR_INVALID_ARGUMENT,
+                      "allowed ids: the list must be ascending without repeats, but id %" PRId64
+                      " (at %" PRId64 ") follows %" PRId64,
+                      ids[i], i, ids[i - 1]);
+    }
+    sml_id_filter *f;
+    SML_TRY(sml_allow_new((size_t)n * sizeof *ids, &f));
+    int64_t *copy = (int64_t *)(void *)(f + 1);
+    if (n > 0) memcpy(copy, ids, (size_t)n * sizeof *ids);
+    f->ids = copy;
+    f->n = n;
+    sml_allow_commit(params, f);
+    return SIMIL_OK;
+}
+
+void simil_search_params_allow_all(simil_search_params *params)
+{
+    if (params != NULL) sml_allow_commit(params, NULL);
+}
+
+int simil_search_params_has_filter(const simil_search_params *params)
+{
+    return params != NULL && params->allow != NULL;
+}
 
 simil_status simil_search_params_set(simil_search_params *params, const char *name,
                                      const char *value)
