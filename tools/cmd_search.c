@@ -1,9 +1,11 @@
 /* tools/cmd_search.c: "simil search" loads an index, times the search of a
  * query file (the median of --repeat runs) with the search parameters given
- * (--param, --nprobe, --threads), writes the ids and distances if asked, and
- * measures recall against ground truth.  Output is a few lines for people,
- * or one JSON object with --json. */
+ * (--param, --nprobe, --threads, --allow), writes the ids and distances if
+ * asked, and measures recall against ground truth; with --radius, a range
+ * search instead.  Output is a few lines for people, or one JSON object with
+ * --json. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,14 +16,21 @@
 #endif
 
 static const char search_usage[] =
-    "usage: simil search --index INDEX --queries FILE -k K [OPTIONS]\n"
+    "usage: simil search --index INDEX --queries FILE (-k K | --radius R) [OPTIONS]\n"
     "\n"
-    "Search the K nearest neighbours of each query; report time, QPS and recall.\n"
+    "Search the K nearest neighbours of each query, or all neighbours within a\n"
+    "radius; report time, QPS and recall.\n"
     "\n"
     "  --index INDEX      index file written by 'simil build'\n"
     "  --queries FILE     query vectors (.fvecs .bvecs .npy idx[.gz] FILE.hdf5:test)\n"
-    "  -k, --k K          neighbours per query\n"
     "  --queries FILE     ... or an ann-benchmarks FILE.hdf5: its test dataset\n"
+    "  -k, --k K          neighbours per query\n"
+    "  --radius R         range search instead: every neighbour at squared L2\n"
+    "                     distance < R (IP, cosine: similarity > R); --out then\n"
+    "                     writes one row per result, (query, id), and\n"
+    "                     --distances one distance per row\n"
+    "  --allow FILE       return only these ids (.ivecs or .npy of int32 or int64\n"
+    "                     ids, any order and shape)\n"
     "  --param NAME=VALUE set a search parameter (below); repeatable, and one\n"
     "                     --param may hold several: nprobe=16,threads=4.  A\n"
     "                     parameter the index does not use is ignored, with a\n"
@@ -46,7 +55,9 @@ static const char search_usage[] =
     "                     reports; needs a build with MPI (docs/distributed.md)\n";
 
 typedef struct search_args {
-    const char *index, *queries, *gt, *data, *out, *dist, *device, *nprobe, *threads;
+    const char *index, *queries, *gt, *data, *out, *dist, *device, *nprobe, *threads, *allow,
+        *radius;
+    float r;  /* --radius, parsed */
     int64_t k, repeat;
     int json, distributed;
     cli_list param;
@@ -204,6 +215,112 @@ static void search_ann_paths(search_args *a)
         snprintf(a->paths[2], sizeof a->paths[2], "%.*s:train", (int)(colon - a->gt), a->gt);
 }
 
+static int id_order(const void *x, const void *y)
+{
+    const int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* --allow: the ids of the file, sorted and without repeats, as the filter. */
+static int search_allow(const search_args *a)
+{
+    simil_matrix m = {0, 0, SIMIL_DTYPE_INT32, NULL};
+    simil_status st = simil_matrix_read(a->allow, 0, -1, &m);
+    if (st != SIMIL_OK) return cli_fail(st, a->allow);
+    int rc = CLI_EXIT_OK;
+    const int64_t n = m.rows * m.cols;
+    int64_t *ids = NULL, unique = 0;
+    if (m.dtype != SIMIL_DTYPE_INT32 && m.dtype != SIMIL_DTYPE_INT64)
+        rc = cli_error("%s: --allow takes int32 or int64 ids", a->allow);
+    else if (!(ids = malloc(((size_t)n + 1) * sizeof *ids)))
+        rc = cli_error("out of memory for %" PRId64 " allowed ids", n);
+    for (int64_t i = 0; !rc && i < n; i++) {
+        ids[i] = m.dtype == SIMIL_DTYPE_INT64 ? ((const int64_t *)m.data)[i]
+                                              : ((const int32_t *)m.data)[i];
+        if (ids[i] < 0) rc = cli_error("%s: id %" PRId64 " is negative", a->allow, ids[i]);
+    }
+    if (!rc) {
+        qsort(ids, (size_t)n, sizeof *ids, id_order);
+        for (int64_t i = 0; i < n; i++)
+            if (unique == 0 || ids[unique - 1] != ids[i]) ids[unique++] = ids[i];
+        st = simil_search_params_allow_ids(a->params.params, unique, ids);
+        if (st != SIMIL_OK) rc = cli_fail(st, a->allow);
+    }
+    free(ids);
+    simil_matrix_free(&m);
+    return rc;
+}
+
+/* --out and --distances of a range search: a row per result. */
+static int range_write(const search_args *a, const simil_range_result *r)
+{
+    const int64_t total = r->offsets[r->nq];
+    int64_t *pairs = malloc(((size_t)total + 1) * 2 * sizeof *pairs);
+    if (!pairs) return cli_error("out of memory for %" PRId64 " results", total);
+    for (int64_t q = 0; q < r->nq; q++)
+        for (int64_t j = r->offsets[q]; j < r->offsets[q + 1]; j++) {
+            pairs[2 * j] = q;
+            pairs[2 * j + 1] = r->labels[j];
+        }
+    simil_matrix ids = {total, 2, SIMIL_DTYPE_INT64, pairs};
+    simil_matrix d = {total, 1, SIMIL_DTYPE_FLOAT32, r->distances};
+    simil_status st = SIMIL_OK;
+    int rc = CLI_EXIT_OK;
+    if (a->out && (st = simil_matrix_write(a->out, &ids)) != SIMIL_OK) rc = cli_fail(st, a->out);
+    if (!rc && a->dist && (st = simil_matrix_write(a->dist, &d)) != SIMIL_OK)
+        rc = cli_fail(st, a->dist);
+    free(pairs);
+    return rc;
+}
+
+/* --radius: time the range search (median of --repeat), write, report. */
+static int range_run(const search_args *a, const simil_index *index, const simil_matrix *q)
+{
+    if (q->cols != simil_index_dim(index))
+        return cli_error("%s has dimension %" PRId64 ", the index %" PRId64, a->queries,
+                         q->cols, simil_index_dim(index));
+    double *times = malloc((size_t)a->repeat * sizeof *times);
+    if (!times) return cli_error("out of memory");
+    simil_range_result *r = NULL;
+    int rc = CLI_EXIT_OK;
+    for (int64_t i = 0; !rc && i < a->repeat; i++) {
+        simil_range_result_destroy(r);
+        r = NULL;
+        const double t0 = cli_now();
+        simil_status st = simil_index_range_search(index, q->rows, q->data, a->r,
+                                                   a->params.params, &r);
+        times[i] = cli_now() - t0;
+        if (st != SIMIL_OK) rc = cli_fail(st, NULL);
+    }
+    if (!rc) rc = range_write(a, r);
+    if (!rc) {
+        const double seconds = cli_median(times, (int)a->repeat);
+        const double qps = seconds > 0 ? (double)q->rows / seconds : 0.0;
+        const int64_t total = r->offsets[r->nq];
+        if (a->json) {
+            putchar('{');
+            cli_json_string(stdout, "index", simil_index_description(index), ", ");
+            cli_json_string(stdout, "backend", simil_backend_name(index), ", ");
+            printf("\"n_queries\": %" PRId64 ", \"radius\": %g, \"results\": %" PRId64 ", ",
+                   q->rows, (double)a->r, total);
+            cli_params_print_json(&a->params);
+            printf("\"seconds\": %.9f, \"qps\": %.1f}\n", seconds, qps);
+        } else {
+            printf("index: %s\nbackend: %s\n", simil_index_description(index),
+                   simil_backend_name(index));
+            printf("queries: %" PRId64 "  radius: %g", q->rows, (double)a->r);
+            cli_params_print_text(&a->params);
+            printf("\nresults: %" PRId64 " (%.2f per query)\ntime: %.3f s", total,
+                   q->rows ? (double)total / (double)q->rows : 0.0, seconds);
+            if (a->repeat > 1) printf(" (median of %" PRId64 ")", a->repeat);
+            printf("  QPS: %.0f\n", qps);
+        }
+    }
+    simil_range_result_destroy(r);
+    free(times);
+    return rc;
+}
+
 #ifdef SIMIL_HAVE_MPI
 /* INDEX with "{rank}" replaced by the rank number. */
 static void search_shard_path(const char *pattern, int rank, char *out, size_t size)
@@ -276,7 +393,9 @@ int cmd_search(int argc, char **argv)
     const cli_opt opts[] = {
         {"index", 0, CLI_STRING, &a.index, 1, 0, 0},
         {"queries", 0, CLI_STRING, &a.queries, 1, 0, 0},
-        {"k", 'k', CLI_INT, &a.k, 1, 1, INT64_C(1) << 20},
+        {"k", 'k', CLI_INT, &a.k, 0, 1, INT64_C(1) << 20},
+        {"radius", 0, CLI_STRING, &a.radius, 0, 0, 0},
+        {"allow", 0, CLI_STRING, &a.allow, 0, 0, 0},
         {"param", 0, CLI_LIST, &a.param, 0, 0, 0},
         {"nprobe", 0, CLI_STRING, &a.nprobe, 0, 0, 0},
         {"gt", 0, CLI_STRING, &a.gt, 0, 0, 0},
@@ -299,9 +418,26 @@ int cmd_search(int argc, char **argv)
     if (!cli_parse(argc, argv, opts, usage, NULL, 0, &rc)) return rc;
     if (!cli_check_device("--device", a.device) ||
         (a.out && !cli_check_suffix("--out", a.out, id_formats)) ||
-        (a.dist && !cli_check_suffix("--distances", a.dist, dist_formats)))
+        (a.dist && !cli_check_suffix("--distances", a.dist, dist_formats)) ||
+        (a.allow && !cli_check_suffix("--allow", a.allow, id_formats)))
         return CLI_EXIT_USAGE;
+    if ((a.k > 0) == (a.radius != NULL))
+        return cli_usage_error("give either -k K or --radius R%s",
+                               a.k > 0 ? ", not both" : " (see --help)");
+    if (a.radius) {
+        char *end;
+        a.r = strtof(a.radius, &end);
+        if (*a.radius == '\0' || *end != '\0' || !isfinite(a.r))
+            return cli_usage_error("--radius: '%s' is not a finite number", a.radius);
+        if (a.gt || a.data || a.distributed)
+            return cli_usage_error("--radius: %s is for k-NN searches",
+                                   a.gt ? "--gt" : a.data ? "--data" : "--distributed");
+    }
     if ((rc = cli_params_init(&a.params))) return rc;
+    if (a.allow && (rc = search_allow(&a))) {
+        cli_params_free(&a.params);
+        return rc;
+    }
     if ((a.nprobe && !cli_params_set(&a.params, "--nprobe", "nprobe", a.nprobe)) ||
         (a.threads && !cli_params_set(&a.params, "--threads", "threads", a.threads)) ||
         !cli_params_set_all(&a.params, "--param", &a.param)) {
@@ -327,7 +463,7 @@ int cmd_search(int argc, char **argv)
     cli_params_warn_unused(&a.params, index);
     cli_check_metric(a.queries, simil_index_metric(index));
     rc = cli_read_float(a.queries, 0, -1, &q);
-    if (!rc) rc = search_run(&a, index, &q);
+    if (!rc) rc = a.radius ? range_run(&a, index, &q) : search_run(&a, index, &q);
     simil_matrix_free(&q);
     simil_index_destroy(index);
     cli_params_free(&a.params);

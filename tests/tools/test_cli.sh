@@ -3,8 +3,8 @@
 #
 #   bash test_cli.sh PATH/TO/simil GROUP
 #
-# GROUP is one of usage, gen, flat, ivf, params, stream, ann, errors (or all).  Results
-# are checked against oracles written here in Python (the generators of
+# GROUP is one of usage, gen, flat, ivf, params, stream, ann, filter, errors (or
+# all).  Results are checked against oracles written here in Python (the generators of
 # docs/datasets.md, exact k-NN in float64), not against the tool's own output.  Every failure
 # prints the command, its exit status and its stderr; the script exits 1 if
 # anything failed, and 77 (CTest's "skipped") when a group needs an index
@@ -351,6 +351,67 @@ check(descr == "<f4" and all(abs(r[0]) < 1e-5 for r in d), "self distances not 0
     expect 0 "$SIMIL" search --index "$TMP/ip.idx" --queries "$TMP/q7d.fvecs" -k 4 \
         --out "$TMP/ip.ivecs" --distances "$TMP/ip_d.fvecs"
     oracle_check "$TMP/base7.fvecs" "$TMP/q7d.fvecs" "$TMP/ip.ivecs" "$TMP/ip_d.fvecs" ip 4
+}
+
+# ---------------------------------------------------------------- filter
+# --allow (ids in any order, .ivecs and .npy) and --radius, against float64
+# k-NN and range oracles over the allowed vectors.
+test_filter() {
+    gen_uniform "$TMP/fb.fvecs" 600 8 11
+    gen_uniform "$TMP/fq.fvecs" 6 8 12
+    expect 0 "$SIMIL" build --data "$TMP/fb.fvecs" --index Flat --out "$TMP/f.idx"
+    py '
+ids = [i for i in range(600) if i % 3 == 1][::-1]
+write_vecs(sys.argv[1], [ids[:100], ids[100:]], "i")
+write_npy(sys.argv[2], [[i] for i in ids], "<i8", "q")
+' "$TMP/allow.ivecs" "$TMP/allow.npy"
+    for allow in allow.ivecs allow.npy; do
+        expect 0 "$SIMIL" search --index "$TMP/f.idx" --queries "$TMP/fq.fvecs" -k 7 \
+            --allow "$TMP/$allow" --out "$TMP/fk.ivecs"
+        py '
+base, queries = read_vecs(sys.argv[1], "f"), read_vecs(sys.argv[2], "f")
+allowed = [x if i % 3 == 1 else [1e9] * 8 for i, x in enumerate(base)]
+want = [[i for _, i in r] for r in knn(allowed, queries, 7, "l2")]
+check(read_vecs(sys.argv[3], "i") == want, "--allow: top 7 among the allowed")
+' "$TMP/fb.fvecs" "$TMP/fq.fvecs" "$TMP/fk.ivecs"
+    done
+    # a radius halfway between the 40th and 41st neighbour of query 0
+    py '
+base, queries = read_vecs(sys.argv[1], "f"), read_vecs(sys.argv[2], "f")
+r = knn(base, queries, 41, "l2")[0]
+print((r[39][0] + r[40][0]) / 2)
+' "$TMP/fb.fvecs" "$TMP/fq.fvecs" >"$TMP/radius"
+    expect 0 "$SIMIL" search --index "$TMP/f.idx" --queries "$TMP/fq.fvecs" \
+        --radius "$(cat "$TMP/radius")" --out "$TMP/pairs.npy" --distances "$TMP/pd.npy" --json
+    py '
+r = json.load(sys.stdin)
+check(r["n_queries"] == 6 and r["results"] > 40, "range json %r" % r)
+' <"$TMP/out"
+    py '
+base, queries = read_vecs(sys.argv[1], "f"), read_vecs(sys.argv[2], "f")
+radius = float(open(sys.argv[3]).read())
+want = sorted((q, i) for q, x in enumerate(queries) for i, y in enumerate(base)
+              if sum((a - b) ** 2 for a, b in zip(x, y)) < radius)
+_, pairs = read_npy(sys.argv[4])
+check(sorted(tuple(p) for p in pairs) == want, "--radius: the pairs within the radius")
+_, d = read_npy(sys.argv[5])
+check(len(d) == len(pairs) and all(v[0] < radius for v in d), "--radius distances")
+' "$TMP/fb.fvecs" "$TMP/fq.fvecs" "$TMP/radius" "$TMP/pairs.npy" "$TMP/pd.npy"
+    expect 0 "$SIMIL" search --index "$TMP/f.idx" --queries "$TMP/fq.fvecs" --radius 0.5 \
+        --allow "$TMP/allow.npy"
+    out_has "results: "
+    expect 1 "$SIMIL" search --index "$TMP/f.idx" --queries "$TMP/fq.fvecs" --radius -1
+    err_has "negative"
+    expect 2 "$SIMIL" search --index "$TMP/f.idx" --queries "$TMP/fq.fvecs" --radius nan
+    err_has "not a finite number"
+    expect 2 "$SIMIL" search --index "$TMP/f.idx" --queries "$TMP/fq.fvecs" -k 3 --radius 1
+    err_has "not both"
+    expect 2 "$SIMIL" search --index "$TMP/f.idx" --queries "$TMP/fq.fvecs"
+    err_has "-k K or --radius R"
+    py 'write_vecs(sys.argv[1], [[3, -2]], "i")' "$TMP/neg.ivecs"
+    expect 1 "$SIMIL" search --index "$TMP/f.idx" --queries "$TMP/fq.fvecs" -k 3 \
+        --allow "$TMP/neg.ivecs"
+    err_has "negative"
 }
 
 # ---------------------------------------------------------------- ivf
@@ -802,8 +863,8 @@ test_errors() {
 }
 
 case $GROUP in
-    usage | gen | flat | ivf | params | stream | ann | errors) "test_$GROUP" ;;
-    all) for g in usage gen flat ivf params stream ann errors; do GROUP=$g; "test_$g"; done ;;
+    usage | gen | flat | ivf | params | stream | ann | filter | errors) "test_$GROUP" ;;
+    all) for g in usage gen flat ivf params stream ann filter errors; do GROUP=$g; "test_$g"; done ;;
     *) echo "unknown group $GROUP" >&2; exit 2 ;;
 esac
 [ "$FAILS" -eq 0 ] || { echo "$FAILS check(s) failed in group $GROUP" >&2; exit 1; }
