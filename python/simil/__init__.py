@@ -169,6 +169,22 @@ def _ids(ids):
     return np.ascontiguousarray(a.reshape(-1), dtype=np.int64)
 
 
+def _allow(allow):
+    """allow (Index.search) for the core: None, sorted unique int64 ids, or a
+    bool mask as (little-endian packed bytes, nbits)."""
+    if allow is None:
+        return None
+    a = np.asarray(allow)
+    if a.dtype == np.bool_:
+        if a.ndim != 1:
+            raise InvalidArgumentError(f"allow: a bitset must be 1-d, got shape {a.shape}")
+        return (np.packbits(a, bitorder="little"), a.shape[0])
+    if a.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    ids = _ids(a.reshape(-1))
+    return np.unique(ids)
+
+
 def _seed(seed):
     """seed as an int that fits in uint64."""
     seed = operator.index(seed)
@@ -413,7 +429,7 @@ class Index:
             raise InvalidArgumentError("add_with_ids needs ids; add(x) numbers the vectors")
         self.add(x, ids)
 
-    def search(self, q, k, out=None, **params):
+    def search(self, q, k, out=None, allow=None, **params):
         """Find the k nearest neighbours of each query.
 
         q: queries, nq x dim (or one query of dim values, giving nq = 1):
@@ -422,6 +438,13 @@ class Index:
             device, such as a PyTorch or CuPy array), float32 and
             C-contiguous, which the search reads where it is.
         k: neighbours per query, >= 1.
+        allow: return only these ids: None (every id), an array of int ids
+            (any order; repeats are ignored), or a bitset as a bool array
+            whose element i says whether id i is allowed (it must cover every
+            id the index has held).  Flat gives the true k nearest among the
+            allowed vectors, an approximate index the k nearest among the
+            allowed vectors it scans, leaving slots empty (-1) where too few
+            are.
         params: search parameters by name, such as nprobe=16 or lut="fp16";
             None or absent for the default (for nprobe, the index's own,
             index.nprobe).  A setting this index does not use is ignored
@@ -445,7 +468,7 @@ class Index:
         gq = _gpu_array(q, "queries")
         if gq is None and out is None:
             q = _rows(q, "queries", self.dim)
-            return self._core.search(q, operator.index(k), settings)
+            return self._core.search(q, operator.index(k), settings, _allow(allow))
         k = operator.index(k)
         if gq is None:
             q = _rows(q, "queries", self.dim)
@@ -462,10 +485,30 @@ class Index:
                    _gpu_empty_like(q, (shape[0], k), "<i8"))
         dist, ids = (self._result_array(a, (shape[0], k), t, w)
                      for a, t, w in zip(out, ("<f4", "<i8"), ("distances", "ids")))
-        self._core.search_pointers(gq.address, shape[0], k, settings, dist.address, ids.address)
+        self._core.search_pointers(gq.address, shape[0], k, settings, dist.address, ids.address,
+                                   _allow(allow))
         return out
 
     search.__doc__ = search.__doc__.replace("        {parameters}", _search_parameters_doc())
+
+    def range_search(self, q, radius, allow=None, **params):
+        """Find every neighbour within radius of each query.
+
+        "l2": squared distance < radius (radius >= 0, squared as search's
+        distances); "ip" and "cosine": similarity > radius.  Flat finds them
+        all; an inverted file those in the lists it scans (nprobe).  allow and
+        params as for search.  A NaN or infinite radius, or a negative one
+        for "l2", raises InvalidArgumentError.
+
+        Returns (offsets, distances, ids), as Faiss's range_search returns
+        (lims, D, I): query i's neighbours are ids[offsets[i]:offsets[i+1]],
+        sorted as search sorts them; offsets has nq + 1 int64 entries.
+        """
+        settings = _search_settings(params)
+        q = _rows(q, "queries", self.dim)
+        if not isinstance(radius, numbers.Real):
+            raise TypeError(f"radius must be a number, got {type(radius).__name__}")
+        return self._core.range_search(q, float(radius), settings, _allow(allow))
 
     def uses_search_parameter(self, name):
         """Whether searches of this index read the search parameter name.

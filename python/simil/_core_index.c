@@ -12,6 +12,7 @@
 #include "_core.h"
 
 #include <pthread.h>
+#include <string.h>
 
 typedef struct {
     PyObject_HEAD
@@ -220,16 +221,62 @@ fail:
     return 0;
 }
 
+/* The allowed ids into params: None (every id), an int64 array of ids
+ * (ascending, no repeats: the Python layer sorts them), or a tuple (uint8
+ * array, nbits) of a bitset.  0 with an exception set on failure. */
+static int search_allow(PyObject *allow, simil_search_params *params)
+{
+    simil_status s;
+    if (allow == NULL || allow == Py_None) return 1;
+    if (PyTuple_Check(allow)) {
+        PyObject *bytes;
+        long long nbits;
+        if (!PyArg_ParseTuple(allow, "OL:allow", &bytes, &nbits)) return 0;
+        PyArrayObject *b = (PyArrayObject *)PyArray_FROM_OTF(bytes, NPY_UINT8, NPY_ARRAY_IN_ARRAY);
+        if (b == NULL) return 0;
+        if (PyArray_SIZE(b) * 8 < nbits) {
+            Py_DECREF(b);
+            PyErr_SetString(PyExc_ValueError, "allow: the bitset holds fewer bits than nbits");
+            return 0;
+        }
+        s = simil_search_params_allow_bitset(params, nbits, PyArray_DATA(b));
+        Py_DECREF(b);
+    } else {
+        PyArrayObject *ids = (PyArrayObject *)PyArray_FROM_OTF(allow, NPY_INT64,
+                                                               NPY_ARRAY_IN_ARRAY);
+        if (ids == NULL) return 0;
+        s = simil_search_params_allow_ids(params, PyArray_SIZE(ids), PyArray_DATA(ids));
+        Py_DECREF(ids);
+    }
+    if (s != SIMIL_OK) {
+        pysimil_raise(s);
+        return 0;
+    }
+    return 1;
+}
+
+/* The handle of settings and allow, or NULL with an exception set. */
+static simil_search_params *search_params_with(PyObject *settings, PyObject *allow)
+{
+    simil_search_params *params = NULL;
+    if (!search_params_of(settings, &params)) return NULL;
+    if (!search_allow(allow, params)) {
+        simil_search_params_destroy(params);
+        return NULL;
+    }
+    return params;
+}
+
 static PyObject *index_search(IndexObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"queries", "k", "settings", NULL};
-    PyObject *obj, *settings = NULL;
+    static char *kwlist[] = {"queries", "k", "settings", "allow", NULL};
+    PyObject *obj, *settings = NULL, *allow = NULL;
     long long k;
-    simil_search_params *params = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL|O!:search", kwlist, &obj, &k, &PyTuple_Type,
-                                     &settings))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL|O!O:search", kwlist, &obj, &k,
+                                     &PyTuple_Type, &settings, &allow))
         return NULL;
-    if (!search_params_of(settings, &params)) return NULL;
+    simil_search_params *params = search_params_with(settings, allow);
+    if (params == NULL) return NULL;
     PyArrayObject *q = vectors_arg(self, obj, "queries");
     if (q == NULL) {
         simil_search_params_destroy(params);
@@ -258,6 +305,50 @@ static PyObject *index_search(IndexObject *self, PyObject *args, PyObject *kwds)
     return Py_BuildValue("NN", distances, labels);
 }
 
+static PyObject *index_range_search(IndexObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"queries", "radius", "settings", "allow", NULL};
+    PyObject *obj, *settings = NULL, *allow = NULL;
+    double radius;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Od|O!O:range_search", kwlist, &obj, &radius,
+                                     &PyTuple_Type, &settings, &allow))
+        return NULL;
+    simil_search_params *params = search_params_with(settings, allow);
+    if (params == NULL) return NULL;
+    PyArrayObject *q = vectors_arg(self, obj, "queries");
+    if (q == NULL) {
+        simil_search_params_destroy(params);
+        return NULL;
+    }
+    const int64_t nq = (int64_t)PyArray_DIM(q, 0);
+    simil_range_result *r = NULL;
+    simil_status s;
+    Py_BEGIN_ALLOW_THREADS
+    index_lock(self, SHARED);
+    s = simil_index_range_search(self->index, nq, PyArray_DATA(q), (float)radius, params, &r);
+    index_unlock(self);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(q);
+    simil_search_params_destroy(params);
+    if (s != SIMIL_OK) return pysimil_raise(s);
+    const int64_t total = r->offsets[nq];
+    PyArrayObject *offsets = pysimil_empty(1, nq + 1, 0, NPY_INT64);
+    PyArrayObject *distances = pysimil_empty(1, total, 0, NPY_FLOAT32);
+    PyArrayObject *labels = pysimil_empty(1, total, 0, NPY_INT64);
+    if (offsets == NULL || distances == NULL || labels == NULL) {
+        Py_XDECREF(offsets);
+        Py_XDECREF(distances);
+        Py_XDECREF(labels);
+        simil_range_result_destroy(r);
+        return NULL;
+    }
+    memcpy(PyArray_DATA(offsets), r->offsets, sizeof(int64_t) * (size_t)(nq + 1));
+    memcpy(PyArray_DATA(distances), r->distances, sizeof(float) * (size_t)total);
+    memcpy(PyArray_DATA(labels), r->labels, sizeof(int64_t) * (size_t)total);
+    simil_range_result_destroy(r);
+    return Py_BuildValue("NNN", offsets, distances, labels);
+}
+
 static PyObject *index_uses_search_param(IndexObject *self, PyObject *name)
 {
     const char *text = PyUnicode_AsUTF8(name);
@@ -275,13 +366,13 @@ static PyObject *index_search_pointers(IndexObject *self, PyObject *args)
 {
     unsigned long long q, d, l;
     long long nq, k;
-    PyObject *settings;
-    if (!PyArg_ParseTuple(args, "KLLO!KK:search_pointers", &q, &nq, &k, &PyTuple_Type,
-                          &settings, &d, &l))
+    PyObject *settings, *allow = NULL;
+    if (!PyArg_ParseTuple(args, "KLLO!KK|O:search_pointers", &q, &nq, &k, &PyTuple_Type,
+                          &settings, &d, &l, &allow))
         return NULL;
     if (nq < 0) return pysimil_invalid("search: nq=%lld is negative", nq);
-    simil_search_params *params = NULL;
-    if (!search_params_of(settings, &params)) return NULL;
+    simil_search_params *params = search_params_with(settings, allow);
+    if (params == NULL) return NULL;
     simil_status s;
     Py_BEGIN_ALLOW_THREADS
     index_lock(self, SHARED);
@@ -496,10 +587,12 @@ static PyMethodDef index_methods[] = {
     {"add", PYSIMIL_KW_METHOD(index_add), METH_VARARGS | METH_KEYWORDS,
      "add(vectors, ids=None): vectors float32 n x dim, ids int64 n or None"},
     {"search", PYSIMIL_KW_METHOD(index_search), METH_VARARGS | METH_KEYWORDS,
-     "search(queries, k, settings=()) -> (distances, labels); settings: (name, value) "
-     "pairs"},
+     "search(queries, k, settings=(), allow=None) -> (distances, labels); settings: (name, "
+     "value) pairs; allow: sorted int64 ids or (uint8 bitset, nbits)"},
     {"search_pointers", (PyCFunction)index_search_pointers, METH_VARARGS,
-     "search_pointers(queries, nq, k, settings, distances, labels): by address"},
+     "search_pointers(queries, nq, k, settings, distances, labels, allow=None): by address"},
+    {"range_search", PYSIMIL_KW_METHOD(index_range_search), METH_VARARGS | METH_KEYWORDS,
+     "range_search(queries, radius, settings=(), allow=None) -> (offsets, distances, labels)"},
     {"uses_search_param", (PyCFunction)index_uses_search_param, METH_O,
      "uses_search_param(name) -> whether searches of this index read that setting"},
     {"remove", (PyCFunction)index_remove, METH_O, "remove(ids) -> number removed"},
