@@ -255,16 +255,20 @@ static int search_allow(PyObject *allow, simil_search_params *params)
     return 1;
 }
 
-/* The handle of settings and allow, or NULL with an exception set. */
-static simil_search_params *search_params_with(PyObject *settings, PyObject *allow)
+/* The inputs of a search: the handle of settings and allow (*params) and the
+ * queries of obj; NULL with an exception set (and nothing to free) on
+ * failure. */
+static PyArrayObject *search_inputs(IndexObject *self, PyObject *obj, PyObject *settings,
+                                    PyObject *allow, simil_search_params **params)
 {
-    simil_search_params *params = NULL;
-    if (!search_params_of(settings, &params)) return NULL;
-    if (!search_allow(allow, params)) {
-        simil_search_params_destroy(params);
-        return NULL;
+    *params = NULL;
+    if (!search_params_of(settings, params)) return NULL;
+    PyArrayObject *q = search_allow(allow, *params) ? vectors_arg(self, obj, "queries") : NULL;
+    if (q == NULL) {
+        simil_search_params_destroy(*params);
+        *params = NULL;
     }
-    return params;
+    return q;
 }
 
 static PyObject *index_search(IndexObject *self, PyObject *args, PyObject *kwds)
@@ -275,13 +279,9 @@ static PyObject *index_search(IndexObject *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL|O!O:search", kwlist, &obj, &k,
                                      &PyTuple_Type, &settings, &allow))
         return NULL;
-    simil_search_params *params = search_params_with(settings, allow);
-    if (params == NULL) return NULL;
-    PyArrayObject *q = vectors_arg(self, obj, "queries");
-    if (q == NULL) {
-        simil_search_params_destroy(params);
-        return NULL;
-    }
+    simil_search_params *params;
+    PyArrayObject *q = search_inputs(self, obj, settings, allow, &params);
+    if (q == NULL) return NULL;
     int64_t nq = (int64_t)PyArray_DIM(q, 0);
     PyArrayObject *distances = pysimil_empty(2, nq, k, NPY_FLOAT32);
     PyArrayObject *labels = pysimil_empty(2, nq, k, NPY_INT64);
@@ -313,13 +313,9 @@ static PyObject *index_range_search(IndexObject *self, PyObject *args, PyObject 
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "Od|O!O:range_search", kwlist, &obj, &radius,
                                      &PyTuple_Type, &settings, &allow))
         return NULL;
-    simil_search_params *params = search_params_with(settings, allow);
-    if (params == NULL) return NULL;
-    PyArrayObject *q = vectors_arg(self, obj, "queries");
-    if (q == NULL) {
-        simil_search_params_destroy(params);
-        return NULL;
-    }
+    simil_search_params *params;
+    PyArrayObject *q = search_inputs(self, obj, settings, allow, &params);
+    if (q == NULL) return NULL;
     const int64_t nq = (int64_t)PyArray_DIM(q, 0);
     simil_range_result *r = NULL;
     simil_status s;
@@ -371,8 +367,12 @@ static PyObject *index_search_pointers(IndexObject *self, PyObject *args)
                           &settings, &d, &l, &allow))
         return NULL;
     if (nq < 0) return pysimil_invalid("search: nq=%lld is negative", nq);
-    simil_search_params *params = search_params_with(settings, allow);
-    if (params == NULL) return NULL;
+    simil_search_params *params = NULL;
+    if (!search_params_of(settings, &params)) return NULL;
+    if (!search_allow(allow, params)) {
+        simil_search_params_destroy(params);
+        return NULL;
+    }
     simil_status s;
     Py_BEGIN_ALLOW_THREADS
     index_lock(self, SHARED);
