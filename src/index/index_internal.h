@@ -56,7 +56,8 @@ const simil_search_params *sml_search_defaults(void);
  * an index's own default nprobe applies only where nprobe was not. */
 int sml_search_param_given(const simil_search_params *params, const char *name);
 
-/* 1 if every setting of a equals that of b. */
+/* 1 if every setting of a equals that of b and both hold the same allowed-ids
+ * handle (or none). */
 int sml_search_params_equal(const simil_search_params *a, const simil_search_params *b);
 
 /* Queries and results are in host memory, except for a type with device_io

@@ -164,6 +164,8 @@ const simil_search_params *sml_search_defaults(void)
 
 int sml_search_params_equal(const simil_search_params *a, const simil_search_params *b)
 {
+    /* the same filter handle, or none: a batch is searched with one filter */
+    if (a->allow != b->allow) return 0;
     for (int i = 0; i < SML_NPARAMS; i++)
         if (sml_load_value(&sml_params[i], a) != sml_load_value(&sml_params[i], b)) return 0;
     return 1;

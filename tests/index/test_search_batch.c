@@ -10,7 +10,8 @@
  * without a wait; every row must equal its lone result bit for bit, and the
  * counters must show that searches were combined.  Calls larger than a batch
  * run alone; a batch that fails gives every caller the failure in its own
- * thread; and the setting's arguments are checked. */
+ * thread; and the setting's arguments are checked.  On the CPU, two searches
+ * of the same k and parameters but different allowed ids must not join. */
 #define _GNU_SOURCE /* pthread_barrier_t */
 #include <pthread.h>
 #include <stdio.h>
@@ -32,7 +33,8 @@ static const char *device(void)
 
 typedef struct lone {
     int64_t k, nprobe;
-    simil_search_params *params; /* nprobe set; read by every thread */
+    int allow;                   /* 0: every id; 1: the even ids; 2: the odd ones */
+    simil_search_params *params; /* nprobe (and allow) set; read by every thread */
     float d[NQ * 10];
     int64_t l[NQ * 10];
 } lone;
@@ -81,6 +83,11 @@ static void lone_results(simil_index *index, const float *q, lone variants[2])
         SML_ASSERT_OK(simil_search_params_create(&variants[v].params));
         SML_ASSERT_OK(simil_search_params_set_int(variants[v].params, "nprobe",
                                                   variants[v].nprobe));
+        if (variants[v].allow) {
+            int64_t ids[NBASE / 2];
+            for (int64_t i = 0; i < NBASE / 2; i++) ids[i] = 2 * i + (variants[v].allow - 1);
+            SML_ASSERT_OK(simil_search_params_allow_ids(variants[v].params, NBASE / 2, ids));
+        }
         for (int64_t i = 0; i < NQ; i++)
             SML_ASSERT_OK(simil_index_search(index, 1, q + i * DIM, variants[v].k,
                                              variants[v].params,
@@ -116,7 +123,9 @@ static void run_threads(const char *desc, simil_index *index, const float *q, lo
     }
 }
 
-static void check_type(const char *desc)
+/* filtered: both variants k = 10 and nprobe 4, one allowing the even ids,
+ * the other the odd ones. */
+static void check_type(const char *desc, int filtered)
 {
     float *base = sml_test_malloc(sizeof(float) * NBASE * DIM);
     float *q = sml_test_malloc(sizeof(float) * NQ * DIM);
@@ -127,8 +136,9 @@ static void check_type(const char *desc)
     SML_ASSERT_OK(simil_index_train(index, NBASE, base));
     SML_ASSERT_OK(simil_index_add(index, NBASE, base, NULL));
     lone *variants = sml_test_malloc(2 * sizeof *variants);
-    variants[0].k = 10, variants[0].nprobe = 4;
-    variants[1].k = 5, variants[1].nprobe = 8;
+    variants[0].k = 10, variants[0].nprobe = 4, variants[0].allow = filtered ? 1 : 0;
+    variants[1].k = filtered ? 10 : 5, variants[1].nprobe = filtered ? 4 : 8;
+    variants[1].allow = filtered ? 2 : 0;
     lone_results(index, q, variants);
     int64_t batches0, searches0, batches1, searches1;
     sml_batcher_counts(index->batcher, &batches0, &searches0);
@@ -150,26 +160,35 @@ static void check_type(const char *desc)
 static void test_flat(void **state)
 {
     (void)state;
-    check_type("Flat");
+    check_type("Flat", 0);
+}
+
+/* Searches with different allowed ids run apart (filters are CPU-only). */
+static void test_filters_apart(void **state)
+{
+    (void)state;
+    if (strcmp(device(), "cpu") != 0) skip();
+    check_type("Flat", 1);
+    check_type("IVF32,Flat", 1);
 }
 
 static void test_ivf_flat(void **state)
 {
     (void)state;
-    check_type("IVF32,Flat");
+    check_type("IVF32,Flat", 0);
 }
 
 static void test_ivf_pq(void **state)
 {
     (void)state;
-    check_type("IVF32,PQ6");
+    check_type("IVF32,PQ6", 0);
 }
 
 static void test_xfbq(void **state)
 {
     (void)state;
-    check_type("XFBQ");
-    check_type("IVF32,XFBQ");
+    check_type("XFBQ", 0);
+    check_type("IVF32,XFBQ", 0);
 }
 
 /* Calls of more queries than a batch holds run alone, with the same results
@@ -289,7 +308,7 @@ int main(void)
         cmocka_unit_test(test_setting),  cmocka_unit_test(test_flat),
         cmocka_unit_test(test_ivf_flat), cmocka_unit_test(test_ivf_pq),
         cmocka_unit_test(test_xfbq),     cmocka_unit_test(test_large_calls_run_alone),
-        cmocka_unit_test(test_failed_batch),
+        cmocka_unit_test(test_failed_batch), cmocka_unit_test(test_filters_apart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
