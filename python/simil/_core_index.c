@@ -352,7 +352,7 @@ static PyObject *index_uses_search_param(IndexObject *self, PyObject *name)
     return PyBool_FromLong(simil_index_uses_search_param(self->index, text));
 }
 
-/* search_pointers(queries, nq, k, settings, distances, labels): the search
+/* search_pointers(queries, nq, k, settings, distances, labels, allow): the search
  * of index_search on memory given by address, for arrays the library reads
  * and writes where they are (GPU memory: __cuda_array_interface__, DLPack).
  * The Python layer has checked shapes and types against the owners of the
