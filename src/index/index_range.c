@@ -57,8 +57,10 @@ static simil_status sml_range_pool_take(sml_range_pool *p, int64_t q, int64_t n,
     }
     p->start[q] = p->used;
     p->count[q] = n;
-    memcpy(p->distances + p->used, d, (size_t)n * sizeof *d);
-    memcpy(p->labels + p->used, l, (size_t)n * sizeof *l);
+    if (n > 0) { /* with nothing pooled yet the arrays are NULL */
+        memcpy(p->distances + p->used, d, (size_t)n * sizeof *d);
+        memcpy(p->labels + p->used, l, (size_t)n * sizeof *l);
+    }
     p->used += n;
     return SIMIL_OK;
 }
@@ -164,9 +166,11 @@ static simil_status sml_range_result_of(const sml_range_pool *pool, int64_t nq,
     r->offsets[0] = 0;
     for (int64_t q = 0; q < nq; q++) {
         const int64_t at = r->offsets[q], n = pool->count[q];
-        memcpy(r->labels + at, pool->labels + pool->start[q], (size_t)n * sizeof *r->labels);
-        memcpy(r->distances + at, pool->distances + pool->start[q],
-               (size_t)n * sizeof *r->distances);
+        if (n > 0) { /* an empty pool's arrays are NULL */
+            memcpy(r->labels + at, pool->labels + pool->start[q], (size_t)n * sizeof *r->labels);
+            memcpy(r->distances + at, pool->distances + pool->start[q],
+                   (size_t)n * sizeof *r->distances);
+        }
         r->offsets[q + 1] = at + n;
     }
     *result = r;
