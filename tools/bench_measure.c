@@ -15,7 +15,8 @@
  * GPUs hold (cudaMemGetInfo).  ann-benchmarks measures its indexsize by the
  * resident set, in a fresh process per run; in one process freed memory is
  * reused without growing the resident set, so the allocator's count is the
- * one that sees each index whole.  Without glibc the resident set is used. */
+ * one that sees each index whole.  Without glibc's allocator (another libc,
+ * or AddressSanitizer's) the resident set is used. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -38,15 +39,15 @@ static int64_t bench_host_bytes(void)
 {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
     struct mallinfo2 mi = mallinfo2();
-    return (int64_t)(mi.uordblks + mi.hblkhd);
-#else
+    /* 0 when another allocator replaced glibc's (AddressSanitizer's) */
+    if (mi.uordblks + mi.hblkhd > 0) return (int64_t)(mi.uordblks + mi.hblkhd);
+#endif
     long long pages = -1, resident = -1;
     FILE *f = fopen("/proc/self/statm", "r");
     if (f && fscanf(f, "%lld %lld", &pages, &resident) != 2) resident = -1;
     if (f) fclose(f);
     long page = sysconf(_SC_PAGESIZE);
     return resident >= 0 && page > 0 ? (int64_t)resident * page : -1;
-#endif
 }
 
 void bench_memory_mark(bench_memory *m)
