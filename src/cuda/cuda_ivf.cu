@@ -419,8 +419,10 @@ simil_status finish_to_host(Device *dev, const sml_ivf_scan_args &a, long long q
     SML_CUDA_TRY(cudaMemcpyAsync(host_labels, labels, 8 * nk, cudaMemcpyDeviceToHost, st));
     SML_CUDA_TRY(cudaMemcpyAsync(host_dist, dist, 4 * nk, cudaMemcpyDeviceToHost, st));
     SML_CUDA_TRY(cudaStreamSynchronize(st));
+    trace_mark(st, "ivf: results finished, to pinned memory");
     memcpy(a.labels + q0 * a.k, host_labels, 8 * nk);
     memcpy(a.distances + q0 * a.k, host_dist, 4 * nk);
+    trace_mark(st, "ivf: results to the caller");
     return SIMIL_OK;
 }
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace sml {
 
@@ -29,6 +30,16 @@ inline simil_status cuda_status(cudaError_t err, const char *what, const char *f
     }
     return sml_error(SIMIL_ERR_DEVICE, "CUDA error in %s (%s:%d): %s", what, file, line,
                      cudaGetErrorString(err));
+}
+
+// A SIMIL_TRACE mark (core/trace.h) for the work issued on st so far: traced,
+// it waits for the stream first, so the GPU's time is counted where its work
+// was issued.
+inline void trace_mark(cudaStream_t st, const char *what)
+{
+    if (!sml_trace_on()) return;
+    cudaStreamSynchronize(st);
+    sml_trace_mark(what);
 }
 
 }  // namespace sml

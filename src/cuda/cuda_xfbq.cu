@@ -404,6 +404,7 @@ simil_status plan_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, i
     p->group = group;
     PairCount count;
     SML_TRY(count_pairs(a, q0, nq, kXfbqShape, &count));
+    sml_trace_mark("xfbq: plan: count");
     long long items = 0, citems = 0;
     for (int64_t l = 0; l < a.lists.nlist; ++l)
         items += (count.of(l) + group - 1) / group * ((a.lists.size[l] + kChunk - 1) / kChunk);
@@ -414,6 +415,7 @@ simil_status plan_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, i
                           reinterpret_cast<void **>(&base)));
     carve_plan(base, nq, count.pairs, items, citems, p);
     p->base = base;
+    sml_trace_mark("xfbq: plan: items counted, pinned block");
     const Segments seg{p->dstart, p->scanned, p->run_start, p->run_count};
     p->most = place_pairs(a, q0, nq, kXfbqShape, &count, seg, [&](const PlacedPair &e) {
         p->runs[e.run] = Run{a.lists.offset[e.list], (int)a.lists.size[e.list], e.pos0};
@@ -422,6 +424,7 @@ simil_status plan_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, i
     });
     p->nruns = (int)count.pairs;
     p->dist_total = count.positions;
+    sml_trace_mark("xfbq: plan: pairs placed");
     // by_list[l] is now where list l's pairs end; they start at by_list[l - 1]
     for (int64_t l = 0; l < a.lists.nlist; ++l) {
         const long long first = l > 0 ? count.by_list[l - 1] : 0, end = count.by_list[l];
@@ -570,12 +573,15 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p
         xfbq_collect_kernel<DT><<<items, kThreads, 0, st>>>(b, s.citems + p.citem_start[first]);
         SML_LAUNCH_TRY("xfbq_collect_kernel");
         const long long blocks = (at + 31) / 32, cap = (long long)dev->sm_count * 8;
+        trace_mark(st, "xfbq: collect");
         xfbq_rerank_kernel<<<(unsigned)(blocks < cap ? blocks : cap), kThreads, 0, st>>>(b);
         SML_LAUNCH_TRY("xfbq_rerank_kernel");
+        trace_mark(st, "xfbq: re-rank");
     }
     const RaggedRows rows{s.cand_keys, s.cand_rows, s.cstart + first, s.count + first, n, most};
     SML_TRY(select_ragged(rows, (int)a->scan.k, s.final_keys, s.final_idx, a->scan.k, s.radix,
                           s.radix_bytes, st));
+    trace_mark(st, "xfbq: select");
     return finish_to_host(dev, a->scan, q0 + first, n, s.final_keys, s.final_idx, s.out_dist,
                           s.out_labels);
 }
@@ -590,6 +596,7 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     const int group = (size_t)8 * a->nbins * 4 <= kSharedHist ? 8 : 4;
     Plan p;
     SML_TRY(plan_batch(dev, sc, q0, nq, group, &p));
+    trace_mark(st, "xfbq: plan");
     long long cand_cap = kCandBudget > (long long)p.most + 4 ? kCandBudget : (long long)p.most + 4;
     Scratch s{};
     char *ws = nullptr;
@@ -606,6 +613,7 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
         SML_TRY(launch_xfbq_encode(&enc, st));
         b.query_codes = s.query_codes;
     }
+    trace_mark(st, "xfbq: workspace, plan upload, query codes");
     b.queries = sc.queries + q0 * sc.dim;
     b.qw = (int)(a->query_bits * a->words);
     b.qbits = a->query_bits;
@@ -642,10 +650,12 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     SML_CUDA_TRY(cudaMemsetAsync(s.hist, 0, 4 * (size_t)nq * a->nbins, st));
     SML_TRY((group == 8 ? launch_distances<DT, 8>(b, s.items, p.nitems, st)
                         : launch_distances<DT, 4>(b, s.items, p.nitems, st)));
+    trace_mark(st, "xfbq: distances");
     xfbq_threshold_kernel<<<nq, kThreads, 0, st>>>(b);
     SML_LAUNCH_TRY("xfbq_threshold_kernel");
     SML_CUDA_TRY(cudaMemcpyAsync(p.count, s.count, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st));
     SML_CUDA_TRY(cudaStreamSynchronize(st));
+    trace_mark(st, "xfbq: thresholds");
     // selection passes over runs of queries whose candidates fit
     for (int first = 0; first < nq;) {
         int n = 0;

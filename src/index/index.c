@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/id_map.h"
 #include "core/sq_code.h"
+#include "core/trace.h"
 #include "core/vectors.h"
 #include "index/index_internal.h"
 #include "index/search_batch.h"
@@ -241,6 +242,7 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
                                 int64_t *labels)
 {
     SML_CHECK_INDEX(index);
+    sml_trace_mark(NULL);
     SML_RETURN_IF(nq < 0, SIMIL_ERR_INVALID_ARGUMENT, "search: nq=%" PRId64 " is negative", nq);
     SML_RETURN_IF(k < 1, SIMIL_ERR_INVALID_ARGUMENT, "search: k=%" PRId64 " must be >= 1", k);
     SML_RETURN_IF(nq > 0 && k > sml_max_result_slots / nq, SIMIL_ERR_INVALID_ARGUMENT,
@@ -275,6 +277,7 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
     /* queries are checked (NaN, norms) also when the index is empty */
     float *copy;
     SML_TRY(sml_prepare_vectors(index, nq, queries, "search", &call.queries, &copy));
+    sml_trace_mark("search: checks and query preparation");
     simil_status s;
     if (index->ntotal == 0)
         s = sml_fill_empty(index, nq, k, distances, labels);
@@ -286,6 +289,7 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
     else
         s = index->vt->search(index, &call);
     sml_free(copy);
+    sml_trace_mark("search: the rest");
     return s;
 }
 
