@@ -32,6 +32,7 @@
 // copy, so that it goes to the GPU in one copy.
 #pragma once
 
+#include <assert.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -117,7 +118,14 @@ struct SegmentShape {
     int query_pad;
 };
 
-inline long long pad_to(long long x, int pad) { return (x + pad - 1) / pad * pad; }
+// x rounded up to a multiple of pad, a power of two.  A mask, not a division:
+// the planner pads every (query, list) pair several times, and a 64-bit
+// division per pair made planning 10,000 queries at nprobe 16 take ms.
+inline long long pad_to(long long x, int pad)
+{
+    assert(pad > 0 && (pad & (pad - 1)) == 0);
+    return (x + pad - 1) & ~(long long)(pad - 1);
+}
 
 // The positions query q of a scans, in a segment of this shape.
 long long segment_positions(const sml_ivf_scan_args &a, long long q, SegmentShape shape);
@@ -218,13 +226,17 @@ simil_status scan_planned(Device *dev, const sml_ivf_scan_args *a, const BatchLi
     for (long long q0 = 0; q0 < a->nq;) {
         const int n = input_batch(a, q0, host_queries, false);
         Inputs in{};
+        trace_mark(dev->stream[0], "ivf: lock and join");
         SML_TRY(stage_inputs(dev, a, q0, n, false, &in));
+        trace_mark(dev->stream[0], "ivf: queries staged");
         sml_ivf_scan_args args;
         FoundProbes found;
         SML_TRY(batch_probes(dev, a, in.queries, q0, n, &args, &found));
+        trace_mark(dev->stream[0], "ivf: coarse search, probes on the host");
         for (long long sub = 0; sub < n;) {
             const int m = plan_batch_queries(args, sub, limits.shape, limits.bytes_per_position,
                                              limits.budget, limits.max_queries);
+            sml_trace_mark("ivf: batch cut");
             SML_TRY(batch(args, q0, sub, m));
             sub += m;
         }
@@ -365,17 +377,100 @@ struct TileArgs {
     int dim;
     float *distances;
     int *rows;
+    bool thin;  // tiles of few pairs take thin_tile (tile_thin_fits)
 };
 
+// A tile of at most kThinQueries pairs (the common case below a few thousand
+// queries per batch, where a list is probed by one or two of them) would
+// leave most of the 32 query slots of the tiled product idle: it is read row
+// by row instead.  Each of the tile's 64 rows has two threads, one per half
+// of the tile's queries (alternate ones; with one query the second two warps
+// have nothing to do and leave), each thread summing its dot products over
+// the row's dimensions in order, four at a time (Rows::load4), against the
+// queries staged in shared memory.  The order is the tiled product's, one
+// fmaf per dimension from the first, so that a key does not depend on which
+// path its tile took, that is, on which other queries share the batch
+// (search_batch.c promises a caller the results it would get alone).  Needs
+// dim a multiple of 4 and the queries within the shared tile
+// (tile_thin_fits).
+constexpr int kThinQueries = 8;
+constexpr int kTileShared = (kTileQueries + kTileVectors) * (kTileDims + 1);  // floats
+
+// Whether a batch of queries of dim can take the thin path.
+inline bool tile_thin_fits(long long dim)
+{
+    return dim % 4 == 0 && kThinQueries * dim <= kTileShared;
+}
+
+template <bool L2>
+__device__ __forceinline__ float tile_term(float4 q, float4 y, float acc)
+{
+    if (L2) {
+        float diff = q.x - y.x;
+        acc = fmaf(diff, diff, acc);
+        diff = q.y - y.y;
+        acc = fmaf(diff, diff, acc);
+        diff = q.z - y.z;
+        acc = fmaf(diff, diff, acc);
+        diff = q.w - y.w;
+        return fmaf(diff, diff, acc);
+    }
+    return fmaf(q.w, y.w, fmaf(q.z, y.z, fmaf(q.y, y.y, fmaf(q.x, y.x, acc))));
+}
+
+template <bool L2, typename Rows>
+__device__ __forceinline__ void thin_tile(const TileArgs &g, const Rows &rows, const ScanTile &t,
+                                          float *qs)
+{
+    const int dim = g.dim, d4 = dim / 4, np = t.npairs;
+    for (int e = threadIdx.x; e < np * dim; e += blockDim.x) {
+        const int i = e / dim;
+        qs[e] = g.queries[(long long)g.pair_query[t.pair0 + i] * dim + (e - i * dim)];
+    }
+    __syncthreads();
+    constexpr int kHalf = kThinQueries / 2;
+    const int r = threadIdx.x % kTileVectors, h = threadIdx.x / kTileVectors;
+    const int nvec = min(kTileVectors, t.size - t.vector0);
+    if (r >= nvec || h >= np) return;
+    const long long row = t.base + t.vector0 + r;
+    const float4 *q4 = reinterpret_cast<const float4 *>(qs);
+    float acc[kHalf] = {};
+#pragma unroll 4
+    for (int f = 0; f < d4; ++f) {
+        const float4 y = rows.load4(row, f, t.list);
+#pragma unroll
+        for (int j = 0; j < kHalf; ++j) {
+            const int a = h + 2 * j;
+            if (a < np) acc[j] = tile_term<L2>(q4[a * d4 + f], y, acc[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kHalf; ++j) {
+        const int a = h + 2 * j;
+        if (a >= np) break;
+        const long long out = g.pair_out[t.pair0 + a] + t.vector0 + r;
+        g.distances[out] = L2 ? acc[j] : -acc[j];
+        if (g.rows) g.rows[out] = (int)row;
+    }
+}
+
 // Tiled keys: 128 threads, each 4 queries x 4 rows; shared memory holds 32
-// query rows and 64 decoded rows, 32 dimensions at a time.  Keys: L2 the sum
-// of squared differences, IP minus the dot product.
+// query rows and 64 decoded rows, 32 dimensions at a time (a thin tile:
+// thin_tile).  Keys: L2 the sum of squared differences, IP minus the dot
+// product.
 template <bool L2, typename Rows>
 __global__ void __launch_bounds__(128) tile_distance_kernel(TileArgs g, Rows rows)
 {
-    __shared__ float qs[kTileQueries][kTileDims + 1];
-    __shared__ float ys[kTileVectors][kTileDims + 1];
+    __shared__ __align__(16) float tile_shared[kTileShared];
+    float(*qs)[kTileDims + 1] = reinterpret_cast<float(*)[kTileDims + 1]>(tile_shared);
+    float(*ys)[kTileDims + 1] =
+        reinterpret_cast<float(*)[kTileDims + 1]>(tile_shared + kTileQueries * (kTileDims + 1));
+    static_assert(2 * kTileVectors == 128, "thin_tile: two threads per row");
     const ScanTile t = g.tiles[blockIdx.x];
+    if (g.thin && t.npairs <= kThinQueries) {  // the same for the whole block
+        thin_tile<L2>(g, rows, t, tile_shared);
+        return;
+    }
     const long long base = t.base;
     const int nvec = min(kTileVectors, t.size - t.vector0);
     const int dim = g.dim;
@@ -473,7 +568,8 @@ simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, 
     SML_TRY(pair_workspace(dev, a, host, host_bytes, hp.pairs, 0, &ws, &unused, &sc, &dp));
     if (ntiles > 0) {
         const TileArgs g{mirror(ws, host, hp.tiles), dp.pair_query, dp.pair_out,
-                         a.queries + q0 * a.dim, (int)a.dim, sc.distances, sc.rows};
+                         a.queries + q0 * a.dim, (int)a.dim, sc.distances, sc.rows,
+                         tile_thin_fits(a.dim)};
         if (a.metric == SIMIL_METRIC_L2)
             tile_distance_kernel<true><<<(int)ntiles, 128, 0, st>>>(g, rows);
         else

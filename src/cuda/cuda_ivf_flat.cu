@@ -18,6 +18,10 @@ struct FloatRows {
     const float *codes;
     int dim;
     __device__ float load(long long row, int d, int) const { return codes[row * dim + d]; }
+    __device__ float4 load4(long long row, int f, int) const
+    {
+        return __ldg(reinterpret_cast<const float4 *>(codes + row * dim) + f);
+    }
 };
 
 }  // namespace

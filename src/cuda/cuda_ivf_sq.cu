@@ -32,6 +32,11 @@ struct SqRows {
         const float v = sml_sq_decode((sml_sq_type)T, codes + row * stride, d, vmin, vdiff);
         return coarse ? v + coarse[(long long)list * dim + d] : v;
     }
+    __device__ float4 load4(long long row, int f, int list) const
+    {
+        return make_float4(load(row, 4 * f, list), load(row, 4 * f + 1, list),
+                           load(row, 4 * f + 2, list), load(row, 4 * f + 3, list));
+    }
 };
 
 template <int T>
