@@ -343,12 +343,27 @@ simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, cons
 
 // ---- the tiled pair scan ------------------------------------------------
 
-long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count)
+// A list's runs of pairs: kTileQueries at a time; the last run of a list
+// (or its only one) may have few.
+long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max,
+                      long long *thin)
 {
     long long tiles = 0;
-    for (int64_t l = 0; l < a.lists.nlist; ++l)
-        tiles += (count.of(l) + kTileQueries - 1) / kTileQueries *
-                 ((a.lists.size[l] + kTileVectors - 1) / kTileVectors);
+    *thin = 0;
+    for (int64_t l = 0; l < a.lists.nlist; ++l) {
+        const long long pairs = count.of(l), size = a.lists.size[l];
+        if (pairs == 0) continue;
+        const long long chunks = (size + kTileVectors - 1) / kTileVectors;
+        const bool last_thin = (pairs - 1) % kTileQueries + 1 <= thin_max;
+        tiles += (pairs - 1) / kTileQueries * chunks;
+        if (last_thin) {
+            const long long thin_chunks = (size + kThinRows - 1) / kThinRows;
+            tiles += thin_chunks;
+            *thin += thin_chunks;
+        } else {
+            tiles += chunks;
+        }
+    }
     return tiles;
 }
 
@@ -361,20 +376,23 @@ size_t carve_tile_plan(void *base, int nq, long long npairs, long long ntiles, T
     return c.used();
 }
 
-// List l's pairs end at count.by_list[l] after the placing pass.
-void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, TilePlan *p)
+// List l's pairs end at count.by_list[l] after the placing pass.  Thin
+// tiles first, then the others, each in list order.
+void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max, TilePlan *p)
 {
-    long long t = 0;
+    long long thin = 0, wide = p->nthin;
     for (int64_t l = 0; l < a.lists.nlist; ++l) {
         const long long first = l > 0 ? count.by_list[l - 1] : 0, end = count.by_list[l];
         const int size = (int)a.lists.size[l];
         for (long long i = first; i < end; i += kTileQueries) {
             const int n = (int)(end - i < kTileQueries ? end - i : kTileQueries);
-            for (int v = 0; v < size; v += kTileVectors)
+            long long &t = n <= thin_max ? thin : wide;
+            const int rows = n <= thin_max ? kThinRows : kTileVectors;
+            for (int v = 0; v < size; v += rows)
                 p->tiles[t++] = ScanTile{a.lists.offset[l], (int)l, size, (int)i, n, v};
         }
     }
-    assert(t == p->ntiles);
+    assert(thin == p->nthin && wide == p->ntiles);
 }
 
 // ---- selection and results ----------------------------------------------

@@ -377,100 +377,18 @@ struct TileArgs {
     int dim;
     float *distances;
     int *rows;
-    bool thin;  // tiles of few pairs take thin_tile (tile_thin_fits)
 };
 
-// A tile of at most kThinQueries pairs (the common case below a few thousand
-// queries per batch, where a list is probed by one or two of them) would
-// leave most of the 32 query slots of the tiled product idle: it is read row
-// by row instead.  Each of the tile's 64 rows has two threads, one per half
-// of the tile's queries (alternate ones; with one query the second two warps
-// have nothing to do and leave), each thread summing its dot products over
-// the row's dimensions in order, four at a time (Rows::load4), against the
-// queries staged in shared memory.  The order is the tiled product's, one
-// fmaf per dimension from the first, so that a key does not depend on which
-// path its tile took, that is, on which other queries share the batch
-// (search_batch.c promises a caller the results it would get alone).  Needs
-// dim a multiple of 4 and the queries within the shared tile
-// (tile_thin_fits).
-constexpr int kThinQueries = 8;
-constexpr int kTileShared = (kTileQueries + kTileVectors) * (kTileDims + 1);  // floats
-
-// Whether a batch of queries of dim can take the thin path.
-inline bool tile_thin_fits(long long dim)
-{
-    return dim % 4 == 0 && kThinQueries * dim <= kTileShared;
-}
-
-template <bool L2>
-__device__ __forceinline__ float tile_term(float4 q, float4 y, float acc)
-{
-    if (L2) {
-        float diff = q.x - y.x;
-        acc = fmaf(diff, diff, acc);
-        diff = q.y - y.y;
-        acc = fmaf(diff, diff, acc);
-        diff = q.z - y.z;
-        acc = fmaf(diff, diff, acc);
-        diff = q.w - y.w;
-        return fmaf(diff, diff, acc);
-    }
-    return fmaf(q.w, y.w, fmaf(q.z, y.z, fmaf(q.y, y.y, fmaf(q.x, y.x, acc))));
-}
-
-template <bool L2, typename Rows>
-__device__ __forceinline__ void thin_tile(const TileArgs &g, const Rows &rows, const ScanTile &t,
-                                          float *qs)
-{
-    const int dim = g.dim, d4 = dim / 4, np = t.npairs;
-    for (int e = threadIdx.x; e < np * dim; e += blockDim.x) {
-        const int i = e / dim;
-        qs[e] = g.queries[(long long)g.pair_query[t.pair0 + i] * dim + (e - i * dim)];
-    }
-    __syncthreads();
-    constexpr int kHalf = kThinQueries / 2;
-    const int r = threadIdx.x % kTileVectors, h = threadIdx.x / kTileVectors;
-    const int nvec = min(kTileVectors, t.size - t.vector0);
-    if (r >= nvec || h >= np) return;
-    const long long row = t.base + t.vector0 + r;
-    const float4 *q4 = reinterpret_cast<const float4 *>(qs);
-    float acc[kHalf] = {};
-#pragma unroll 4
-    for (int f = 0; f < d4; ++f) {
-        const float4 y = rows.load4(row, f, t.list);
-#pragma unroll
-        for (int j = 0; j < kHalf; ++j) {
-            const int a = h + 2 * j;
-            if (a < np) acc[j] = tile_term<L2>(q4[a * d4 + f], y, acc[j]);
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < kHalf; ++j) {
-        const int a = h + 2 * j;
-        if (a >= np) break;
-        const long long out = g.pair_out[t.pair0 + a] + t.vector0 + r;
-        g.distances[out] = L2 ? acc[j] : -acc[j];
-        if (g.rows) g.rows[out] = (int)row;
-    }
-}
-
 // Tiled keys: 128 threads, each 4 queries x 4 rows; shared memory holds 32
-// query rows and 64 decoded rows, 32 dimensions at a time (a thin tile:
-// thin_tile).  Keys: L2 the sum of squared differences, IP minus the dot
-// product.
+// query rows and 64 decoded rows, 32 dimensions at a time.  Keys: L2 the sum
+// of squared differences, IP minus the dot product, one fmaf per dimension
+// in order (thin_tile_kernel's arithmetic too).
 template <bool L2, typename Rows>
 __global__ void __launch_bounds__(128) tile_distance_kernel(TileArgs g, Rows rows)
 {
-    __shared__ __align__(16) float tile_shared[kTileShared];
-    float(*qs)[kTileDims + 1] = reinterpret_cast<float(*)[kTileDims + 1]>(tile_shared);
-    float(*ys)[kTileDims + 1] =
-        reinterpret_cast<float(*)[kTileDims + 1]>(tile_shared + kTileQueries * (kTileDims + 1));
-    static_assert(2 * kTileVectors == 128, "thin_tile: two threads per row");
+    __shared__ float qs[kTileQueries][kTileDims + 1];
+    __shared__ float ys[kTileVectors][kTileDims + 1];
     const ScanTile t = g.tiles[blockIdx.x];
-    if (g.thin && t.npairs <= kThinQueries) {  // the same for the whole block
-        thin_tile<L2>(g, rows, t, tile_shared);
-        return;
-    }
     const long long base = t.base;
     const int nvec = min(kTileVectors, t.size - t.vector0);
     const int dim = g.dim;
@@ -525,23 +443,100 @@ __global__ void __launch_bounds__(128) tile_distance_kernel(TileArgs g, Rows row
     }
 }
 
+
+// A tile of at most kThinQueries pairs (the common case below a few thousand
+// queries per batch, where a list is probed by one or two of them) would
+// leave most of the tiled product's 32 query slots idle: such tiles go to
+// this kernel instead.  A thin tile spans kThinRows rows of its list (a
+// tiled one 64), so that the plan a batch uploads stays small; each thread
+// takes rows in turn and sums each row's keys against the tile's queries
+// (staged in shared memory) over the dimensions in order, four at a time
+// (Rows::load4).  The arithmetic is the tiled product's, one fmaf per
+// dimension from the first, so that a key does not depend on which kernel
+// its tile took, that is, on which other queries share the batch
+// (search_batch.c promises a caller the results it would get alone).  The
+// shared memory is the queries' alone, so that L1 keeps the rows' lines
+// between a thread's loads.  Needs dim a multiple of 4 (tile_thin_fits).
+constexpr int kThinQueries = 8;
+constexpr int kThinRows = 512;
+constexpr int kThinThreads = 128;
+
+inline bool tile_thin_fits(long long dim)
+{
+    return dim % 4 == 0 && (size_t)kThinQueries * dim * sizeof(float) <= (size_t)48 << 10;
+}
+
+template <bool L2>
+__device__ __forceinline__ float tile_term(float4 q, float4 y, float acc)
+{
+    if (L2) {
+        float diff = q.x - y.x;
+        acc = fmaf(diff, diff, acc);
+        diff = q.y - y.y;
+        acc = fmaf(diff, diff, acc);
+        diff = q.z - y.z;
+        acc = fmaf(diff, diff, acc);
+        diff = q.w - y.w;
+        return fmaf(diff, diff, acc);
+    }
+    return fmaf(q.w, y.w, fmaf(q.z, y.z, fmaf(q.y, y.y, fmaf(q.x, y.x, acc))));
+}
+
+template <bool L2, typename Rows>
+__global__ void __launch_bounds__(kThinThreads) thin_tile_kernel(TileArgs g, Rows rows)
+{
+    extern __shared__ float4 thin_queries[];  // npairs x dim / 4
+    const ScanTile t = g.tiles[blockIdx.x];
+    assert(t.npairs <= kThinQueries);
+    const int dim = g.dim, d4 = dim / 4, np = t.npairs;
+    float *qs = reinterpret_cast<float *>(thin_queries);
+    for (int e = threadIdx.x; e < np * dim; e += blockDim.x) {
+        const int i = e / dim;
+        qs[e] = g.queries[(long long)g.pair_query[t.pair0 + i] * dim + (e - i * dim)];
+    }
+    __syncthreads();
+    const int nvec = min(kThinRows, t.size - t.vector0);
+    for (int r = threadIdx.x; r < nvec; r += blockDim.x) {
+        const long long row = t.base + t.vector0 + r;
+        float acc[kThinQueries] = {};
+#pragma unroll 4
+        for (int f = 0; f < d4; ++f) {
+            const float4 y = rows.load4(row, f, t.list);
+#pragma unroll
+            for (int a = 0; a < kThinQueries; ++a)
+                if (a < np) acc[a] = tile_term<L2>(thin_queries[a * d4 + f], y, acc[a]);
+        }
+#pragma unroll
+        for (int a = 0; a < kThinQueries; ++a) {
+            if (a >= np) break;
+            const long long out = g.pair_out[t.pair0 + a] + t.vector0 + r;
+            g.distances[out] = L2 ? acc[a] : -acc[a];
+            if (g.rows) g.rows[out] = (int)row;
+        }
+    }
+}
+
 // A batch's host block of a tiled scan: the pair plan and the tiles.
 struct TilePlan {
     PairPlan pairs;
     ScanTile *tiles;
     long long ntiles;
+    long long nthin;  // tiles [0, nthin) have at most thin_max pairs
 };
 
 // Tiles: each list's pairs in runs of up to kTileQueries, times chunks of
-// kTileVectors of its rows (from the counting pass).
-long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count);
+// kTileVectors of its rows (from the counting pass); *thin of them have at
+// most thin_max pairs.
+long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max,
+                      long long *thin);
 
 // Take the plan's arrays from the block at base (nullptr: only measure);
 // returns its bytes.
 size_t carve_tile_plan(void *base, int nq, long long npairs, long long ntiles, TilePlan *p);
 
-// After the placing pass (fill_pair_plan): the tiles.
-void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, TilePlan *p);
+// After the placing pass (fill_pair_plan): the tiles, those of at most
+// thin_max pairs first (p->nthin of them).
+void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max, TilePlan *p);
 
 // Queries [q0, q0 + nq) of a (device queries, host probes): plan, keys of
 // tile_distance_kernel over rows, selection, results.  Caller holds the
@@ -553,30 +548,45 @@ simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, 
     cudaStream_t st = dev->stream[0];
     PairCount count;
     SML_TRY(count_pairs(a, q0, nq, kPairShape, &count));
-    const long long ntiles = count_tiles(a, count);
+    const int thin_max = tile_thin_fits(a.dim) ? kThinQueries : 0;
+    long long nthin;
+    const long long ntiles = count_tiles(a, count, thin_max, &nthin);
     TilePlan hp;
     const size_t host_bytes = carve_tile_plan(nullptr, nq, count.pairs, ntiles, &hp);
     char *host;
     SML_TRY(device_pinned(dev, host_bytes, reinterpret_cast<void **>(&host)));
     carve_tile_plan(host, nq, count.pairs, ntiles, &hp);
+    hp.nthin = nthin;
     fill_pair_plan(a, q0, nq, &count, &hp.pairs);
-    fill_tiles(a, count, &hp);
+    fill_tiles(a, count, thin_max, &hp);
     PairScratch sc;
     PairPlan dp;
     char *ws;
     float *unused;
     SML_TRY(pair_workspace(dev, a, host, host_bytes, hp.pairs, 0, &ws, &unused, &sc, &dp));
-    if (ntiles > 0) {
-        const TileArgs g{mirror(ws, host, hp.tiles), dp.pair_query, dp.pair_out,
-                         a.queries + q0 * a.dim, (int)a.dim, sc.distances, sc.rows,
-                         tile_thin_fits(a.dim)};
-        if (a.metric == SIMIL_METRIC_L2)
-            tile_distance_kernel<true><<<(int)ntiles, 128, 0, st>>>(g, rows);
+    trace_mark(st, "ivf: tiled plan and upload");
+    const bool l2 = a.metric == SIMIL_METRIC_L2;
+    TileArgs g{mirror(ws, host, hp.tiles), dp.pair_query, dp.pair_out,
+               a.queries + q0 * a.dim, (int)a.dim, sc.distances, sc.rows};
+    if (nthin > 0) {
+        const size_t smem = sizeof(float) * kThinQueries * (size_t)a.dim;
+        if (l2)
+            thin_tile_kernel<true><<<(int)nthin, kThinThreads, smem, st>>>(g, rows);
         else
-            tile_distance_kernel<false><<<(int)ntiles, 128, 0, st>>>(g, rows);
+            thin_tile_kernel<false><<<(int)nthin, kThinThreads, smem, st>>>(g, rows);
+        SML_LAUNCH_TRY("thin_tile_kernel");
+    }
+    g.tiles += nthin;
+    if (ntiles > nthin) {
+        if (l2)
+            tile_distance_kernel<true><<<(int)(ntiles - nthin), 128, 0, st>>>(g, rows);
+        else
+            tile_distance_kernel<false><<<(int)(ntiles - nthin), 128, 0, st>>>(g, rows);
         SML_LAUNCH_TRY("tile_distance_kernel");
     }
+    trace_mark(st, "ivf: tiled distances");
     SML_TRY(select_pairs(a, hp.pairs, dp, sc, st));
+    trace_mark(st, "ivf: pair selection");
     return finish_to_host(dev, a, q0, nq, sc.final_keys, sc.final_idx, sc.out_dist,
                           sc.out_labels);
 }

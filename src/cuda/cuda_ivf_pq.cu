@@ -76,7 +76,9 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     scan.code_size = (int)sc.lists.code_stride;
     scan.term1_at = (int)a->term1_at;
     scan.k = (int)sc.k;
+    trace_mark(st, "ivf-pq: workspace");
     SML_TRY(launch_pq_fused(scan, a->lut_fp16 != 0, swizzled, nq, st));
+    trace_mark(st, "ivf-pq: fused scan");
     return finish_to_host(dev, sc, q0, nq, scan.out_keys, scan.out_idx, dist, labels);
 }
 
@@ -173,7 +175,9 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
         for (long long q0 = 0; q0 < sc->nq;) {
             const int n = input_batch(sc, q0, host_queries, true);
             Inputs in{};
+            trace_mark(dev->stream[0], "ivf: lock and join");
             SML_TRY(stage_inputs(dev, sc, q0, n, true, &in));
+            trace_mark(dev->stream[0], "ivf: inputs staged, coarse search on the device");
             SML_TRY(fused_batch(dev, a, in, q0, n));
             q0 += n;
         }
