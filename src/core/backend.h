@@ -180,6 +180,12 @@ typedef struct sml_ivf_pq_scan_args {
                                     compute each (query, list) table from the
                                     residual x - c */
     int lut_fp16;                /* GPU: lookup tables in fp16 shared memory */
+    int codes_of_vectors;        /* 1: the codes are of the vectors, not of their
+                                    residuals (Faiss's by_residual = false): coarse
+                                    holds zeros and term1_at is 0, so L2 takes the
+                                    residual tables of x - 0; an IP key is then its
+                                    m entries alone, without the probe's coarse key
+                                    (only where ops->ivf_pq_ip_vector_codes) */
 } sml_ivf_pq_scan_args;
 
 /* IVF-PQ codes: the residual of each vector (x minus the coarse centroid of
@@ -204,7 +210,8 @@ static inline int sml_ivf_pq_scan_args_ok(const sml_ivf_pq_scan_args *a)
                                                a->scan.probes.keys != NULL) &&
            a->m >= 1 && a->m * a->dsub == a->scan.dim &&
            a->ksub >= 1 && a->ksub <= 256 && a->scan.lists.code_stride >= (size_t)a->m &&
-           (a->term1_at == 0 || a->term1_at + sizeof(float) <= a->scan.lists.code_stride);
+           (a->term1_at == 0 || a->term1_at + sizeof(float) <= a->scan.lists.code_stride) &&
+           (!a->codes_of_vectors || a->term1_at == 0);
 }
 
 /* Scalar-quantizer scan (core/sq_code.h): each row's code is dim
@@ -311,6 +318,10 @@ typedef struct sml_backend_ops {
      * IVFADC); with pq_term1_at (L2) or for IP, a query's table is term 3
      * and a row's key is term 2 (the coarse key) + its term 1 + m entries. */
     simil_status (*ivf_pq_scan)(sml_backend *b, const sml_ivf_pq_scan_args *args);
+    /* 1 where ivf_pq_scan keys IP rows with codes_of_vectors without the
+     * coarse key (the CPU); 0 (the CUDA backend, whose scans always add it):
+     * the index layer refuses such indexes on this backend. */
+    int ivf_pq_ip_vector_codes;
     simil_status (*pq_encode)(sml_backend *b, const sml_pq_encode_args *args);
     /* Scalar quantizers: keys of the decoded rows (sml_sq_scan_args). */
     simil_status (*sq_scan)(sml_backend *b, const sml_sq_scan_args *args);

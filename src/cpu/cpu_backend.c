@@ -176,6 +176,7 @@ static const sml_backend_ops sml_cpu_ops = {
     .knn_join = sml_cpu_knn_join,
     .ivf_flat_scan = sml_cpu_ivf_flat_scan,
     .ivf_pq_scan = sml_cpu_ivf_pq_scan,
+    .ivf_pq_ip_vector_codes = 1,
     .pq_encode = sml_cpu_pq_encode,
     .sq_scan = sml_cpu_sq_scan,
     .xfbq_scan = sml_cpu_xfbq_scan,

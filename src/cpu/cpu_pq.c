@@ -202,7 +202,8 @@ simil_status sml_cpu_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
         for (int64_t p = 0; p < nprobe; p++) {
             const int64_t l = probes.lists[q * nprobe + p];
             if (l < 0 || sc->lists.size[l] == 0) continue;
-            float base = probes.keys[q * nprobe + p];
+            /* codes of the vectors: no coarse term (IP; L2 takes the residual route) */
+            float base = a->codes_of_vectors ? 0.0f : probes.keys[q * nprobe + p];
             const float *tab = term3;
             if (residual) {
                 sml_pq_residual_table(a, by_dim, x, l, res, lut);

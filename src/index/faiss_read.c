@@ -2,10 +2,11 @@
  *
  * simil reads IndexFlatL2/IP ("IxF2", "IxFI", "IxFl"), IndexIVFFlat ("IwFl",
  * and the older "IvFl"/"IvFL"), IndexIVFPQ with 4- to 8-bit codes ("IwPQ",
- * and the older "IvPQ"; by_residual = false for L2 only), IndexScalarQuantizer
- * ("IxSQ") and IndexIVFScalarQuantizer with residual encoding ("IwSQ", "IwSq")
- * for the types QT_8bit, QT_fp16 and QT_bf16, IndexPreTransform ("IxPT") of
- * one linear transform without bias around an IndexIVFPQ (which is OPQ),
+ * and the older "IvPQ"; also with by_residual = false), IndexScalarQuantizer
+ * ("IxSQ") and IndexIVFScalarQuantizer ("IwSQ", "IwSq"; also with
+ * by_residual = false) for the types QT_8bit, QT_fp16 and QT_bf16,
+ * IndexPreTransform ("IxPT") of one linear transform without bias around an
+ * IndexIVFPQ (which is OPQ),
  * IndexHNSWFlat ("IHNf", as a Flat index of its storage: the graph is
  * skipped and searches are exact), and IndexIDMap/IndexIDMap2 ("IxMp",
  * "IxM2") around any of them.  Inverted lists must be ArrayInvertedLists
@@ -88,7 +89,7 @@ typedef struct sml_faiss_parsed {
     float *coarse;          /* IVF: nlist x dim */
     int64_t pq_m;           /* IVF-PQ */
     int pq_nbits;           /* IVF-PQ: 4 to 8; codes of fewer are unpacked */
-    int by_residual;        /* IVF-PQ: 0 where the codes are of the vectors */
+    int by_residual;        /* IVF-PQ, IVF-SQ: 0 where the codes are of the vectors */
     float *codebooks;       /* IVF-PQ: pq_m x 256 x dim / pq_m */
     sml_sq_type sq_type;    /* SQ */
     float *sq_ranges;       /* SQ8: vmin (dim), then vdiff (dim) */
@@ -501,12 +502,8 @@ static simil_status sml_fr_pq(sml_reader *r, sml_faiss_parsed *p)
                 p->nprobe, (unsigned long long)m, (unsigned long long)nbits,
                 by_residual ? "by_residual" : "by_residual = false");
     /* codes of the vectors scan as residuals of a zero centroid: for L2, the
-     * table route that takes x - c (index_ivf_pq.c); inner-product scans
-     * add the coarse similarity, which such codes do not have */
-    SML_RETURN_IF(!by_residual && p->metric != SIMIL_METRIC_L2, SIMIL_ERR_UNSUPPORTED,
-                  "'%s' is an inner-product IndexIVFPQ with by_residual = false (codes of the "
-                  "vectors, not of their residuals); simil reads such files for L2 only",
-                  r->path);
+     * table route that takes x - c; for IP, without the coarse similarity
+     * (index_ivf_pq.c) */
     p->by_residual = by_residual;
     SML_RETURN_IF(d != (uint64_t)p->dim || m < 1 || m > d || d % m != 0 || nbits < 1 ||
                       nbits > 24 || code_size != (m * nbits + 7) / 8,
@@ -607,10 +604,7 @@ static simil_status sml_fr_ivf_sq(sml_reader *r, sml_faiss_parsed *p, int has_fl
                   "by_residual=%u",
                   r->path, (unsigned long long)code_size, p->code_size, (unsigned)by_residual);
     if (!by_residual) sml_fr_note(p, ", by_residual = false");
-    SML_RETURN_IF(!by_residual, SIMIL_ERR_UNSUPPORTED,
-                  "'%s' is an IndexIVFScalarQuantizer with by_residual = false; simil's IVF-SQ "
-                  "encodes residuals (by_residual = true) only",
-                  r->path);
+    p->by_residual = by_residual; /* 0: codes of the vectors, keyed alone (index_ivf_sq.c) */
     return sml_fr_invlists(r, p);
 }
 
@@ -878,6 +872,7 @@ static simil_status sml_faiss_fill_ivf(simil_index *index, sml_faiss_parsed *p, 
         SML_TRY(sml_ivf_pq_set_trained(index, p->coarse, p->codebooks, p->by_residual));
     } else if (p->kind == SML_FAISS_IVF_SQ) {
         ivf = sml_ivf_sq_ivf(index);
+        sml_ivf_sq_set_by_residual(index, p->by_residual);
         SML_TRY(sml_ivf_set_centroids(b, ivf, p->coarse));
         SML_TRY(sml_sq_params_set(b, sml_ivf_sq_params(index), p->sq_ranges,
                                   p->sq_ranges + p->dim));

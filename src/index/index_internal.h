@@ -168,8 +168,9 @@ simil_status sml_ivf_sq_init(simil_index *index);
  * its codes are of residuals (Faiss's by_residual); set_trained makes a fresh,
  * untrained IVF-PQ index trained with these coarse centroids (nlist x dim)
  * and codebooks (m x ksub x dsub), uploading both, its codes of residuals or
- * (by_residual = 0, L2 only) of the vectors; if it fails, the caller
- * destroys the index. */
+ * (by_residual = 0) of the vectors; if it fails (SIMIL_ERR_UNSUPPORTED for
+ * an IP index of codes of the vectors on a backend without
+ * ivf_pq_ip_vector_codes, a GPU), the caller destroys the index. */
 struct sml_ivf;
 struct sml_pq;
 void sml_flat_data(const simil_index *index, const float **vectors, const int64_t **host_ids);

@@ -17,9 +17,12 @@
  * residual instead.  "PQm" alone is an inverted file of one list.
  *
  * A Faiss IndexIVFPQ with by_residual = false codes the vectors themselves:
- * such an index (L2 only, read from a Faiss file) encodes, decodes and builds
- * its tables against a zero centroid (zero_mem) wherever the others use
- * their list's, so its scans take the residual-table route with x - 0. */
+ * such an index (read from a Faiss file) encodes, decodes and builds its
+ * tables against a zero centroid (zero_mem) wherever the others use their
+ * list's, so its L2 scans take the residual-table route with x - 0, and its
+ * IP scans key a row with its term 3 alone (the coarse similarity <x, 0> is
+ * 0; sml_ivf_pq_scan_args.codes_of_vectors), which only backends with
+ * ivf_pq_ip_vector_codes do: the others refuse such an index on load. */
 #include <assert.h>
 #include <string.h>
 
@@ -76,9 +79,15 @@ static simil_status sml_ivf_pq_upload(sml_backend *b, sml_ivf_pq *x)
                           sizeof(float) * (size_t)(pq->m * pq->ksub * pq->dsub));
 }
 
-/* The zero centroids of codes of the vectors, to backend memory. */
+/* The zero centroids of codes of the vectors, to backend memory; refused
+ * for IP on a backend whose scans would add the coarse similarity. */
 static simil_status sml_ivf_pq_zero_upload(sml_backend *b, sml_ivf_pq *x)
 {
+    SML_RETURN_IF(x->ivf.metric != SIMIL_METRIC_L2 && !b->ops->ivf_pq_ip_vector_codes,
+                  SIMIL_ERR_UNSUPPORTED,
+                  "an inner-product IVF-PQ whose codes are of the vectors (Faiss's "
+                  "by_residual = false) is not supported on %s yet; use the CPU (device \"cpu\")",
+                  b->name);
     const size_t count = (size_t)(x->ivf.nlist * x->ivf.dim);
     float *zeros = NULL;
     SML_TRY(sml_calloc((void **)&zeros, count, sizeof *zeros, "zero centroids"));
@@ -285,6 +294,7 @@ static simil_status sml_ivf_pq_search(const simil_index *index, const sml_search
                         : 0,
         .lut_fp16 = call->params.lut == SML_LUT_FP16 ||
                     (call->params.lut == SML_LUT_AUTO && lut_bytes > 48 * 1024),
+        .codes_of_vectors = !x->by_residual,
     };
     return index->backend->ops->ivf_pq_scan(index->backend, &args);
 }
@@ -347,9 +357,6 @@ static simil_status sml_ivf_pq_load(simil_index *index, sml_reader *r)
     if (!by_residual) {
         SML_TRY(sml_section_open(r, sml_tag_no_residual, &bytes));
         SML_TRY(sml_section_close(r));
-        SML_RETURN_IF(x->ivf.metric != SIMIL_METRIC_L2, SIMIL_ERR_CORRUPT,
-                      "'%s' is damaged: an inner-product IVF-PQ whose codes are not of "
-                      "residuals", r->path);
     }
     SML_TRY(sml_section_open(r, sml_tag_codebooks, &bytes));
     SML_RETURN_IF(bytes != sizeof(float) * (uint64_t)(x->pq.m * x->pq.ksub * x->pq.dsub),
@@ -382,7 +389,6 @@ simil_status sml_ivf_pq_set_trained(simil_index *index, const float *coarse,
 {
     sml_ivf_pq *x = sml_ivf_pq_of(index);
     sml_backend *b = index->backend;
-    assert(by_residual || x->ivf.metric == SIMIL_METRIC_L2);
     SML_TRY(sml_pq_alloc(&x->pq));
     SML_TRY(sml_ivf_set_centroids(b, &x->ivf, coarse));
     x->by_residual = by_residual;

@@ -5,7 +5,12 @@
  * as the code of its residual x - c (algo/sq.h): SQ8's ranges are trained on
  * the residuals of the training set, so they span a list's spread, not the
  * data's.  The scan keys a row with the query and c + the decoded residual
- * (sml_sq_scan_args.coarse), as Faiss does. */
+ * (sml_sq_scan_args.coarse), as Faiss does.
+ *
+ * A Faiss IndexIVFScalarQuantizer with by_residual = false (read from a Faiss
+ * file) codes the vectors themselves: such an index (by_residual = 0) trains
+ * its ranges on, encodes and decodes the vectors as they are, and its scans
+ * key the decoded rows alone (coarse NULL, as flat SQ's: every backend). */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -14,9 +19,13 @@
 #include "index/index_sq.h"
 #include "index/ivf.h"
 
+/* an empty section before SQPR: the codes are not of residuals */
+static const uint32_t sml_tag_no_residual = SML_TAG('S', 'Q', 'N', 'R');
+
 typedef struct sml_ivf_sq {
     sml_ivf ivf;
     sml_sq_params sq;
+    int by_residual; /* 0: codes of the vectors, not of their residuals */
 } sml_ivf_sq;
 
 static sml_ivf_sq *sml_ivf_sq_of(const simil_index *index) { return index->impl; }
@@ -36,9 +45,11 @@ static simil_status sml_ivf_sq_train(simil_index *index, int64_t n, const float 
     simil_status s = sml_ivf_train(b, &next, n, x);
     if (s == SIMIL_OK) s = sml_alloc((void **)&lists, (size_t)n, sizeof *lists, "list assignments");
     if (s == SIMIL_OK) s = sml_alloc((void **)&res, (size_t)(n * index->dim), sizeof *res, "residuals");
-    if (s == SIMIL_OK) s = sml_ivf_probe(b, &next, n, x, 1, lists);
+    if (s == SIMIL_OK && v->by_residual) s = sml_ivf_probe(b, &next, n, x, 1, lists);
     if (s == SIMIL_OK) {
-        sml_ivf_residuals(&next, n, x, lists, res);
+        if (v->by_residual) sml_ivf_residuals(&next, n, x, lists, res);
+        else /* codes of the vectors: the ranges span the vectors as they are */
+            memcpy(res, x, sizeof *res * (size_t)(n * index->dim));
         s = sml_sq_params_train(b, &sq, n, res);
     }
     if (s == SIMIL_OK) {
@@ -72,8 +83,12 @@ static simil_status sml_ivf_sq_add(simil_index *index, int64_t n, const float *x
         const int64_t m = n - i < chunk ? n - i : chunk;
         s = sml_ivf_probe(index->backend, &v->ivf, m, x + i * dim, 1, lists + i);
         if (s != SIMIL_OK) break;
-        sml_ivf_residuals(&v->ivf, m, x + i * dim, lists + i, res);
-        sml_sq_params_encode(&v->sq, m, res, codes + (size_t)i * v->ivf.code_size);
+        const float *rows = x + i * dim;
+        if (v->by_residual) {
+            sml_ivf_residuals(&v->ivf, m, rows, lists + i, res);
+            rows = res;
+        }
+        sml_sq_params_encode(&v->sq, m, rows, codes + (size_t)i * v->ivf.code_size);
         sml_progress("add", i + m, n);
     }
     if (s == SIMIL_OK) s = sml_ivf_append(index->backend, &v->ivf, n, lists, codes, ids);
@@ -87,7 +102,7 @@ static simil_status sml_ivf_sq_search(const simil_index *index, const sml_search
 {
     const sml_ivf_sq *v = sml_ivf_sq_of(index);
     const sml_ivf_scan_args scan = sml_ivf_scan_of(&v->ivf, call);
-    return sml_sq_search(index, &v->sq, &scan, v->ivf.centroids_mem);
+    return sml_sq_search(index, &v->sq, &scan, v->by_residual ? v->ivf.centroids_mem : NULL);
 }
 
 static simil_status sml_ivf_sq_remove(simil_index *index, int64_t n_sorted,
@@ -96,7 +111,8 @@ static simil_status sml_ivf_sq_remove(simil_index *index, int64_t n_sorted,
     return sml_ivf_remove(index->backend, &sml_ivf_sq_of(index)->ivf, n_sorted, sorted, removed);
 }
 
-/* The centroid of the row's list plus its decoded residual. */
+/* The centroid of the row's list plus its decoded residual (or the decoded
+ * vector). */
 static simil_status sml_ivf_sq_reconstruct(const simil_index *index, int64_t id, float *out)
 {
     const sml_ivf_sq *v = sml_ivf_sq_of(index);
@@ -110,6 +126,8 @@ static simil_status sml_ivf_sq_reconstruct(const simil_index *index, int64_t id,
                                           v->ivf.code_size);
     if (s == SIMIL_OK) {
         sml_sq_decode_row(v->sq.type, index->dim, code, v->sq.vmin, v->sq.vdiff, out);
+    }
+    if (s == SIMIL_OK && v->by_residual) {
         const float *c = v->ivf.centroids + sml_ivf_list_of(&v->ivf, at) * index->dim;
         for (int64_t t = 0; t < index->dim; t++) out[t] += c[t];
     }
@@ -127,11 +145,13 @@ static void sml_ivf_sq_reset(simil_index *index)
     sml_ivf_reset(index->backend, &sml_ivf_sq_of(index)->ivf);
 }
 
-/* Sections SQPR (index_sq.h), then the inverted file's (ivf.h). */
+/* Sections SQNR (codes of the vectors only, empty), SQPR (index_sq.h), then
+ * the inverted file's (ivf.h). */
 static simil_status sml_ivf_sq_save(const simil_index *index, sml_writer *w)
 {
     const sml_ivf_sq *v = sml_ivf_sq_of(index);
     if (!index->trained) return SIMIL_OK; /* nothing but the header to keep */
+    if (!v->by_residual) SML_TRY(sml_section_write(w, sml_tag_no_residual, NULL, 0));
     SML_TRY(sml_sq_params_save(&v->sq, w));
     return sml_ivf_save(index->backend, &v->ivf, w);
 }
@@ -143,6 +163,17 @@ static simil_status sml_ivf_sq_load(simil_index *index, sml_reader *r)
         SML_RETURN_IF(index->ntotal != 0, SIMIL_ERR_CORRUPT,
                       "'%s' is damaged: an untrained index with vectors", r->path);
         return SIMIL_OK;
+    }
+    uint32_t tag = 0;
+    if (r->size - r->offset >= sizeof tag) {
+        SML_TRY(sml_reader_read(r, &tag, sizeof tag));
+        SML_TRY(sml_reader_seek(r, r->offset - sizeof tag));
+    }
+    if (tag == sml_tag_no_residual) {
+        uint64_t bytes;
+        SML_TRY(sml_section_open(r, sml_tag_no_residual, &bytes));
+        SML_TRY(sml_section_close(r));
+        v->by_residual = 0;
     }
     SML_TRY(sml_sq_params_load(index->backend, &v->sq, r));
     SML_RETURN_IF(sml_sq_needs_training(v->sq.type) && v->sq.vmin == NULL, SIMIL_ERR_CORRUPT,
@@ -177,6 +208,7 @@ simil_status sml_ivf_sq_init(simil_index *index)
     SML_TRY(sml_calloc((void **)&v, 1, sizeof *v, "an IVF-SQ index"));
     const sml_sq_type type = (sml_sq_type)index->spec.sq_type;
     sml_sq_params_init(&v->sq, type, index->dim);
+    v->by_residual = 1;
     simil_status s = sml_ivf_init(&v->ivf, index->spec.ivf_nlist, index->dim,
                                   sml_kernel_metric(index->metric),
                                   index->metric == SIMIL_METRIC_COSINE,
@@ -194,3 +226,7 @@ simil_status sml_ivf_sq_init(simil_index *index)
 /* For Faiss files (faiss_read.c). */
 sml_sq_params *sml_ivf_sq_params(simil_index *index) { return &sml_ivf_sq_of(index)->sq; }
 sml_ivf *sml_ivf_sq_ivf(simil_index *index) { return &sml_ivf_sq_of(index)->ivf; }
+void sml_ivf_sq_set_by_residual(simil_index *index, int by_residual)
+{
+    sml_ivf_sq_of(index)->by_residual = by_residual;
+}

@@ -51,6 +51,9 @@ struct sml_ivf;
 sml_sq_params *sml_sq_flat_params(simil_index *index);
 sml_sq_params *sml_ivf_sq_params(simil_index *index);
 struct sml_ivf *sml_ivf_sq_ivf(simil_index *index);
+/* IVF-SQ: 0 where its codes are of the vectors, not of their residuals
+ * (Faiss's by_residual = false); set before any vector is added. */
+void sml_ivf_sq_set_by_residual(simil_index *index, int by_residual);
 
 /* Append n code rows (host, sml_sq_stride bytes each) with these ids to a
  * trained flat SQ index; the caller keeps ntotal and next_id. */

@@ -179,6 +179,9 @@ def gen_ivf_pq(faiss, out):
     index = ivf_pq(faiss, d, 16, 8, 8, faiss.METRIC_L2, xb, by_residual=False)
     index.add(xb)
     save(faiss, out, "ivfpq_noresidual", index, q)
+    index = ivf_pq(faiss, d, 16, 8, 8, faiss.METRIC_INNER_PRODUCT, xb, by_residual=False)
+    index.add(xb)
+    save(faiss, out, "ivfpq_noresidual_ip", index, q)
     index = factory(faiss, d, "OPQ8,IVF16,PQ8")  # an IndexPreTransform
     index.train(xb)
     index.add(xb)
@@ -223,8 +226,9 @@ def ivf_sq(faiss, d, nlist, qtype, metric, xt, by_residual=True):
 
 
 def gen_sq(faiss, out):
-    """NAME_l2 and NAME_ip for each type: IndexScalarQuantizer (NAME) and
-    IndexIVFScalarQuantizer (ivfNAME, 16 lists); bf16 only where Faiss has it."""
+    """NAME_l2 and NAME_ip for each type: IndexScalarQuantizer (NAME),
+    IndexIVFScalarQuantizer (ivfNAME, 16 lists) and the same with
+    by_residual = false (ivfNAME_noresidual); bf16 only where Faiss has it."""
     d, n = 24, 3000
     xb, q = clustered(12, n, d), clustered(12, NQ, d)[::-1].copy() + rand(13, NQ, d) * 0.1
     for name, qtype in sq_types(faiss):
@@ -236,6 +240,9 @@ def gen_sq(faiss, out):
             index = ivf_sq(faiss, d, 16, qtype, m, xb)
             index.add(xb)
             save(faiss, out, f"ivf{name}_{metric}", index, q)
+            index = ivf_sq(faiss, d, 16, qtype, m, xb, by_residual=False)
+            index.add(xb)
+            save(faiss, out, f"ivf{name}_noresidual_{metric}", index, q)
     index = faiss.IndexIDMap(faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_8bit))
     index.train(xb)
     index.add_with_ids(xb, (np.arange(n, dtype=np.int64) * 5 + 3).copy())
@@ -251,9 +258,6 @@ def gen_unsupported(faiss, out):
     index = faiss.IndexPQ(d, 4, 8)
     index.train(xb)
     faiss.write_index(index, f"{out}/unsupported_pq.faiss")
-    index = ivf_pq(faiss, d, 4, 4, 8, faiss.METRIC_INNER_PRODUCT, xb, by_residual=False)
-    index.add(xb[:20])
-    faiss.write_index(index, f"{out}/unsupported_noresidual_ip.faiss")
     index = ivf_pq(faiss, d, 4, 4, 2, faiss.METRIC_L2, xb)
     index.add(xb[:20])
     faiss.write_index(index, f"{out}/unsupported_nbits2.faiss")
@@ -272,9 +276,6 @@ def gen_unsupported(faiss, out):
     index.train(xb)
     index.add(xb[:20])
     faiss.write_index(index, f"{out}/unsupported_sq4.faiss")
-    index = ivf_sq(faiss, d, 4, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_L2, xb, by_residual=False)
-    index.add(xb[:20])
-    faiss.write_index(index, f"{out}/unsupported_ivfsq_noresidual.faiss")
 
 
 def gen_tiny(faiss, out):
@@ -306,6 +307,10 @@ def gen_tiny(faiss, out):
     index = ivf_sq(faiss, 4, 2, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_L2, xb)
     index.add(xb[:6])
     faiss.write_index(index, f"{out}/tiny_ivfsqfp16.faiss")
+    index = ivf_sq(faiss, 4, 2, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT, xb,
+                   by_residual=False)
+    index.add(xb[:6])
+    faiss.write_index(index, f"{out}/tiny_ivfsq8_noresidual.faiss")
     index = faiss.IndexHNSWFlat(3, 4)
     index.add(rand(14, 6, 3))
     faiss.write_index(index, f"{out}/tiny_hnsw.faiss")

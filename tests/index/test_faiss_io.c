@@ -242,6 +242,59 @@ static void check_noresidual_add(simil_index *index, const simil_matrix *q)
     free(l);
 }
 
+/* Saved by simil and loaded back, the same results as the index. */
+static void check_simil_round_trip(const char *ctx, const simil_index *index,
+                                   const simil_matrix *q)
+{
+    simil_index *back;
+    const char *path = sml_test_path("noresidual.simil");
+    SML_ASSERT_OK(simil_index_save(index, path));
+    SML_ASSERT_OK(simil_index_load(&back, path, "cpu"));
+    float *d = sml_test_malloc(sizeof(float) * (size_t)(q->rows * K));
+    float *d2 = sml_test_malloc(sizeof(float) * (size_t)(q->rows * K));
+    int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q->rows * K));
+    int64_t *l2 = sml_test_malloc(sizeof(int64_t) * (size_t)(q->rows * K));
+    search(index, q, d, l);
+    search(back, q, d2, l2);
+    check_same(ctx, q->rows, d2, l2, d, l, 1e-6);
+    simil_index_destroy(back);
+    free(d);
+    free(d2);
+    free(l);
+    free(l2);
+}
+
+/* An inner-product IndexIVFPQ with by_residual = false: its keys are the
+ * query's dot products with the decoded vectors, without the coarse
+ * similarity, on the CPU; saved in both formats and loaded back to the same
+ * results.  The GPU's scans add the coarse similarity: it refuses the file. */
+static void test_read_noresidual_ip(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    check_read_on("ivfpq_noresidual_ip", "cpu", "IVF16,PQ8x8", SIMIL_METRIC_IP, pq_tol);
+    simil_index *index;
+    SML_ASSERT_OK(simil_index_load(&index, data_path("ivfpq_noresidual_ip.faiss"), "cpu"));
+    simil_matrix q = npy("ivfpq_noresidual_ip", "q");
+    check_simil_round_trip("IP by_residual = false, saved by simil and loaded", index, &q);
+    if (have_faiss) check_write("w_noresidual_ip", index, &q, "IndexIVFPQ", pq_tol);
+    if (simil_gpu_count() > 0) {
+        simil_index *gpu = (simil_index *)0x1;
+        SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED,
+                          simil_index_load(&gpu, data_path("ivfpq_noresidual_ip.faiss"), "gpu"));
+        assert_null(gpu);
+        if (strstr(simil_last_error(), "by_residual = false") == NULL)
+            fail_msg("GPU load of ivfpq_noresidual_ip: '%s'", simil_last_error());
+        const char *path = sml_test_path("noresidual_ip.simil");
+        SML_ASSERT_OK(simil_index_save(index, path));
+        gpu = (simil_index *)0x1;
+        SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_index_load(&gpu, path, "gpu"));
+        assert_null(gpu);
+    }
+    simil_index_destroy(index);
+    simil_matrix_free(&q);
+}
+
 static void test_read_noresidual(void **state)
 {
     (void)state;
@@ -321,13 +374,13 @@ static void test_describe(void **state)
     expect_described("hnsw_l2.faiss", "> IndexFlatL2: d=16, ntotal=800");
     expect_described("unsupported_hnswpq.faiss", "IndexHNSWPQ");
     expect_described("unsupported_hnswpq.faiss", "d=16, ntotal=30, metric l2");
-    expect_described("unsupported_noresidual_ip.faiss", "by_residual = false");
+    expect_described("ivfpq_noresidual_ip.faiss", "nbits 8, by_residual = false)");
     expect_described("ivfpq_noresidual.faiss", "nbits 8, by_residual = false)");
     expect_described("unsupported_pca.faiss", "IndexPreTransform [transform 'Pcam']");
     expect_described("sq8_l2.faiss", "IndexScalarQuantizer (QT_8bit): d=24, ntotal=3000");
     expect_described("ivfsqfp16_ip.faiss", "(nlist 16, nprobe 1, QT_fp16): d=24");
     expect_described("unsupported_sq4.faiss", "IndexScalarQuantizer (QT_4bit)");
-    expect_described("unsupported_ivfsq_noresidual.faiss", "QT_8bit), by_residual = false");
+    expect_described("ivfsq8_noresidual_l2.faiss", "QT_8bit), by_residual = false");
     /* a simil file is not a Faiss file; a missing file is an I/O error */
     char text[64];
     simil_index *index;
@@ -342,18 +395,19 @@ static void test_describe(void **state)
 
 /* Scalar quantizers: simil decodes Faiss's codes to the same floats, so the
  * distances agree to float rounding.  bf16 files exist where Faiss has the
- * type (>= 1.9). */
+ * type (>= 1.9).  ivf: 0 flat, 1 IVF of residual codes, 2 IVF with
+ * by_residual = false (codes of the vectors, keyed without the centroid). */
 static void test_read_sq(void **state)
 {
     (void)state;
     REQUIRE_FILES();
     const char *types[][2] = {{"sq8", "SQ8"}, {"sqfp16", "SQfp16"}, {"sqbf16", "SQbf16"}};
     for (int t = 0; t < 3; t++) {
-        for (int ivf = 0; ivf < 2; ivf++) {
+        for (int ivf = 0; ivf < 3; ivf++) {
             for (int m = 0; m < 2; m++) {
                 char name[64], desc[64], file[80];
-                snprintf(name, sizeof name, "%s%s_%s", ivf ? "ivf" : "", types[t][0],
-                         m ? "ip" : "l2");
+                snprintf(name, sizeof name, "%s%s%s_%s", ivf ? "ivf" : "", types[t][0],
+                         ivf == 2 ? "_noresidual" : "", m ? "ip" : "l2");
                 snprintf(desc, sizeof desc, "%s%s", ivf ? "IVF16," : "", types[t][1]);
                 snprintf(file, sizeof file, "%s.faiss", name);
                 FILE *f = fopen(data_path(file), "rb");
@@ -368,6 +422,65 @@ static void test_read_sq(void **state)
         }
     }
     check_read("idmap_sq8", "SQ8", SIMIL_METRIC_L2, pq_tol);
+}
+
+/* IndexIVFScalarQuantizer with by_residual = false, beyond Faiss's search:
+ * saved by simil and loaded back to the same results; vectors added after
+ * loading are coded as themselves, so that each query added finds itself, at
+ * the distance of its reconstruction, which is near the query. */
+static void test_read_sq_noresidual(void **state)
+{
+    (void)state;
+    REQUIRE_FILES();
+    const char *names[] = {"ivfsq8_noresidual_l2", "ivfsqfp16_noresidual_l2",
+                           "ivfsq8_noresidual_ip"};
+    for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
+        char file[80];
+        snprintf(file, sizeof file, "%s.faiss", names[n]);
+        simil_index *index;
+        SML_ASSERT_OK(simil_index_load(&index, data_path(file), "cpu"));
+        simil_matrix q = npy(names[n], "q");
+        check_simil_round_trip(names[n], index, &q);
+        if (simil_index_metric(index) == SIMIL_METRIC_L2) {
+            int64_t *ids = sml_test_malloc(sizeof(int64_t) * (size_t)q.rows);
+            for (int64_t i = 0; i < q.rows; i++) ids[i] = 1000000 + i;
+            SML_ASSERT_OK(simil_index_add(index, q.rows, q.data, ids));
+            float *d = sml_test_malloc(sizeof(float) * (size_t)(q.rows * K));
+            int64_t *l = sml_test_malloc(sizeof(int64_t) * (size_t)(q.rows * K));
+            simil_search_params *p = sml_test_params("");
+            SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", 16));
+            SML_ASSERT_OK(simil_index_search(index, q.rows, q.data, K, p, d, l));
+            simil_search_params_destroy(p);
+            float rec[64];
+            assert_true(q.cols <= 64);
+            for (int64_t i = 0; i < q.rows; i++) {
+                const float *x = (const float *)q.data + i * q.cols;
+                SML_ASSERT_OK(simil_index_reconstruct(index, ids[i], rec));
+                double err = 0, norm = 0;
+                for (int64_t t = 0; t < q.cols; t++) {
+                    err += ((double)x[t] - rec[t]) * ((double)x[t] - rec[t]);
+                    norm += (double)x[t] * x[t];
+                }
+                if (err > 1e-3 * norm)
+                    fail_msg("%s: query %ld added, reconstructed %.6g away (norm^2 %.6g)",
+                             names[n], (long)i, err, norm);
+                int found = 0;
+                for (int r = 0; r < K; r++)
+                    if (l[i * K + r] == ids[i]) {
+                        found = 1;
+                        if (fabs(d[i * K + r] - err) > pq_tol * (1.0 + err))
+                            fail_msg("%s: query %ld finds itself at %.6g, its code is %.6g away",
+                                     names[n], (long)i, (double)d[i * K + r], err);
+                    }
+                if (!found) fail_msg("%s: query %ld added, not found", names[n], (long)i);
+            }
+            free(ids);
+            free(d);
+            free(l);
+        }
+        simil_index_destroy(index);
+        simil_matrix_free(&q);
+    }
 }
 
 static void expect_unsupported(const char *file, const char *words)
@@ -385,12 +498,10 @@ static void test_read_unsupported(void **state)
     REQUIRE_FILES();
     expect_unsupported("unsupported_hnswpq.faiss", "Faiss index type 'IHNp' (IndexHNSWPQ)");
     expect_unsupported("unsupported_pq.faiss", "'IxPq'");
-    expect_unsupported("unsupported_noresidual_ip.faiss", "inner-product IndexIVFPQ with by_residual = false");
     expect_unsupported("unsupported_nbits2.faiss", "nbits=2");
     expect_unsupported("unsupported_pca.faiss", "'Pcam'");
     expect_unsupported("unsupported_opq_ivfflat.faiss", "around a Faiss IVF-Flat index");
     expect_unsupported("unsupported_sq4.faiss", "scalar quantizer of type 1");
-    expect_unsupported("unsupported_ivfsq_noresidual.faiss", "by_residual = false");
 }
 
 static unsigned char *slurp(const char *path, long *size)
@@ -456,7 +567,8 @@ static void test_read_damaged(void **state)
     REQUIRE_FILES();
     const char *tiny[] = {"tiny_flat.faiss", "tiny_idmap.faiss", "tiny_ivfflat.faiss",
                           "tiny_ivfflat_sparse.faiss", "tiny_legacy_ivfflat.faiss",
-                          "tiny_sq8.faiss", "tiny_ivfsqfp16.faiss"};
+                          "tiny_sq8.faiss", "tiny_ivfsqfp16.faiss",
+                          "tiny_ivfsq8_noresidual.faiss"};
     for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) check_damage(tiny[i], 1, 1);
     /* most bytes of these are PQ codebooks: flip some of those */
     check_damage("tiny_ivfpq.faiss", 1, 7);
@@ -683,6 +795,7 @@ int main(void)
         cmocka_unit_test(test_read_flat),     cmocka_unit_test(test_read_ivf_flat),
         cmocka_unit_test(test_read_ivf_pq),   cmocka_unit_test(test_read_sq),
         cmocka_unit_test(test_read_noresidual),
+        cmocka_unit_test(test_read_noresidual_ip), cmocka_unit_test(test_read_sq_noresidual),
         cmocka_unit_test(test_read_unsupported),
         cmocka_unit_test(test_read_nprobe),   cmocka_unit_test(test_write_nprobe),
         cmocka_unit_test(test_read_opq),      cmocka_unit_test(test_read_hnsw),
