@@ -18,6 +18,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "core/rng.h"
 #include "core/vectors.h"
 
 /* Here rather than beside simil_kmeans (src/index/kmeans_api.c): PQ training
@@ -34,20 +35,6 @@ void simil_kmeans_params_init(simil_kmeans_params *params)
     params->device = "auto";
 }
 
-/* splitmix64: small, seedable, and identical on every platform. */
-static uint64_t sml_kmeans_rand(uint64_t *state)
-{
-    uint64_t x = (*state += 0x9e3779b97f4a7c15ull);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static double sml_kmeans_uniform(uint64_t *state)
-{
-    return (double)(sml_kmeans_rand(state) >> 11) * 0x1p-53;
-}
-
 static int sml_kmeans_cmp_index(const void *pa, const void *pb)
 {
     int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
@@ -61,7 +48,7 @@ static simil_status sml_kmeans_sample(int64_t n, int64_t count, uint64_t *rng, i
     SML_TRY(sml_alloc((void **)&perm, (size_t)n, sizeof *perm, "a k-means sample"));
     for (int64_t i = 0; i < n; i++) perm[i] = i;
     for (int64_t i = 0; i < count; i++) {
-        int64_t j = i + (int64_t)(sml_kmeans_rand(rng) % (uint64_t)(n - i));
+        int64_t j = i + (int64_t)(sml_rng_next(rng) % (uint64_t)(n - i));
         int64_t t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
@@ -90,7 +77,7 @@ static simil_status sml_kmeans_plusplus(int64_t n, int64_t dim, const float *x, 
 {
     double *nearest;
     SML_TRY(sml_alloc((void **)&nearest, (size_t)n, sizeof *nearest, "k-means++ distances"));
-    int64_t first = (int64_t)(sml_kmeans_rand(rng) % (uint64_t)n);
+    int64_t first = (int64_t)(sml_rng_next(rng) % (uint64_t)n);
     memcpy(centroids, x + first * dim, sizeof(float) * (size_t)dim);
     for (int64_t c = 1; c <= k; c++) {
         const float *last = centroids + (c - 1) * dim;
@@ -102,7 +89,7 @@ static simil_status sml_kmeans_plusplus(int64_t n, int64_t dim, const float *x, 
             total += nearest[i];
         }
         if (c == k) break;
-        double target = sml_kmeans_uniform(rng) * total;
+        double target = sml_rng_uniform(rng) * total;
         int64_t pick = n - 1;
         for (int64_t i = 0; i < n; i++) {
             target -= nearest[i];
@@ -134,7 +121,7 @@ static void sml_kmeans_update(int64_t k, int64_t dim, const float *sums, int64_t
         for (;;) {
             /* a cluster of size s is picked with probability (s - 1) / (points - k) */
             double p = (double)(counts[big] - 1) / (double)(points - k);
-            if (sml_kmeans_uniform(rng) < p) break;
+            if (sml_rng_uniform(rng) < p) break;
             big = (big + 1) % k;
         }
         float *a = centroids + c * dim, *b = centroids + big * dim;

@@ -12,6 +12,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/rng.h"
 
 void sml_knn_graph_drop_self(int64_t rows, int64_t first, const int64_t *self, int64_t k,
                              const int64_t *in_ids, const float *in_dist, int64_t *out_ids,
@@ -37,14 +38,6 @@ void sml_knn_graph_drop_self(int64_t rows, int64_t first, const int64_t *self, i
     }
 }
 
-static uint64_t sml_splitmix64(uint64_t *state)
-{
-    uint64_t x = (*state += 0x9e3779b97f4a7c15ull);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* Knuth's selection sampling (TAOCP 3.4.2, algorithm S): one pass over the
  * ids, each taken with probability (still needed) / (still left), which gives
  * every m-subset the same chance and the result already sorted. */
@@ -53,7 +46,7 @@ void sml_knn_graph_sample(int64_t n, int64_t m, uint64_t seed, int64_t *out)
     uint64_t state = seed ^ 0x6b6e6e2d67726170ull; /* "knn-grap" */
     int64_t taken = 0;
     for (int64_t i = 0; i < n && taken < m; i++) {
-        double u = (double)(sml_splitmix64(&state) >> 11) * 0x1.0p-53;
+        double u = sml_rng_uniform(&state);
         if ((double)(n - i) * u < (double)(m - taken)) out[taken++] = i;
     }
 }

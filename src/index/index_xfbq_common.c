@@ -8,6 +8,7 @@
 #include "algo/opq.h"
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/rng.h"
 
 static const uint32_t sml_tag_params = SML_TAG('X', 'F', 'B', 'Q');
 
@@ -19,21 +20,6 @@ enum { SML_XFBQ_ROTATE_ROWS = 4096 };
 /* The seed of every RR rotation: one matrix per dimension. */
 static const uint64_t sml_xfbq_rotation_seed = 0x5846425152520001ull;
 
-/* A standard normal draw from counter c (splitmix64, Box-Muller in double):
- * a pure function of c, the same on every platform. */
-static double sml_xfbq_gauss(uint64_t c)
-{
-    uint64_t h[2];
-    for (int i = 0; i < 2; i++) {
-        uint64_t x = c * 2 + (uint64_t)i + 0x9e3779b97f4a7c15ull;
-        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-        x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-        h[i] = x ^ (x >> 31);
-    }
-    const double u = ((double)(h[0] >> 11) + 0.5) * 0x1p-53, v = (double)(h[1] >> 11) * 0x1p-53;
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
 /* rt = the orthogonal factor U V^T of a seeded Gaussian dim x dim matrix: a
  * uniformly random rotation (the polar factor of a Gaussian matrix is
  * Haar-distributed). */
@@ -42,7 +28,7 @@ static simil_status sml_xfbq_make_rotation(int64_t dim, float *rt)
     float *g;
     SML_TRY(sml_alloc((void **)&g, (size_t)(dim * dim), sizeof *g, "the XFBQ rotation"));
     for (int64_t i = 0; i < dim * dim; i++)
-        g[i] = (float)sml_xfbq_gauss(sml_xfbq_rotation_seed ^ (uint64_t)i * 0x100000001b3ull);
+        g[i] = (float)sml_rng_gauss_at(sml_xfbq_rotation_seed ^ (uint64_t)i * 0x100000001b3ull);
     const simil_status s = sml_opq_procrustes((int)dim, (int)dim, g, rt);
     sml_free(g);
     return s;

@@ -11,27 +11,6 @@
 
 static const double rel_tol = 1e-4;
 
-static simil_index *ivf_index(const char *desc, int64_t dim, simil_metric metric, int64_t n,
-                              const float *x)
-{
-    simil_index *index;
-    SML_ASSERT_OK(simil_index_create(&index, dim, desc, metric, "cpu"));
-    assert_false(simil_index_is_trained(index));
-    SML_ASSERT_OK(simil_index_train(index, n, x));
-    assert_true(simil_index_is_trained(index));
-    SML_ASSERT_OK(simil_index_add(index, n, x, NULL));
-    return index;
-}
-
-static void search_all(const simil_index *index, int64_t nq, const float *q, int64_t k,
-                       int64_t nprobe, float *d, int64_t *l)
-{
-    simil_search_params *p = sml_test_params("");
-    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", nprobe));
-    SML_ASSERT_OK(simil_index_search(index, nq, q, k, p, d, l));
-    simil_search_params_destroy(p);
-}
-
 static void test_full_probe_is_exact(void **state)
 {
     (void)state;
@@ -44,8 +23,8 @@ static void test_full_probe_is_exact(void **state)
     for (int m = 0; m < 3; m++) {
         SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 3 + m, x));
         SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 7 + m, q));
-        simil_index *index = ivf_index("IVF32,Flat", dim, metrics[m], n, x);
-        search_all(index, nq, q, k, 32, d, l);
+        simil_index *index = sml_test_trained_index("cpu", "IVF32,Flat", dim, metrics[m], n, x, 1);
+        sml_test_search_nprobe(index, nq, q, k, 32, d, l);
         if (metrics[m] == SIMIL_METRIC_COSINE) {
             sml_test_normalize(x, n, dim);
             sml_test_normalize(q, nq, dim);
@@ -58,7 +37,8 @@ static void test_full_probe_is_exact(void **state)
         /* nprobe above nlist is clamped: the same answer */
         float d2[40 * 15];
         int64_t l2[40 * 15];
-        search_all(index, nq, metrics[m] == SIMIL_METRIC_COSINE ? q : q, k, 1000, d2, l2);
+        sml_test_search_nprobe(index, nq, metrics[m] == SIMIL_METRIC_COSINE ? q : q, k, 1000, d2,
+                               l2);
         if (metrics[m] != SIMIL_METRIC_COSINE) assert_memory_equal(l, l2, sizeof l2);
         simil_index_destroy(index);
     }
@@ -79,20 +59,15 @@ static void test_fashion_mnist_recall(void **state)
     SML_ASSERT_OK(simil_matrix_read_float(base_path, 0, -1, &base));
     SML_ASSERT_OK(simil_matrix_read_float(query_path, 0, 2000, &queries));
     const int64_t k = 10, nq = queries.rows, dim = base.cols;
-    simil_index *ivf = ivf_index("IVF1024,Flat", dim, SIMIL_METRIC_L2, base.rows, base.data);
-    simil_index *flat;
-    SML_ASSERT_OK(simil_index_create(&flat, dim, "Flat", SIMIL_METRIC_L2, "cpu"));
-    SML_ASSERT_OK(simil_index_add(flat, base.rows, base.data, NULL));
+    simil_index *ivf = sml_test_trained_index("cpu", "IVF1024,Flat", dim, SIMIL_METRIC_L2,
+                                              base.rows, base.data, 1);
+    simil_index *flat = sml_test_flat_index("cpu", dim, SIMIL_METRIC_L2, base.rows, base.data);
     float *d = sml_test_malloc(sizeof(float) * nq * k), *dt = sml_test_malloc(sizeof(float) * nq * k);
     int64_t *l = sml_test_malloc(sizeof(int64_t) * nq * k);
     int64_t *lt = sml_test_malloc(sizeof(int64_t) * nq * k);
     SML_ASSERT_OK(simil_index_search(flat, nq, queries.data, k, NULL, dt, lt));
-    search_all(ivf, nq, queries.data, k, 16, d, l);
-    int64_t hits = 0;
-    for (int64_t i = 0; i < nq; i++)
-        for (int64_t j = 0; j < k; j++)
-            for (int64_t t = 0; t < k; t++) hits += l[i * k + j] == lt[i * k + t];
-    double recall = (double)hits / (double)(nq * k);
+    sml_test_search_nprobe(ivf, nq, queries.data, k, 16, d, l);
+    double recall = sml_test_recall(l, lt, nq, k, k);
     printf("Fashion-MNIST IVF1024,Flat nprobe=16: recall10@10 %.4f over %lld queries\n", recall,
            (long long)nq);
     assert_true(recall >= 0.98);
@@ -112,7 +87,7 @@ static void test_remove_and_readd(void **state)
     const int64_t n = 2000, dim = 8;
     float *x = sml_test_malloc(sizeof(float) * n * dim);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 5, x));
-    simil_index *index = ivf_index("IVF16,Flat", dim, SIMIL_METRIC_L2, n, x);
+    simil_index *index = sml_test_trained_index("cpu", "IVF16,Flat", dim, SIMIL_METRIC_L2, n, x, 1);
     int64_t *odd = sml_test_malloc(sizeof(int64_t) * n / 2);
     for (int64_t i = 0; i < n / 2; i++) odd[i] = 2 * i + 1;
     int64_t removed;
@@ -122,7 +97,7 @@ static void test_remove_and_readd(void **state)
     float d[50];
     int64_t l[50];
     for (int64_t i = 0; i < n; i += 37) {
-        search_all(index, 1, x + i * dim, 50, 16, d, l);
+        sml_test_search_nprobe(index, 1, x + i * dim, 50, 16, d, l);
         for (int j = 0; j < 50; j++) assert_true(l[j] % 2 == 0);
         if (i % 2 == 0) assert_int_equal(l[0], i);
     }
@@ -133,11 +108,11 @@ static void test_remove_and_readd(void **state)
     /* re-adding a removed id, and more growth of the lists */
     int64_t id = 3;
     SML_ASSERT_OK(simil_index_add(index, 1, x + 3 * dim, &id));
-    search_all(index, 1, x + 3 * dim, 1, 16, d, l);
+    sml_test_search_nprobe(index, 1, x + 3 * dim, 1, 16, d, l);
     assert_int_equal(l[0], 3);
     SML_ASSERT_OK(simil_index_add(index, n, x, NULL)); /* ids n..2n-1 */
     assert_int_equal(simil_index_size(index), n / 2 + 1 + n);
-    search_all(index, 1, x + 10 * dim, 2, 16, d, l);
+    sml_test_search_nprobe(index, 1, x + 10 * dim, 2, 16, d, l);
     assert_true((l[0] == 10 && l[1] == n + 10) || (l[0] == n + 10 && l[1] == 10));
     simil_index_destroy(index);
     free(odd);
@@ -152,10 +127,10 @@ static void test_small_and_empty_lists(void **state)
     float x[60 * 5], d[10 * 70];
     int64_t l[10 * 70];
     sml_test_fill_uniform(x, n * dim, 9, -1, 1);
-    simil_index *index = ivf_index("IVF50,Flat", dim, SIMIL_METRIC_L2, n, x);
-    search_all(index, nq, x, k, 50, d, l);
+    simil_index *index = sml_test_trained_index("cpu", "IVF50,Flat", dim, SIMIL_METRIC_L2, n, x, 1);
+    sml_test_search_nprobe(index, nq, x, k, 50, d, l);
     sml_test_check_knn("IVF50 on 60 vectors", x, n, x, nq, dim, k, SIMIL_METRIC_L2, d, l, rel_tol);
-    search_all(index, nq, x, 3, 1, d, l); /* one probe: the vector itself comes first */
+    sml_test_search_nprobe(index, nq, x, 3, 1, d, l); /* one probe: the vector itself comes first */
     for (int i = 0; i < nq; i++) assert_int_equal(l[i * 3], i);
     simil_index_destroy(index);
 }
@@ -193,7 +168,7 @@ static void test_files(void **state)
     const int64_t n = 1500, dim = 12, nq = 20, k = 7;
     float *x = sml_test_malloc(sizeof(float) * n * dim);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 13, x));
-    simil_index *index = ivf_index("IVF20,Flat", dim, SIMIL_METRIC_IP, n, x);
+    simil_index *index = sml_test_trained_index("cpu", "IVF20,Flat", dim, SIMIL_METRIC_IP, n, x, 1);
     int64_t gone[3] = {1, 2, 3};
     SML_ASSERT_OK(simil_index_remove(index, 3, gone, NULL));
     const char *path = sml_test_path("ivf.simil");
@@ -203,8 +178,8 @@ static void test_files(void **state)
     assert_int_equal(simil_index_size(loaded), n - 3);
     float d1[20 * 7], d2[20 * 7];
     int64_t l1[20 * 7], l2[20 * 7];
-    search_all(index, nq, x, k, 4, d1, l1);
-    search_all(loaded, nq, x, k, 4, d2, l2);
+    sml_test_search_nprobe(index, nq, x, k, 4, d1, l1);
+    sml_test_search_nprobe(loaded, nq, x, k, 4, d2, l2);
     assert_memory_equal(l1, l2, sizeof l1);
     assert_memory_equal(d1, d2, sizeof d1);
     /* every cut of the file is refused cleanly */

@@ -12,16 +12,6 @@
 
 #include "util/test_util.h"
 
-static simil_index *build(const char *desc, int64_t dim, simil_metric metric, int64_t n,
-                          const float *x)
-{
-    simil_index *index;
-    SML_ASSERT_OK(simil_index_create(&index, dim, desc, metric, "cpu"));
-    SML_ASSERT_OK(simil_index_train(index, n, x));
-    SML_ASSERT_OK(simil_index_add(index, n, x, NULL));
-    return index;
-}
-
 static void search(const simil_index *index, int64_t nq, const float *q, int64_t k,
                    int64_t nprobe, int precomputed, float *d, int64_t *l)
 {
@@ -35,20 +25,15 @@ static void search(const simil_index *index, int64_t nq, const float *q, int64_t
 static double recall_vs_exact(const float *x, int64_t n, const float *q, int64_t nq,
                               int64_t dim, const int64_t *l, int64_t k, int one_at_k)
 {
-    simil_index *flat;
-    SML_ASSERT_OK(simil_index_create(&flat, dim, "Flat", SIMIL_METRIC_L2, "cpu"));
-    SML_ASSERT_OK(simil_index_add(flat, n, x, NULL));
+    simil_index *flat = sml_test_flat_index("cpu", dim, SIMIL_METRIC_L2, n, x);
     float *d = sml_test_malloc(4 * nq * k);
     int64_t *t = sml_test_malloc(8 * nq * k);
     SML_ASSERT_OK(simil_index_search(flat, nq, q, k, NULL, d, t));
-    int64_t hits = 0;
-    for (int64_t i = 0; i < nq; i++)
-        for (int64_t j = 0; j < k; j++)
-            for (int64_t u = 0; u < (one_at_k ? 1 : k); u++) hits += l[i * k + j] == t[i * k + u];
+    const double recall = sml_test_recall(l, t, nq, k, one_at_k ? 1 : k);
     simil_index_destroy(flat);
     free(d);
     free(t);
-    return (double)hits / (double)(nq * (one_at_k ? 1 : k));
+    return recall;
 }
 
 static void test_pq_beats_kmeans(void **state)
@@ -59,7 +44,7 @@ static void test_pq_beats_kmeans(void **state)
     const int64_t n = 6000, dim = 16;
     float *x = sml_test_malloc(4 * n * dim), *rec = sml_test_malloc(4 * dim);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 3, x));
-    simil_index *pq = build("PQ4x8", dim, SIMIL_METRIC_L2, n, x);
+    simil_index *pq = sml_test_trained_index("cpu", "PQ4x8", dim, SIMIL_METRIC_L2, n, x, 0);
     double err_pq = 0;
     for (int64_t i = 0; i < n; i++) {
         SML_ASSERT_OK(simil_index_reconstruct(pq, i, rec));
@@ -113,7 +98,8 @@ static void test_asymmetric_distances(void **state)
     SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 6, q));
     const char *descs[] = {"IVF16,PQ8", "IVF16,PQ6x6", "IVF16,PQ12x4", "PQ4"};
     for (int di = 0; di < 4; di++) {
-        simil_index *index = build(descs[di], dim, SIMIL_METRIC_L2, n, x);
+        simil_index *index =
+            sml_test_trained_index("cpu", descs[di], dim, SIMIL_METRIC_L2, n, x, 0);
         search(index, nq, q, k, 4, 1, d1, l1);
         search(index, nq, q, k, 4, 0, d2, l2);
         check_asymmetric(index, q, nq, dim, k, d1, l1, SIMIL_METRIC_L2);
@@ -125,7 +111,7 @@ static void test_asymmetric_distances(void **state)
                          (long long)l1[i], d1[i], (long long)l2[i], d2[i]);
         simil_index_destroy(index);
     }
-    simil_index *ip = build("IVF16,PQ8", dim, SIMIL_METRIC_IP, n, x);
+    simil_index *ip = sml_test_trained_index("cpu", "IVF16,PQ8", dim, SIMIL_METRIC_IP, n, x, 0);
     search(ip, nq, q, k, 4, 1, d1, l1);
     check_asymmetric(ip, q, nq, dim, k, d1, l1, SIMIL_METRIC_IP);
     simil_index_destroy(ip);
@@ -142,7 +128,7 @@ static void test_recall_mix(void **state)
     int64_t *l = sml_test_malloc(8 * nq * k);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 11, x));
     SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 12, q));
-    simil_index *index = build("IVF64,PQ8", dim, SIMIL_METRIC_L2, n, x);
+    simil_index *index = sml_test_trained_index("cpu", "IVF64,PQ8", dim, SIMIL_METRIC_L2, n, x, 0);
     search(index, nq, q, k, 16, 1, d, l);
     double r1 = recall_vs_exact(x, n, q, nq, dim, l, k, 1);
     printf("mix 20k x 32 IVF64,PQ8 nprobe=16: 1-recall@10 %.3f\n", r1);
@@ -165,7 +151,8 @@ static void test_recall_fashion(void **state)
     SML_ASSERT_OK(simil_matrix_read_float(bp, 0, -1, &b));
     SML_ASSERT_OK(simil_matrix_read_float(qp, 0, 500, &q));
     const int64_t k = 10;
-    simil_index *index = build("IVF256,PQ16", b.cols, SIMIL_METRIC_L2, b.rows, b.data);
+    simil_index *index =
+        sml_test_trained_index("cpu", "IVF256,PQ16", b.cols, SIMIL_METRIC_L2, b.rows, b.data, 0);
     float *d = sml_test_malloc(4 * q.rows * k);
     int64_t *l = sml_test_malloc(8 * q.rows * k);
     search(index, q.rows, q.data, k, 16, 1, d, l);
@@ -244,10 +231,8 @@ static void test_code_past_codebook(void **state)
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 23, x));
     const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP};
     for (int mi = 0; mi < 2; mi++) {
-        simil_index *index;
-        SML_ASSERT_OK(simil_index_create(&index, dim, "IVF4,PQ4x5", metrics[mi], "cpu"));
-        SML_ASSERT_OK(simil_index_train(index, n, x));
-        SML_ASSERT_OK(simil_index_add(index, n, x, NULL));
+        simil_index *index =
+            sml_test_trained_index("cpu", "IVF4,PQ4x5", dim, metrics[mi], n, x, 0);
         const char *path = sml_test_path("ivfpq-bad-code.simil");
         SML_ASSERT_OK(simil_index_save(index, path));
         simil_index_destroy(index);
@@ -298,8 +283,8 @@ static void test_opq_lowers_the_error(void **state)
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < dim; j++)
             x[i * dim + j] = z[i * dim + j] + (j < 8 ? 3.0f * z[i * dim] : 0.0f);
-    simil_index *pq = build("PQ4", dim, SIMIL_METRIC_L2, n, x);
-    simil_index *opq = build("OPQ4,PQ4", dim, SIMIL_METRIC_L2, n, x);
+    simil_index *pq = sml_test_trained_index("cpu", "PQ4", dim, SIMIL_METRIC_L2, n, x, 0);
+    simil_index *opq = sml_test_trained_index("cpu", "OPQ4,PQ4", dim, SIMIL_METRIC_L2, n, x, 0);
     double e_pq = reconstruction_error(pq, x, n, dim), e_opq = reconstruction_error(opq, x, n, dim);
     printf("reconstruction error: PQ4 %.4g, OPQ4,PQ4 %.4g\n", e_pq, e_opq);
     assert_true(e_opq < e_pq);
@@ -334,9 +319,9 @@ static void test_training_is_the_same_on_any_thread_count(void **state)
     const int before = omp_get_max_threads();
     for (size_t d = 0; d < sizeof descs / sizeof descs[0]; d++) {
         omp_set_num_threads(1);
-        simil_index *one = build(descs[d], dim, SIMIL_METRIC_L2, n, x);
+        simil_index *one = sml_test_trained_index("cpu", descs[d], dim, SIMIL_METRIC_L2, n, x, 0);
         omp_set_num_threads(2);
-        simil_index *two = build(descs[d], dim, SIMIL_METRIC_L2, n, x);
+        simil_index *two = sml_test_trained_index("cpu", descs[d], dim, SIMIL_METRIC_L2, n, x, 0);
         omp_set_num_threads(before);
         for (int64_t i = 0; i < n; i++) {
             SML_ASSERT_OK(simil_index_reconstruct(one, i, a));
@@ -363,8 +348,9 @@ static void test_refine_gives_exact_distances(void **state)
     int64_t *l = sml_test_malloc(8 * nq * k);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 41, x));
     SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 42, q));
-    simil_index *plain = build("IVF16,PQ4", dim, SIMIL_METRIC_L2, n, x);
-    simil_index *refined = build("IVF16,PQ4,Refine", dim, SIMIL_METRIC_L2, n, x);
+    simil_index *plain = sml_test_trained_index("cpu", "IVF16,PQ4", dim, SIMIL_METRIC_L2, n, x, 0);
+    simil_index *refined =
+        sml_test_trained_index("cpu", "IVF16,PQ4,Refine", dim, SIMIL_METRIC_L2, n, x, 0);
     search(plain, nq, q, k, 16, 1, d, l);
     double r_plain = recall_vs_exact(x, n, q, nq, dim, l, k, 0);
     simil_search_params *p = sml_test_params("nprobe=16,refine_factor=10");

@@ -45,25 +45,6 @@ static void test_element_codes(void **state)
     assert_int_equal(sml_sq8_encode(5.0f, 5.0f, 0.0f), 0);  /* a constant dimension */
 }
 
-static simil_index *sq_index(const char *desc, int64_t dim, simil_metric metric, int64_t n,
-                             const float *x)
-{
-    simil_index *index;
-    SML_ASSERT_OK(simil_index_create(&index, dim, desc, metric, "cpu"));
-    SML_ASSERT_OK(simil_index_train(index, n, x));
-    SML_ASSERT_OK(simil_index_add(index, n, x, NULL));
-    return index;
-}
-
-static void search(const simil_index *index, int64_t nq, const float *q, int64_t k,
-                   int64_t nprobe, float *d, int64_t *l)
-{
-    simil_search_params *p = sml_test_params("");
-    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", nprobe));
-    SML_ASSERT_OK(simil_index_search(index, nq, q, k, p, d, l));
-    simil_search_params_destroy(p);
-}
-
 /* Results are the exact k-NN of the queries among the decoded vectors
  * (reconstruct), for every type, metric, flat and IVF at nprobe = nlist. */
 static void test_exact_over_decoded(void **state)
@@ -82,8 +63,8 @@ static void test_exact_over_decoded(void **state)
                 SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 17 + m, q));
                 char desc[32];
                 snprintf(desc, sizeof desc, "%s%s", ivf ? "IVF16," : "", types[t]);
-                simil_index *index = sq_index(desc, dim, metrics[m], n, x);
-                search(index, nq, q, k, 16, d, l);
+                simil_index *index = sml_test_trained_index("cpu", desc, dim, metrics[m], n, x, 0);
+                sml_test_search_nprobe(index, nq, q, k, 16, d, l);
                 for (int64_t i = 0; i < n; i++)
                     SML_ASSERT_OK(simil_index_reconstruct(index, i, rec + i * dim));
                 if (metrics[m] == SIMIL_METRIC_COSINE) sml_test_normalize(q, nq, dim);
@@ -119,7 +100,7 @@ static void test_reconstruction_error(void **state)
         for (int t = 0; t < 3; t++) {
             char desc[32];
             snprintf(desc, sizeof desc, "%s%s", ivf ? "IVF8," : "", types[t]);
-            simil_index *index = sq_index(desc, dim, SIMIL_METRIC_L2, n, x);
+            simil_index *index = sml_test_trained_index("cpu", desc, dim, SIMIL_METRIC_L2, n, x, 0);
             for (int64_t i = 0; i < n; i++) {
                 SML_ASSERT_OK(simil_index_reconstruct(index, i, rec));
                 for (int64_t j = 0; j < dim; j++) {
@@ -135,15 +116,6 @@ static void test_reconstruction_error(void **state)
     free(x);
 }
 
-static double overlap(const int64_t *a, const int64_t *b, int64_t nq, int64_t k)
-{
-    int64_t hits = 0;
-    for (int64_t q = 0; q < nq; q++)
-        for (int64_t i = 0; i < k; i++)
-            for (int64_t j = 0; j < k; j++) hits += a[q * k + i] == b[q * k + j];
-    return (double)hits / (double)(nq * k);
-}
-
 /* recall 10@10 against the exact search (Flat): fp16 and bf16 barely move
  * it, SQ8 a little; IVF-SQ8 follows IVF-Flat at the same nprobe. */
 static void test_recall(void **state)
@@ -157,8 +129,8 @@ static void test_recall(void **state)
     int64_t *l = sml_test_malloc(sizeof(int64_t) * nq * k);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 1, x));
     SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 2, q));
-    simil_index *flat = sq_index("Flat", dim, SIMIL_METRIC_L2, n, x);
-    search(flat, nq, q, k, 1, d, truth);
+    simil_index *flat = sml_test_trained_index("cpu", "Flat", dim, SIMIL_METRIC_L2, n, x, 0);
+    sml_test_search_nprobe(flat, nq, q, k, 1, d, truth);
     simil_index_destroy(flat);
     const struct {
         const char *desc;
@@ -167,9 +139,10 @@ static void test_recall(void **state)
     } cases[] = {{"SQfp16", 1, 0.99}, {"SQbf16", 1, 0.99}, {"SQ8", 1, 0.97},
                  {"IVF64,SQ8", 64, 0.98}, {"IVF64,SQfp16", 64, 0.99}, {"SQ8,Refine", 1, 0.999}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        simil_index *index = sq_index(cases[c].desc, dim, SIMIL_METRIC_L2, n, x);
-        search(index, nq, q, k, cases[c].nprobe, d, l);
-        const double r = overlap(truth, l, nq, k);
+        simil_index *index =
+            sml_test_trained_index("cpu", cases[c].desc, dim, SIMIL_METRIC_L2, n, x, 0);
+        sml_test_search_nprobe(index, nq, q, k, cases[c].nprobe, d, l);
+        const double r = sml_test_recall(l, truth, nq, k, k);
         printf("%-14s nprobe=%lld recall 10@10 = %.4f (bar %.2f)\n", cases[c].desc,
                (long long)cases[c].nprobe, r, cases[c].bar);
         if (r < cases[c].bar)
@@ -178,12 +151,13 @@ static void test_recall(void **state)
         simil_index_destroy(index);
     }
     /* IVF-SQ8 against IVF-Flat at a partial nprobe */
-    simil_index *ivf_flat = sq_index("IVF64,Flat", dim, SIMIL_METRIC_L2, n, x);
-    simil_index *ivf_sq = sq_index("IVF64,SQ8", dim, SIMIL_METRIC_L2, n, x);
-    search(ivf_flat, nq, q, k, 8, d, l);
-    const double r_flat = overlap(truth, l, nq, k);
-    search(ivf_sq, nq, q, k, 8, d, l);
-    const double r_sq = overlap(truth, l, nq, k);
+    simil_index *ivf_flat =
+        sml_test_trained_index("cpu", "IVF64,Flat", dim, SIMIL_METRIC_L2, n, x, 0);
+    simil_index *ivf_sq = sml_test_trained_index("cpu", "IVF64,SQ8", dim, SIMIL_METRIC_L2, n, x, 0);
+    sml_test_search_nprobe(ivf_flat, nq, q, k, 8, d, l);
+    const double r_flat = sml_test_recall(l, truth, nq, k, k);
+    sml_test_search_nprobe(ivf_sq, nq, q, k, 8, d, l);
+    const double r_sq = sml_test_recall(l, truth, nq, k, k);
     printf("nprobe=8: IVF64,Flat %.4f  IVF64,SQ8 %.4f\n", r_flat, r_sq);
     if (r_sq < r_flat - 0.03) fail_msg("IVF64,SQ8 recall %.4f vs IVF64,Flat %.4f", r_sq, r_flat);
     simil_index_destroy(ivf_flat);
@@ -209,14 +183,14 @@ static void test_save_load_remove(void **state)
     const char *descs[] = {"SQ8", "SQfp16", "SQbf16", "IVF8,SQ8", "IVF8,SQfp16"};
     for (int c = 0; c < 5; c++) {
         for (int m = 0; m < 3; m++) {
-            simil_index *index = sq_index(descs[c], dim, metrics[m], n, x);
-            search(index, nq, q, k, 3, d, l);
+            simil_index *index = sml_test_trained_index("cpu", descs[c], dim, metrics[m], n, x, 0);
+            sml_test_search_nprobe(index, nq, q, k, 3, d, l);
             const char *path = sml_test_path("sq.simil");
             SML_ASSERT_OK(simil_index_save(index, path));
             simil_index *loaded;
             SML_ASSERT_OK(simil_index_load(&loaded, path, "cpu"));
             assert_int_equal(simil_index_size(loaded), n);
-            search(loaded, nq, q, k, 3, d2, l2);
+            sml_test_search_nprobe(loaded, nq, q, k, 3, d2, l2);
             assert_memory_equal(l, l2, sizeof l);
             assert_memory_equal(d, d2, sizeof d);
             /* remove the first results of query 0: they are gone */
@@ -224,7 +198,7 @@ static void test_save_load_remove(void **state)
             int64_t gone[2] = {l[0] < l[1] ? l[0] : l[1], l[0] < l[1] ? l[1] : l[0]};
             SML_ASSERT_OK(simil_index_remove(loaded, 2, gone, &removed));
             assert_int_equal(removed, 2);
-            search(loaded, 1, q, k, 3, d2, l2);
+            sml_test_search_nprobe(loaded, 1, q, k, 3, d2, l2);
             for (int64_t j = 0; j < k; j++) assert_true(l2[j] != gone[0] && l2[j] != gone[1]);
             simil_index_destroy(loaded);
             simil_index_destroy(index);

@@ -271,6 +271,38 @@ simil_index *sml_test_flat_index(const char *device, int64_t dim, simil_metric m
     return index;
 }
 
+simil_index *sml_test_trained_index(const char *device, const char *desc, int64_t dim,
+                                    simil_metric metric, int64_t n, const float *x,
+                                    int check_trained)
+{
+    simil_index *index;
+    SML_ASSERT_OK(simil_index_create(&index, dim, desc, metric, device));
+    if (check_trained) assert_false(simil_index_is_trained(index));
+    SML_ASSERT_OK(simil_index_train(index, n, x));
+    if (check_trained) assert_true(simil_index_is_trained(index));
+    SML_ASSERT_OK(simil_index_add(index, n, x, NULL));
+    return index;
+}
+
+void sml_test_search_nprobe(const simil_index *index, int64_t nq, const float *queries,
+                            int64_t k, int64_t nprobe, float *distances, int64_t *labels)
+{
+    simil_search_params *p = sml_test_params("");
+    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", nprobe));
+    SML_ASSERT_OK(simil_index_search(index, nq, queries, k, p, distances, labels));
+    simil_search_params_destroy(p);
+}
+
+double sml_test_recall(const int64_t *found, const int64_t *truth, int64_t nq, int64_t k,
+                       int64_t r)
+{
+    int64_t hits = 0;
+    for (int64_t q = 0; q < nq; q++)
+        for (int64_t j = 0; j < k; j++)
+            for (int64_t t = 0; t < r; t++) hits += found[q * k + j] == truth[q * k + t];
+    return (double)hits / (double)(nq * r);
+}
+
 void sml_test_normalize(float *x, int64_t n, int64_t dim)
 {
     for (int64_t i = 0; i < n; i++) {

@@ -88,6 +88,25 @@ simil_search_params *sml_test_params(const char *settings);
 simil_index *sml_test_flat_index(const char *device, int64_t dim, simil_metric metric, int64_t n,
                                  const float *base);
 
+/* A new index of description desc on device, trained on the n rows of x and
+ * holding them (ids 0..n-1); fails the test on error.  check_trained: also
+ * check that the new index reports untrained and the trained one trained
+ * (for types that need training). */
+simil_index *sml_test_trained_index(const char *device, const char *desc, int64_t dim,
+                                    simil_metric metric, int64_t n, const float *x,
+                                    int check_trained);
+
+/* simil_index_search with nprobe set (the other settings at their defaults);
+ * fails the test on error. */
+void sml_test_search_nprobe(const simil_index *index, int64_t nq, const float *queries,
+                            int64_t k, int64_t nprobe, float *distances, int64_t *labels);
+
+/* The share of the first r true neighbours of each query (truth, nq x k)
+ * among the k found (found, nq x k): r = k gives recall k@k, r = 1 the
+ * 1-recall@k. */
+double sml_test_recall(const int64_t *found, const int64_t *truth, int64_t nq, int64_t k,
+                       int64_t r);
+
 /* Normalize rows in place (zero rows stay zero). */
 void sml_test_normalize(float *x, int64_t n, int64_t dim);
 
