@@ -343,12 +343,8 @@ simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, cons
 
 // ---- the tiled pair scan ------------------------------------------------
 
-// A list's pairs go in runs of kTileQueries, the last run of a list (or its
-// only one) with fewer; a run becomes tiles of tile_rows(run) rows each.
-namespace {
-int tile_rows(int pairs, int thin_max) { return pairs <= thin_max ? kThinRows : kTileVectors; }
-}  // namespace
-
+// A list's runs of pairs: kTileQueries at a time; the last run of a list
+// (or its only one) may have few.
 long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max,
                       long long *thin)
 {
@@ -356,12 +352,16 @@ long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count, int th
     *thin = 0;
     for (int64_t l = 0; l < a.lists.nlist; ++l) {
         const long long pairs = count.of(l), size = a.lists.size[l];
-        for (long long i = 0; i < pairs; i += kTileQueries) {
-            const int n = (int)(pairs - i < kTileQueries ? pairs - i : kTileQueries);
-            const int rows = tile_rows(n, thin_max);
-            const long long t = (size + rows - 1) / rows;
-            tiles += t;
-            if (n <= thin_max) *thin += t;
+        if (pairs == 0) continue;
+        const long long chunks = (size + kTileVectors - 1) / kTileVectors;
+        const bool last_thin = (pairs - 1) % kTileQueries + 1 <= thin_max;
+        tiles += (pairs - 1) / kTileQueries * chunks;
+        if (last_thin) {
+            const long long thin_chunks = (size + kThinRows - 1) / kThinRows;
+            tiles += thin_chunks;
+            *thin += thin_chunks;
+        } else {
+            tiles += chunks;
         }
     }
     return tiles;
@@ -387,7 +387,7 @@ void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max
         for (long long i = first; i < end; i += kTileQueries) {
             const int n = (int)(end - i < kTileQueries ? end - i : kTileQueries);
             long long &t = n <= thin_max ? thin : wide;
-            const int rows = tile_rows(n, thin_max);
+            const int rows = n <= thin_max ? kThinRows : kTileVectors;
             for (int v = 0; v < size; v += rows)
                 p->tiles[t++] = ScanTile{a.lists.offset[l], (int)l, size, (int)i, n, v};
         }

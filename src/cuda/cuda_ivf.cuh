@@ -443,6 +443,7 @@ __global__ void __launch_bounds__(128) tile_distance_kernel(TileArgs g, Rows row
     }
 }
 
+
 // A tile of at most kThinQueries pairs (the common case below a few thousand
 // queries per batch, where a list is probed by one or two of them) would
 // leave most of the tiled product's 32 query slots idle: such tiles go to
