@@ -19,8 +19,9 @@
  *           each nprobe (k = 10: QPS, 1-recall@1, 1-recall@10; at k = --k:
  *           1-recall@K), against --gt (computed first if the file is missing);
  *   stream  a streamed exact search of --stream-rows rows from host memory
- *           (uploaded through the pinned double buffer) for each --stream-nq,
- *           against the measured bandwidth.
+ *           for each --stream-nq, against the measured bandwidth: rows in
+ *           pinned memory (copied from where they lie; with CUDA), then the
+ *           same rows in pageable memory (through the pinned ring).
  * So a run too long for one sitting goes as several processes that resume
  * from the saved index and ground truth: --steps build, then --steps
  * gt,search,stream.  With build and search in one run and --index-file, the
@@ -267,18 +268,44 @@ static void searches(const simil_index *index, const bench_args *a, const float 
     free(l);
 }
 
-/* Exact search of rows of host memory, streamed through the device, for
- * each query count, against the pinned copy bandwidth. */
-static void stream_from_host(const bench_args *a, const float *q, double h2d)
+/* Host memory for the stream step's rows: pinned where the run has CUDA and
+ * asked for it, else pageable (*pinned says which). */
+static float *stream_rows_alloc(size_t bytes, int want_pinned, int *pinned)
 {
-    if (a->stream_rows <= 0) return;
-    const size_t bytes = sizeof(float) * (size_t)(a->stream_rows * a->dim);
-    float *x = malloc(bytes);
-    if (!x) {
-        report("stream", "skipped: no host memory for %.1f GB", bytes / 1e9);
+    *pinned = 0;
+#ifdef SIMIL_BENCH_CUDA
+    void *p = NULL;
+    if (want_pinned) {
+        if (cudaMallocHost(&p, bytes) == cudaSuccess) {
+            *pinned = 1;
+            return p;
+        }
+        cudaGetLastError();
+        return NULL;
+    }
+#else
+    if (want_pinned) return NULL;
+#endif
+    return malloc(bytes);
+}
+
+static void stream_rows_free(float *x, int pinned)
+{
+#ifdef SIMIL_BENCH_CUDA
+    if (pinned) {
+        cudaFreeHost(x);
         return;
     }
-    if (simil_generate("mix", 0, a->stream_rows, a->dim, 11, x)) die("generate");
+#endif
+    (void)pinned;
+    free(x);
+}
+
+/* Streamed exact searches of the rows x for each query count. */
+static void stream_searches(const bench_args *a, const float *q, double h2d, const float *x,
+                            const char *where)
+{
+    const size_t bytes = sizeof(float) * (size_t)(a->stream_rows * a->dim);
     simil_source *s;
     if (simil_source_from_memory(&s, a->stream_rows, a->dim, x)) die("source");
     char list[256];
@@ -295,19 +322,49 @@ static void stream_from_host(const bench_args *a, const float *q, double h2d)
         if (!d || !l || simil_source_search(s, SIMIL_METRIC_L2, nq, q, k, &p, d, l, &st))
             die("streamed search from host memory");
         const double gbs = (double)bytes / st.seconds / 1e9;
-        report("stream", "%lld rows from host memory, %lld queries, k=10: %.3f s, %.2f GB/s = "
-                         "%.0f%% of the pinned copy (%.2f GB/s); waited %.3f s for chunks",
-               (long long)a->stream_rows, (long long)nq, st.seconds, gbs,
+        report("stream", "%lld rows from %s host memory, %lld queries, k=10: %.3f s, %.2f GB/s "
+                         "= %.0f%% of the pinned copy (%.2f GB/s); waited %.3f s for chunks",
+               (long long)a->stream_rows, where, (long long)nq, st.seconds, gbs,
                h2d > 0 ? 100 * gbs / h2d : 0.0, h2d, st.wait_seconds);
-        json_add("{\"step\": \"stream\", \"rows\": %lld, \"nq\": %lld, \"seconds\": %.3f, "
-                 "\"gb_per_second\": %.3f, \"h2d_gb_per_second\": %.3f, \"wait_seconds\": %.3f}",
-                 (long long)a->stream_rows, (long long)nq, st.seconds, gbs, h2d,
+        json_add("{\"step\": \"stream\", \"memory\": \"%s\", \"rows\": %lld, \"nq\": %lld, "
+                 "\"seconds\": %.3f, \"gb_per_second\": %.3f, \"h2d_gb_per_second\": %.3f, "
+                 "\"wait_seconds\": %.3f}",
+                 where, (long long)a->stream_rows, (long long)nq, st.seconds, gbs, h2d,
                  st.wait_seconds);
         free(d);
         free(l);
     }
     simil_source_close(s);
-    free(x);
+}
+
+/* Exact search of rows of host memory, streamed through the device, for
+ * each query count, against the pinned copy bandwidth: from pinned memory
+ * (where the run has CUDA), then from pageable memory. */
+static void stream_from_host(const bench_args *a, const float *q, double h2d)
+{
+    if (a->stream_rows <= 0) return;
+    const size_t bytes = sizeof(float) * (size_t)(a->stream_rows * a->dim);
+    int pinned;
+    float *x = stream_rows_alloc(bytes, 0, &pinned);
+    if (!x) {
+        report("stream", "skipped: no host memory for %.1f GB", bytes / 1e9);
+        return;
+    }
+    if (simil_generate("mix", 0, a->stream_rows, a->dim, 11, x)) die("generate");
+    if (strcmp(a->device, "cpu") != 0) {
+        const double t0 = now();
+        float *xp = stream_rows_alloc(bytes, 1, &pinned);
+        if (xp) {
+            const double t_pin = now() - t0;
+            memcpy(xp, x, bytes);
+            report("stream", "%.1f GB of pinned host memory (cudaMallocHost): %.2f s to pin",
+                   bytes / 1e9, t_pin);
+            stream_searches(a, q, h2d, xp, "pinned");
+            stream_rows_free(xp, pinned);
+        }
+    }
+    stream_searches(a, q, h2d, x, "pageable");
+    stream_rows_free(x, 0);
 }
 
 /* Labels of the first (up to) 100 queries at nprobe 8, k = 10: what a

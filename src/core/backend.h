@@ -24,6 +24,9 @@ extern "C" {
 
 typedef struct sml_backend sml_backend;
 
+/* Lanes of a copier (pinned_alloc and the copier_* ops below). */
+enum { SML_COPIER_LANES = 8 };
+
 /* Exact k-NN of queries against a stored matrix.
  * Keys are L2: ||q - y||^2 (clamped at 0), IP: <q, y>.  Rows of the result are
  * ordered by key (ascending for L2, descending for IP), then by label. */
@@ -357,13 +360,18 @@ typedef struct sml_backend_ops {
     /* Optional, NULL on the CPU (whose backend memory is host memory):
      * streaming host data into backend memory behind other work
      * (index/stream_search.c).  pinned_alloc gives host memory the device
-     * copies from directly.  A copier has two lanes: copier_upload queues a
-     * copy from pinned memory into backend memory on the copier's own stream
-     * and returns; copier_wait blocks until everything queued on the lane has
-     * landed.  The copier calls do not take the device lock, so one thread
-     * may upload while another runs knn on the same backend. */
+     * copies from directly; host_pinned says whether [host, host + bytes)
+     * already is such memory (the caller's cudaMallocHost or
+     * cudaHostRegister), which can then be uploaded without a staging copy.
+     * A copier has SML_COPIER_LANES lanes, all on one stream, in order:
+     * copier_upload queues a copy from pinned memory into backend memory and
+     * returns, and marks the lane (bytes 0: only marks it); copier_wait
+     * blocks until everything queued up to the lane's last mark has landed.
+     * The copier calls do not take the device lock, so one thread may upload
+     * while another runs knn on the same backend. */
     simil_status (*pinned_alloc)(sml_backend *b, size_t bytes, void **host);
     void (*pinned_free)(sml_backend *b, void *host);
+    int (*host_pinned)(sml_backend *b, const void *host, size_t bytes);
     simil_status (*copier_open)(sml_backend *b, void **copier);
     simil_status (*copier_upload)(sml_backend *b, void *copier, int lane, void *mem,
                                   const void *host, size_t bytes);

@@ -252,3 +252,10 @@ int sml_source_generator(const simil_source *s, const char **kind, uint64_t *see
     *offset = s->offset;
     return 1;
 }
+
+int sml_source_memory(const simil_source *s, const float **rows)
+{
+    if (s->kind != SML_SOURCE_MEMORY) return 0;
+    *rows = s->x + s->offset * s->dim;
+    return 1;
+}

@@ -16,6 +16,10 @@ extern "C" {
 int sml_source_generator(const simil_source *s, const char **kind, uint64_t *seed,
                          int64_t *offset);
 
+/* 1 if s is rows of caller memory (simil_source_from_memory): row r of s is
+ * at *rows + r * simil_source_dim(s); else 0. */
+int sml_source_memory(const simil_source *s, const float **rows);
+
 #ifdef __cplusplus
 }
 #endif

@@ -292,6 +292,7 @@ sml_backend_ops make_ops()
     o.shadow_free = shadow_free;
     o.pinned_alloc = stream_pinned_alloc;
     o.pinned_free = stream_pinned_free;
+    o.host_pinned = stream_host_pinned;
     o.copier_open = copier_open;
     o.copier_upload = copier_upload;
     o.copier_wait = copier_wait;

@@ -4,11 +4,14 @@
 // The copier owns a non-blocking stream of its own and one event per lane:
 // an upload is a cudaMemcpyAsync from pinned memory on that stream followed
 // by the lane's event, so it runs on a copy engine while the search kernels
-// run on the device's streams, and waiting for a lane waits for its copies
-// alone.  None of these calls takes the device lock (a thread that uploads
-// must not wait for a search that holds it), and none allocates or frees
-// device memory in steady state: cudaFree synchronizes the whole device,
-// which would make every upload wait for the search and the reverse.
+// run on the device's streams, and waiting for a lane waits for the copies
+// queued up to its mark, not for the kernels.  None of these calls takes
+// the device lock (a thread that uploads must not wait for a search that
+// holds it), and none allocates or frees device memory in steady state:
+// cudaFree synchronizes the whole device, which would make every upload wait
+// for the search and the reverse.
+#include <cassert>
+
 #include "core/alloc.h"
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_kernels.cuh"
@@ -21,8 +24,8 @@ namespace {
 
 struct Copier {
     cudaStream_t stream;
-    cudaEvent_t lane[2];
-    bool queued[2];
+    cudaEvent_t lane[SML_COPIER_LANES];
+    bool queued[SML_COPIER_LANES];
 };
 
 }  // namespace
@@ -41,13 +44,31 @@ void stream_pinned_free(sml_backend *b, void *host)
     pinned_free(host);
 }
 
+int stream_host_pinned(sml_backend *b, const void *host, size_t bytes)
+{
+    (void)b;
+    // both ends: a range the caller pinned in one piece (cudaMallocHost,
+    // cudaHostRegister) answers the same for every byte; a range pinned in
+    // parts and judged pinned here still copies right, only slower
+    const char *first = static_cast<const char *>(host);
+    for (const char *at : {first, first + (bytes ? bytes - 1 : 0)}) {
+        cudaPointerAttributes attr;
+        if (host == nullptr || cudaPointerGetAttributes(&attr, at) != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        if (attr.type != cudaMemoryTypeHost) return 0;
+    }
+    return 1;
+}
+
 void copier_close(sml_backend *b, void *p)
 {
     Copier *c = static_cast<Copier *>(p);
     if (c == nullptr) return;
     cudaSetDevice(b->gpu);
     if (c->stream) cudaStreamSynchronize(c->stream);
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < SML_COPIER_LANES; ++i)
         if (c->lane[i]) cudaEventDestroy(c->lane[i]);
     if (c->stream) cudaStreamDestroy(c->stream);
     cudaGetLastError();
@@ -63,7 +84,7 @@ simil_status copier_open(sml_backend *b, void **out)
     if (s == SIMIL_OK)
         s = cuda_status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                         "cudaStreamCreate", __FILE__, __LINE__);
-    for (int i = 0; i < 2 && s == SIMIL_OK; ++i)
+    for (int i = 0; i < SML_COPIER_LANES && s == SIMIL_OK; ++i)
         s = cuda_status(cudaEventCreateWithFlags(&c->lane[i], cudaEventDisableTiming),
                         "cudaEventCreate", __FILE__, __LINE__);
     if (s != SIMIL_OK) {
@@ -78,20 +99,23 @@ simil_status copier_upload(sml_backend *b, void *p, int lane, void *mem, const v
                            size_t bytes)
 {
     Copier *c = static_cast<Copier *>(p);
+    assert(lane >= 0 && lane < SML_COPIER_LANES);
     // the current device is per thread: an uploading thread sets its own
     SML_CUDA_TRY(cudaSetDevice(b->gpu));
-    SML_CUDA_TRY(cudaMemcpyAsync(mem, host, bytes, cudaMemcpyHostToDevice, c->stream));
-    SML_CUDA_TRY(cudaEventRecord(c->lane[lane & 1], c->stream));
-    c->queued[lane & 1] = true;
+    if (bytes > 0)
+        SML_CUDA_TRY(cudaMemcpyAsync(mem, host, bytes, cudaMemcpyHostToDevice, c->stream));
+    SML_CUDA_TRY(cudaEventRecord(c->lane[lane], c->stream));
+    c->queued[lane] = true;
     return SIMIL_OK;
 }
 
 simil_status copier_wait(sml_backend *b, void *p, int lane)
 {
     Copier *c = static_cast<Copier *>(p);
-    if (!c->queued[lane & 1]) return SIMIL_OK;
+    assert(lane >= 0 && lane < SML_COPIER_LANES);
+    if (!c->queued[lane]) return SIMIL_OK;
     SML_CUDA_TRY(cudaSetDevice(b->gpu));
-    SML_CUDA_TRY(cudaEventSynchronize(c->lane[lane & 1]));
+    SML_CUDA_TRY(cudaEventSynchronize(c->lane[lane]));
     return SIMIL_OK;
 }
 

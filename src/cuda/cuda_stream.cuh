@@ -9,6 +9,7 @@ namespace sml {
 
 simil_status stream_pinned_alloc(sml_backend *b, size_t bytes, void **host);
 void stream_pinned_free(sml_backend *b, void *host);
+int stream_host_pinned(sml_backend *b, const void *host, size_t bytes);
 simil_status copier_open(sml_backend *b, void **copier);
 simil_status copier_upload(sml_backend *b, void *copier, int lane, void *mem, const void *host,
                            size_t bytes);

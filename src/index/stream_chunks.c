@@ -4,10 +4,16 @@
  * Two slots, each FREE (the producer may fill it) or READY (it holds the
  * chunk the caller asks for next); the caller owns a slot from next() to the
  * following next().  Chunk t always uses slot t % 2, and, on a GPU, copier
- * lane t % 2: the producer fills slot t's pinned buffer and queues its upload
- * as soon as the caller has released chunk t - 2, and the caller waits on
- * the lane before it reads the device copy, so the pinned buffer is never
- * refilled while its copy is in flight. */
+ * lane t % 2: the producer fills slot t's device buffer as soon as the
+ * caller has released chunk t - 2, marks the lane after the chunk's last
+ * piece, and the caller waits on the lane before it reads the device copy.
+ *
+ * Uploads go piece by piece (64 MiB), from the caller's own memory where it
+ * is pinned, else through a ring of SML_CHUNKS_RING pinned pieces: piece p
+ * is read into ring entry p % SML_CHUNKS_RING once that entry's previous
+ * upload (copier lane 2 + p % SML_CHUNKS_RING) has landed.  A ring of
+ * pieces, not a pinned buffer per chunk: pinning gigabytes takes seconds
+ * per call (cudaMallocHost), longer than the copies it serves. */
 #define _POSIX_C_SOURCE 200809L
 #include "index/stream_chunks.h"
 
@@ -25,8 +31,13 @@ typedef enum sml_chunks_mode { SML_MODE_GENERATE, SML_MODE_UPLOAD, SML_MODE_HOST
 
 enum { SML_SLOT_FREE, SML_SLOT_READY };
 
+/* Pinned pieces a host read goes through on its way up; lanes 0 and 1 of
+ * the copier are the chunks', the rest the ring's. */
+enum { SML_CHUNKS_RING = 4 };
+_Static_assert(2 + SML_CHUNKS_RING <= SML_COPIER_LANES, "a copier lane per ring piece");
+
 typedef struct sml_chunk_slot {
-    float *host;   /* where the producer reads to: pinned (upload) or plain host memory */
+    float *host;   /* host mode: where the producer reads to */
     float *mem;    /* where the caller reads: backend memory, or host itself */
     int64_t first, n;
     int state;
@@ -38,6 +49,9 @@ struct sml_chunks {
     int64_t rows, dim, chunk_rows, nchunks;
     int64_t piece_rows;  /* rows read, then queued for upload, at a time */
     sml_chunks_mode mode;
+    const float *pinned_src; /* upload: the source's rows, pinned, or NULL */
+    float *ring[SML_CHUNKS_RING]; /* upload without pinned_src: pinned pieces */
+    int64_t pieces;      /* pieces uploaded through the ring so far */
     unsigned flags;
     char what[64];
     void *copier, *gen;
@@ -74,6 +88,40 @@ static simil_status sml_chunks_read(sml_chunks *c, int64_t first, int64_t n, flo
     return SIMIL_OK;
 }
 
+/* Check rows [first, first + n) of pinned caller memory where they lie. */
+static simil_status sml_chunks_check_pinned(sml_chunks *c, int64_t first, int64_t n)
+{
+    char what[160];
+    snprintf(what, sizeof what, "rows [%lld, %lld) of %s '%s'", (long long)first,
+             (long long)(first + n), c->what, simil_source_name(c->src));
+    return sml_vectors_check(c->pinned_src + first * c->dim, n, c->dim,
+                             (c->flags & SML_CHUNKS_BOUND_NORMS) != 0, what);
+}
+
+/* Chunk t (rows [first, first + n)) into the device buffer mem, a piece at a
+ * time, each piece's upload queued as soon as it is read so that reading the
+ * next piece overlaps its copy; then mark lane t % 2. */
+static simil_status sml_chunks_upload(sml_chunks *c, int64_t t, int64_t first, int64_t n,
+                                      float *mem)
+{
+    sml_backend *b = c->b;
+    for (int64_t at = 0; at < n; at += c->piece_rows) {
+        const int64_t m = n - at < c->piece_rows ? n - at : c->piece_rows;
+        const size_t off = (size_t)(at * c->dim), bytes = sizeof(float) * (size_t)(m * c->dim);
+        if (c->pinned_src != NULL) {
+            SML_TRY(sml_chunks_check_pinned(c, first + at, m));
+            SML_TRY(b->ops->copier_upload(b, c->copier, (int)(t & 1), mem + off,
+                                          c->pinned_src + (first + at) * c->dim, bytes));
+            continue;
+        }
+        const int r = (int)(c->pieces++ % SML_CHUNKS_RING);
+        SML_TRY(b->ops->copier_wait(b, c->copier, 2 + r));
+        SML_TRY(sml_chunks_read(c, first + at, m, c->ring[r]));
+        SML_TRY(b->ops->copier_upload(b, c->copier, 2 + r, mem + off, c->ring[r], bytes));
+    }
+    return b->ops->copier_upload(b, c->copier, (int)(t & 1), NULL, NULL, 0);
+}
+
 static void *sml_chunks_produce(void *arg)
 {
     sml_chunks *c = arg;
@@ -88,18 +136,8 @@ static void *sml_chunks_produce(void *arg)
         const int64_t n = c->rows - first < c->chunk_rows ? c->rows - first : c->chunk_rows;
         const double t0 = sml_chunks_now();
         const size_t bytes = sizeof(float) * (size_t)(n * c->dim);
-        /* uploads go piece by piece, each queued as soon as it is read, so
-         * that reading the next piece overlaps the copy of this one */
-        const int64_t piece = c->mode == SML_MODE_UPLOAD ? c->piece_rows : n;
-        simil_status st = SIMIL_OK;
-        for (int64_t at = 0; at < n && st == SIMIL_OK; at += piece) {
-            const int64_t m = n - at < piece ? n - at : piece;
-            const size_t off = (size_t)(at * c->dim);
-            st = sml_chunks_read(c, first + at, m, s->host + off);
-            if (st == SIMIL_OK && c->mode == SML_MODE_UPLOAD)
-                st = c->b->ops->copier_upload(c->b, c->copier, (int)(t & 1), s->mem + off,
-                                              s->host + off, sizeof(float) * (size_t)(m * c->dim));
-        }
+        simil_status st = c->mode == SML_MODE_UPLOAD ? sml_chunks_upload(c, t, first, n, s->mem)
+                                                     : sml_chunks_read(c, first, n, s->host);
         pthread_mutex_lock(&c->lock);
         c->read_seconds += sml_chunks_now() - t0;
         if (st != SIMIL_OK) {
@@ -125,11 +163,15 @@ static simil_status sml_chunks_buffers(sml_chunks *c)
     const int slots = c->mode == SML_MODE_GENERATE ? 1 : 2;
     for (int i = 0; i < slots; i++) {
         sml_chunk_slot *s = &c->slot[i];
-        if (c->mode == SML_MODE_UPLOAD) SML_TRY(b->ops->pinned_alloc(b, bytes, (void **)&s->host));
         if (c->mode == SML_MODE_HOST) SML_TRY(sml_alloc((void **)&s->host, bytes, 1, "a chunk"));
         if (c->mode != SML_MODE_HOST) SML_TRY(b->ops->mem_alloc(b, bytes, (void **)&s->mem));
         if (c->mode == SML_MODE_HOST) s->mem = s->host;
     }
+    if (c->mode != SML_MODE_UPLOAD || c->pinned_src != NULL) return SIMIL_OK;
+    const int64_t piece = c->piece_rows < c->chunk_rows ? c->piece_rows : c->chunk_rows;
+    for (int r = 0; r < SML_CHUNKS_RING; r++)
+        SML_TRY(b->ops->pinned_alloc(b, sizeof(float) * (size_t)(piece * c->dim),
+                                     (void **)&c->ring[r]));
     return SIMIL_OK;
 }
 
@@ -144,7 +186,16 @@ static simil_status sml_chunks_start(sml_chunks *c)
                       "generating a source that is not a generator");
         SML_TRY(b->ops->generator_open(b, kind, c->dim, seed, &c->gen));
     }
-    if (c->mode == SML_MODE_UPLOAD) SML_TRY(b->ops->copier_open(b, &c->copier));
+    if (c->mode == SML_MODE_UPLOAD) {
+        SML_TRY(b->ops->copier_open(b, &c->copier));
+        /* the caller's rows go up as they are when pinned, unless they are
+         * to be normalized, which writes them */
+        const float *rows;
+        if (!(c->flags & SML_CHUNKS_NORMALIZE) && b->ops->host_pinned != NULL &&
+            sml_source_memory(c->src, &rows) &&
+            b->ops->host_pinned(b, rows, sizeof(float) * (size_t)(c->rows * c->dim)))
+            c->pinned_src = rows;
+    }
     SML_TRY(sml_chunks_buffers(c));
     if (c->mode == SML_MODE_GENERATE || c->nchunks == 0) return SIMIL_OK;
     SML_RETURN_IF(pthread_create(&c->thread, NULL, sml_chunks_produce, c) != 0,
@@ -258,14 +309,15 @@ void sml_chunks_close(sml_chunks *c)
         pthread_join(c->thread, NULL);
     }
     if (c->copier != NULL) {
-        b->ops->copier_wait(b, c->copier, 0);
-        b->ops->copier_wait(b, c->copier, 1);
+        for (int lane = 0; lane < 2 + SML_CHUNKS_RING; lane++)
+            b->ops->copier_wait(b, c->copier, lane);
         b->ops->copier_close(b, c->copier);
     }
+    for (int r = 0; r < SML_CHUNKS_RING; r++)
+        if (c->ring[r] != NULL) b->ops->pinned_free(b, c->ring[r]);
     if (c->gen != NULL) b->ops->generator_close(b, c->gen);
     for (int i = 0; i < 2; i++) {
         sml_chunk_slot *s = &c->slot[i];
-        if (c->mode == SML_MODE_UPLOAD && s->host) b->ops->pinned_free(b, s->host);
         if (c->mode == SML_MODE_HOST) sml_free(s->host);
         if (c->mode != SML_MODE_HOST) b->ops->mem_free(b, s->mem);
     }

@@ -6,14 +6,15 @@
  *   - generated in backend memory (a generator source, a backend with a
  *     generator, backend memory wanted, no normalization): each chunk is made
  *     on the device when asked for, which takes milliseconds;
- *   - read on the host and uploaded (a GPU, backend memory wanted): a producer
- *     thread reads chunk i + 1 into one of two pinned buffers, 64 MiB at a
- *     time, queueing each piece's upload on the copier's stream as soon as
- *     it is read (so reading and copying overlap too), while the caller
- *     searches chunk i;
+ *   - uploaded (a GPU, backend memory wanted): a producer thread moves chunk
+ *     i + 1 into one of two device buffers, 64 MiB at a time, while the
+ *     caller searches chunk i: straight from the caller's memory where it is
+ *     pinned (and not to be normalized), else read into a small ring of
+ *     pinned pieces, each piece's upload queued on the copier's stream as
+ *     soon as it is read, so that reading and copying overlap too;
  *   - read on the host (host memory wanted, or the CPU): the producer thread
  *     reads chunk i + 1 into the other of two host buffers.
- * Rows read on the host are checked (NaN, Inf, norms too large for float
+ * Rows are checked on the host (NaN, Inf, norms too large for float
  * distances) and, where asked, normalized before they are handed out. */
 #ifndef SML_STREAM_CHUNKS_H
 #define SML_STREAM_CHUNKS_H

@@ -110,15 +110,66 @@ static void test_search_memory(void **state)
     simil_source_close(s);
     free(base);
     if (sml_test_quick()) return;
-    /* chunks of 3M rows of 8 floats: two pieces of upload each (64 MiB and
-     * 32 MiB), the second queued while the first is in flight */
-    const int64_t big = 5000000, d8 = 8;
+    /* chunks of 5M rows of 8 floats: three pieces of upload each (64, 64
+     * and 32 MiB), each queued while the one before is in flight; seven
+     * pieces in all go round the ring of four pinned pieces twice */
+    const int64_t big = 12000000, d8 = 8;
     base = sml_test_malloc(sizeof(float) * (size_t)(big * d8));
     sml_test_fill_uniform(base, big * d8, 8, -1, 1);
     SML_ASSERT_OK(simil_source_from_memory(&s, big, d8, base));
-    check_search("memory, pieces", s, base, 20, 10, 3000000, SIMIL_METRIC_L2, 0);
+    check_search("memory, pieces", s, base, 20, 10, 5000000, SIMIL_METRIC_L2, 0);
     simil_source_close(s);
     free(base);
+}
+
+/* Rows in pinned memory go up from where they lie (cosine still through
+ * the ring, since it normalizes them); the results are the same, and a NaN
+ * among them is still found. */
+static void test_search_pinned(void **state)
+{
+    (void)state;
+    sml_backend *b;
+    SML_ASSERT_OK(sml_device_open("gpu", &b));
+    const int64_t n = sml_test_quick() ? 5000 : 50000, dim = 40;
+    const size_t bytes = sizeof(float) * (size_t)(n * dim);
+    float *base, *plain = sml_test_malloc(bytes);
+    assert_int_equal(cudaMallocHost((void **)&base, bytes), cudaSuccess);
+    assert_true(b->ops->host_pinned(b, base, bytes));
+    assert_true(b->ops->host_pinned(b, base + dim, bytes - sizeof(float) * dim));
+    assert_false(b->ops->host_pinned(b, plain, bytes));
+    sml_backend_close(b);
+    sml_test_fill_uniform(base, n * dim, 7, -1, 1);
+    simil_source *s, *slice;
+    SML_ASSERT_OK(simil_source_from_memory(&s, n, dim, base));
+    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP, SIMIL_METRIC_COSINE};
+    for (int m = 0; m < 3; m++) {
+        check_search("pinned", s, base, 50, 10, n / 7, metrics[m], 0);
+        check_search("pinned", s, base, 5, 300, 200, metrics[m], 0);
+    }
+    SML_ASSERT_OK(simil_source_slice(&slice, s, n / 3, -1));
+    check_search("pinned slice", slice, base + n / 3 * dim, 30, 10, n / 5, SIMIL_METRIC_L2, 0);
+    simil_source_close(slice);
+    /* a NaN in row n - 2, in the last chunk */
+    base[(n - 2) * dim + 3] = NAN;
+    float q[40] = {0}, d[10];
+    int64_t l[10];
+    simil_stream_params p;
+    simil_stream_params_init(&p);
+    p.chunk_rows = n / 7;
+    p.device = "gpu";
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
+                      simil_source_search(s, SIMIL_METRIC_L2, 1, q, 10, &p, d, l, NULL));
+    /* the message names the piece's rows, then the row within them */
+    const int64_t chunk = n / 7, first = (n - 2) / chunk * chunk;
+    char want[96];
+    snprintf(want, sizeof want, "rows [%lld, %lld) of the base", (long long)first,
+             (long long)(first + chunk < n ? first + chunk : n));
+    if (strstr(simil_last_error(), want) == NULL || strstr(simil_last_error(), "NaN") == NULL)
+        fail_msg("a NaN in pinned rows: '%s' does not say '%s' and NaN", simil_last_error(),
+                 want);
+    simil_source_close(s);
+    cudaFreeHost(base);
+    free(plain);
 }
 
 static void test_search_generator(void **state)
@@ -225,6 +276,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generator),
         cmocka_unit_test(test_search_memory),
+        cmocka_unit_test(test_search_pinned),
         cmocka_unit_test(test_search_generator),
         cmocka_unit_test(test_add_source),
     };
