@@ -27,7 +27,9 @@
 #   CHUNK         rows per add chunk (default 1,048,576)
 #   GT_CHUNK      rows per chunk of the exact search (default 8,388,608, 3 GiB)
 #   STREAM_ROWS   rows held in host memory for the streamed search from host
-#                 memory (default 33,554,432 = 12.9 GB; 0 skips it)
+#                 memory (default 33,554,432 = 12.9 GB; 0 skips it), pinned
+#                 then pageable
+#   STREAM_CHUNK  rows per chunk of that search (default 0: about 1 GiB)
 #   SAVE          1 (default): the build step saves the index to INDEX_FILE, if
 #                 the disk has room for it; 0: no file (search then needs build
 #                 in the same run)
@@ -50,6 +52,7 @@ K=${K:-100}
 CHUNK=${CHUNK:-1048576}
 GT_CHUNK=${GT_CHUNK:-8388608}
 STREAM_ROWS=${STREAM_ROWS:-33554432}
+STREAM_CHUNK=${STREAM_CHUNK:-0}
 SAVE=${SAVE:-1}
 STEPS=${STEPS:-build,gt,search,stream}
 LIMIT=${LIMIT:-540}
@@ -67,6 +70,7 @@ mkdir -p "$OUT"
 [ "$STREAM_ROWS" -le "$N" ] || STREAM_ROWS=$N
 args=(--steps "$STEPS" --n "$N" --index "$INDEX" --device "$DEVICE" --nprobe "$NPROBE"
       --nq "$NQ" --k "$K" --chunk "$CHUNK" --gt-chunk "$GT_CHUNK" --stream-rows "$STREAM_ROWS"
+      --stream-chunk "$STREAM_CHUNK"
       --gt "$OUT/gt-$N-$NQ-$K.npy" --json "$OUT/results-${STEPS//,/-}.json")
 [ -n "${TRAIN_SAMPLE:-}" ] && args+=(--train-sample "$TRAIN_SAMPLE")
 

@@ -99,9 +99,11 @@ typedef struct simil_stream_stats {
  * slots past the source's rows empty (-1, +inf for L2, -inf otherwise).
  * Cosine normalizes the queries and each base row.  The base streams through
  * the device in chunks of chunk_rows rows; the top k of each chunk are merged
- * on the host.  Memory: two chunks of floats (host, pinned on a GPU) and, on
- * a GPU, two chunks in device memory with their fp16 copies for the
- * tensor-core search, besides nq x k results.  stats may be NULL. */
+ * on the host.  On a GPU, rows of caller memory that are pinned
+ * (cudaMallocHost, cudaHostRegister) are copied from where they lie, other
+ * rows through four pinned pieces of 64 MiB.  Memory: on the CPU, two chunks
+ * of floats; on a GPU, two chunks in device memory with an fp16 copy for the
+ * tensor-core search; besides nq x k results.  stats may be NULL. */
 SIMIL_API simil_status simil_source_search(const simil_source *base, simil_metric metric,
                                            int64_t nq, const float *queries, int64_t k,
                                            const simil_stream_params *params,

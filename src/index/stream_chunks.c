@@ -25,6 +25,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/source.h"
+#include "core/trace.h"
 #include "core/vectors.h"
 
 typedef enum sml_chunks_mode { SML_MODE_GENERATE, SML_MODE_UPLOAD, SML_MODE_HOST } sml_chunks_mode;
@@ -136,8 +137,10 @@ static void *sml_chunks_produce(void *arg)
         const int64_t n = c->rows - first < c->chunk_rows ? c->rows - first : c->chunk_rows;
         const double t0 = sml_chunks_now();
         const size_t bytes = sizeof(float) * (size_t)(n * c->dim);
+        sml_trace_mark(NULL);
         simil_status st = c->mode == SML_MODE_UPLOAD ? sml_chunks_upload(c, t, first, n, s->mem)
                                                      : sml_chunks_read(c, first, n, s->host);
+        sml_trace_mark("stream producer: a chunk read, checked and queued");
         pthread_mutex_lock(&c->lock);
         c->read_seconds += sml_chunks_now() - t0;
         if (st != SIMIL_OK) {

@@ -16,6 +16,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "core/trace.h"
 #include "core/vectors.h"
 #include "index/index_internal.h"
 #include "index/stream_chunks.h"
@@ -143,7 +144,9 @@ static simil_status sml_stream_search_chunk_run(sml_stream_search *s, const floa
 {
     sml_backend *b = s->b;
     if (s->norms_mem != NULL) SML_TRY(b->ops->row_norms(b, n, s->dim, rows, s->norms_mem));
+    sml_trace_mark("stream: row norms");
     SML_TRY(sml_stream_shadow(s, rows, n));
+    sml_trace_mark("stream: fp16 copy");
     const sml_knn_args stored = {
         .base = rows,
         .base_norms = s->norms_mem,
@@ -156,8 +159,10 @@ static simil_status sml_stream_search_chunk_run(sml_stream_search *s, const floa
     };
     const sml_knn_args args = sml_knn_of(stored, s->queries, s->nq, s->k, s->chunk_d, s->chunk_l);
     SML_TRY(b->ops->knn(b, &args));
+    sml_trace_mark("stream: knn");
     sml_stream_merge(s->metric == SIMIL_METRIC_IP, s->nq, s->k, first, s->chunk_d, s->chunk_l,
                      distances, labels, s->tmp_d, s->tmp_l);
+    sml_trace_mark("stream: merge");
     return SIMIL_OK;
 }
 
@@ -173,14 +178,18 @@ static simil_status sml_stream_search_run(sml_stream_search *s, const simil_sour
     }
     if (rows == 0) return SIMIL_OK;
     sml_chunks *chunks = NULL;
+    sml_trace_mark(NULL);
     simil_status st = sml_stream_search_setup(s);
+    sml_trace_mark("stream: set-up");
     if (st == SIMIL_OK)
         st = sml_chunks_open(&chunks, s->b, base, s->chunk_rows, SML_CHUNKS_BACKEND,
                              normalize ? SML_CHUNKS_NORMALIZE : SML_CHUNKS_BOUND_NORMS, "the base");
+    sml_trace_mark("stream: chunk reader opened");
     for (;;) {
         const float *chunk;
         int64_t first, n;
         if (st == SIMIL_OK) st = sml_chunks_next(chunks, &chunk, &first, &n);
+        sml_trace_mark("stream: waiting for a chunk");
         if (st != SIMIL_OK || n == 0) break;
         st = sml_stream_search_chunk_run(s, chunk, first, n, distances, labels);
         sml_progress("search", first + n, rows);
@@ -188,6 +197,7 @@ static simil_status sml_stream_search_run(sml_stream_search *s, const simil_sour
     if (chunks != NULL && stats != NULL) sml_chunks_stats(chunks, stats);
     sml_chunks_close(chunks);
     sml_stream_search_free(s);
+    sml_trace_mark("stream: closed and freed");
     return st;
 }
 
