@@ -37,6 +37,13 @@ enum {
  * designs 4 and 5.  Not for concurrent use. */
 void sml_cuda_select_force(int design, int warps);
 
+/* Tests and benchmarks: whether design runs k (1 to 2048) in this build.  Only
+ * the kernels the dispatch table picks are built, unless CMake's
+ * SIMIL_CUDA_SELECT_ALL (on with SIMIL_TESTS) builds every design at every
+ * k; a forced design that is not built returns SIMIL_ERR_UNSUPPORTED.  0,
+ * radix and k > 2048 (radix, whatever the design) always run. */
+int sml_cuda_select_built(int design, int64_t k);
+
 /* Benchmarks only: the name of a design. */
 const char *sml_cuda_select_design_name(int design);
 

@@ -38,6 +38,8 @@ void sml_cuda_select_force(int design, int warps)
     (void)warps;
 }
 
+int sml_cuda_select_built(int design, int64_t k) { return 0; }
+
 const char *sml_cuda_select_design_name(int design) { return "none (built without CUDA)"; }
 
 int sml_cuda_select_choice(int64_t rows, int64_t cols, int64_t k, int *warps) { return -1; }

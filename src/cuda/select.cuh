@@ -73,6 +73,40 @@ inline int warp_select_queue(int k)
     return q;
 }
 
+// Which kernels are compiled.  Every design at every queue size is 172
+// kernels per GPU architecture (fp32 and fp16, aligned or not), most of the
+// build's time, while the table of select_dispatch.cu runs only 48 of them
+// (those below); the others are reached only by forcing a design
+// (sml_cuda_select_force, sml_cuda_select_rows), for the tests and
+// bench_select's sweep.  SIMIL_SELECT_ALL (CMake
+// SIMIL_CUDA_SELECT_ALL, on with SIMIL_TESTS) builds them all; without it a
+// forced design outside this set returns SIMIL_ERR_UNSUPPORTED.
+// select_dispatch.cu checks at compile time that the table picks nothing
+// outside it.  threshold_block (one kernel for every k) is always built.
+#ifndef SIMIL_SELECT_ALL
+#define SIMIL_SELECT_ALL 0
+#endif
+
+// The kernels the table can pick: K is warp_select_queue(k) for
+// buffered_warp, queue_select_size(k) for the others.
+constexpr bool select_dispatched(SelectDesign d, int K)
+{
+    switch (d) {
+    case SelectDesign::buffered_warp: return K <= 64;
+    case SelectDesign::threshold_block: return true;
+    case SelectDesign::queue_warp: return K >= 96 && K <= 512;
+    case SelectDesign::buffered_block: return K >= 96 && K <= 256;
+    default: return false;
+    }
+}
+
+constexpr bool select_built(SelectDesign d, int K)
+{
+    return SIMIL_SELECT_ALL || select_dispatched(d, K);
+}
+
+simil_status select_not_built(SelectDesign d, int K);
+
 // 16-byte loads are possible: aligned rows and per-column arrays.
 inline bool select_vectorizable(const SelectJob &job, ScoreType type)
 {
@@ -130,31 +164,39 @@ template <int K>
 simil_status launch_warp_select(const SelectJob &job, ScoreType type, cudaStream_t s)
 {
     if (job.rows == 0) return SIMIL_OK;
-    const unsigned blocks = (unsigned)((job.rows + 3) / 4);
-    const bool vec = select_vectorizable(job, type);
-    if (type == ScoreType::f16) {
-        if (vec)
-            warp_select_kernel<K, __half, true><<<blocks, 128, 0, s>>>(job);
-        else
-            warp_select_kernel<K, __half, false><<<blocks, 128, 0, s>>>(job);
+    if constexpr (!select_built(SelectDesign::buffered_warp, K)) {
+        return select_not_built(SelectDesign::buffered_warp, K);
     } else {
-        if (vec)
-            warp_select_kernel<K, float, true><<<blocks, 128, 0, s>>>(job);
-        else
-            warp_select_kernel<K, float, false><<<blocks, 128, 0, s>>>(job);
+        const unsigned blocks = (unsigned)((job.rows + 3) / 4);
+        const bool vec = select_vectorizable(job, type);
+        if (type == ScoreType::f16) {
+            if (vec)
+                warp_select_kernel<K, __half, true><<<blocks, 128, 0, s>>>(job);
+            else
+                warp_select_kernel<K, __half, false><<<blocks, 128, 0, s>>>(job);
+        } else {
+            if (vec)
+                warp_select_kernel<K, float, true><<<blocks, 128, 0, s>>>(job);
+            else
+                warp_select_kernel<K, float, false><<<blocks, 128, 0, s>>>(job);
+        }
+        SML_LAUNCH_TRY("warp_select_kernel");
+        return SIMIL_OK;
     }
-    SML_LAUNCH_TRY("warp_select_kernel");
-    return SIMIL_OK;
 }
 
 template <int K, typename S, bool Vec>
 simil_status launch_queue_select_as(const SelectJob &job, SelectChoice c, cudaStream_t s)
 {
     if (c.design == SelectDesign::queue_warp) {
-        const unsigned blocks = (unsigned)((job.rows + 3) / 4);
-        queue_warp_select_kernel<K, S, Vec><<<blocks, 128, 0, s>>>(job);
-        SML_LAUNCH_TRY("queue_warp_select_kernel");
-        return SIMIL_OK;
+        if constexpr (!select_built(SelectDesign::queue_warp, K)) {
+            return select_not_built(SelectDesign::queue_warp, K);
+        } else {
+            const unsigned blocks = (unsigned)((job.rows + 3) / 4);
+            queue_warp_select_kernel<K, S, Vec><<<blocks, 128, 0, s>>>(job);
+            SML_LAUNCH_TRY("queue_warp_select_kernel");
+            return SIMIL_OK;
+        }
     }
     const size_t smem = warps_block_smem(K, c.warps);
     const auto launch = [&](auto kernel) -> simil_status {
@@ -165,9 +207,16 @@ simil_status launch_queue_select_as(const SelectJob &job, SelectChoice c, cudaSt
         SML_LAUNCH_TRY("warps_block_select_kernel");
         return SIMIL_OK;
     };
-    if (c.design == SelectDesign::queue_block)
-        return launch(warps_block_select_kernel<K, S, Vec, QueueWarpSelect<K>>);
-    return launch(warps_block_select_kernel<K, S, Vec, BufferedWarpSelect<K, true>>);
+    if (c.design == SelectDesign::queue_block) {
+        if constexpr (!select_built(SelectDesign::queue_block, K))
+            return select_not_built(SelectDesign::queue_block, K);
+        else
+            return launch(warps_block_select_kernel<K, S, Vec, QueueWarpSelect<K>>);
+    }
+    if constexpr (!select_built(SelectDesign::buffered_block, K))
+        return select_not_built(SelectDesign::buffered_block, K);
+    else
+        return launch(warps_block_select_kernel<K, S, Vec, BufferedWarpSelect<K, true>>);
 }
 
 // The launch of queue_warp, queue_block and buffered_block shared by the

@@ -89,6 +89,46 @@ static_assert(kFallbackRules[kFallbackRuleCount - 1].max_k == kMaxWarpSelectK &&
                   kFallbackRules[kFallbackRuleCount - 1].min_rows_per_sm == 0,
               "the last rule takes every job");
 
+// The table runs only the kernels select_dispatched builds (select.cuh):
+// rule i can see a k only above the max_k of every earlier rule that takes
+// all jobs (max_cols INT_MAX, min_rows_per_sm 0), and runs its design at the
+// queue size of each such k up to its own max_k.
+constexpr bool rule_builds(const SelectRule &r, int lowest_k)
+{
+    for (int k = lowest_k; k <= r.max_k; ++k) {
+        int K = 32;
+        if (r.design == SelectDesign::buffered_warp) {
+            while (K < k) K <<= 1;
+        } else {
+            for (int q : kQueueSizes)
+                if (q >= k) {
+                    K = q;
+                    break;
+                }
+        }
+        if (!select_dispatched(r.design, K)) return false;
+    }
+    return true;
+}
+
+constexpr bool table_builds()
+{
+    int lowest_k = 1;
+    const auto visit = [&lowest_k](const SelectRule &r) {
+        const bool ok = lowest_k > r.max_k || rule_builds(r, lowest_k);
+        if (r.max_cols == INT_MAX && r.min_rows_per_sm == 0 && r.max_k >= lowest_k)
+            lowest_k = r.max_k + 1;
+        return ok;
+    };
+    for (const SelectRule &r : kMeasuredRules)
+        if (!visit(r)) return false;
+    for (const SelectRule &r : kFallbackRules)
+        if (!visit(r)) return false;
+    return true;
+}
+static_assert(table_builds(),
+              "the table picks a kernel that select_dispatched (select.cuh) does not build");
+
 bool rule_matches(const SelectRule &r, const SelectJob &job, int sms)
 {
     return job.k <= r.max_k && job.cols <= r.max_cols &&
@@ -104,6 +144,14 @@ bool is_design(int d)
 }
 
 }  // namespace
+
+simil_status select_not_built(SelectDesign d, int K)
+{
+    return sml_error(SIMIL_ERR_UNSUPPORTED,
+                     "select: %s at queue size %d is not built (only the table's kernels are; "
+                     "configure with -DSIMIL_CUDA_SELECT_ALL=ON for every design)",
+                     sml_cuda_select_design_name((int)d), K);
+}
 
 simil_status select_rows_block(const SelectJob &job, ScoreType type, cudaStream_t s)
 {
@@ -206,6 +254,18 @@ extern "C" const char *sml_cuda_select_design_name(int design)
     case SML_SELECT_RADIX: return "radix select";
     default: return "automatic";
     }
+}
+
+extern "C" int sml_cuda_select_built(int design, int64_t k)
+{
+    // radix takes k > kMaxWarpSelectK whatever the design forced
+    if (design == SML_SELECT_AUTO || design == SML_SELECT_RADIX || k > sml::kMaxWarpSelectK)
+        return 1;
+    if (!sml::is_design(design) || k < 1) return 0;
+    const sml::SelectDesign d = (sml::SelectDesign)design;
+    const int K = d == sml::SelectDesign::buffered_warp ? sml::warp_select_queue((int)k)
+                                                        : sml::queue_select_size((int)k);
+    return sml::select_built(d, K) ? 1 : 0;
 }
 
 extern "C" int sml_cuda_select_choice(int64_t rows, int64_t cols, int64_t k, int *warps)

@@ -74,6 +74,10 @@ static void force(forced f)
 static void check_with(int64_t rows, int64_t cols, int64_t k, int largest, enum pattern p,
                        int sorted_ref)
 {
+    /* a build without SIMIL_CUDA_SELECT_ALL has only the table's kernels */
+    if (!sml_cuda_select_built(current.design, k) ||
+        !sml_cuda_select_built(current.design, k < cols ? k : cols))
+        return;
     char context[160];
     snprintf(context, sizeof context,
              "design=%d warps=%d rows=%lld cols=%lld k=%lld largest=%d pattern=%d", current.design,
