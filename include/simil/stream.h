@@ -14,8 +14,9 @@
  * safe (a callback must allow it too).
  *
  * On the GPU, a generator source is generated in device memory (bit for bit
- * simil_generate's values); other sources are read on the host into two
- * pinned buffers while the GPU works on the previous tile. */
+ * simil_generate's values); rows of caller memory that are pinned are copied
+ * from where they lie, and other sources are read on the host through a ring
+ * of pinned pieces, while the GPU works on the previous chunk. */
 #ifndef SIMIL_STREAM_H
 #define SIMIL_STREAM_H
 
