@@ -26,6 +26,12 @@ static int sml_vectors_threads(int64_t count)
 simil_status sml_vectors_check(const float *x, int64_t n, int64_t dim, int bound_norms,
                                const char *what)
 {
+    return sml_vectors_check_from(x, n, dim, bound_norms, what, 0);
+}
+
+simil_status sml_vectors_check_from(const float *x, int64_t n, int64_t dim, int bound_norms,
+                                    const char *what, int64_t first)
+{
     int64_t bad_row = -1;
 #pragma omp parallel for schedule(static) num_threads(sml_vectors_threads(n * dim))
     for (int64_t i = 0; i < n; i++) {
@@ -50,12 +56,12 @@ simil_status sml_vectors_check(const float *x, int64_t n, int64_t dim, int bound
         SML_RETURN_IF(!isfinite(row[j]), SIMIL_ERR_INVALID_ARGUMENT,
                       "%s: vector %" PRId64 " has %s in component %" PRId64
                       "; remove or repair such vectors first",
-                      what, bad_row, isnan(row[j]) ? "NaN" : "Inf", j);
+                      what, first + bad_row, isnan(row[j]) ? "NaN" : "Inf", j);
     }
     return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
                      "%s: vector %" PRId64 " has a squared norm above %.0e, too large for "
                      "float distances; scale the data down",
-                     what, bad_row, sml_norm2_bound);
+                     what, first + bad_row, sml_norm2_bound);
 }
 
 void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out)

@@ -18,6 +18,11 @@ extern "C" {
 simil_status sml_vectors_check(const float *x, int64_t n, int64_t dim, int bound_norms,
                                const char *what);
 
+/* The same for rows first .. first + n - 1 of a larger set, x pointing at
+ * row first: the message names the row by its number in the set. */
+simil_status sml_vectors_check_from(const float *x, int64_t n, int64_t dim, int bound_norms,
+                                    const char *what, int64_t first);
+
 /* out = x with each row scaled to unit L2 norm (computed in double).  Zero
  * rows stay zero.  out may equal x. */
 void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out);

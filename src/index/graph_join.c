@@ -78,7 +78,7 @@ static simil_status sml_join_rows(sml_join_build *j, int64_t first, int64_t coun
 {
     sml_source *s = &j->g->src;
     SML_TRY(sml_source_rows(s, first, count, raw));
-    SML_TRY(sml_vectors_check(*raw, count, s->dim, !j->cosine, "k-NN graph"));
+    SML_TRY(sml_vectors_check_from(*raw, count, s->dim, !j->cosine, "k-NN graph", first));
     *rows = *raw;
     if (j->cosine) {
         sml_vectors_normalize(*raw, count, s->dim, j->prep);

@@ -84,7 +84,8 @@ static simil_status sml_chunks_read(sml_chunks *c, int64_t first, int64_t n, flo
     char what[160];
     snprintf(what, sizeof what, "rows [%lld, %lld) of %s '%s'", (long long)first,
              (long long)(first + n), c->what, simil_source_name(c->src));
-    SML_TRY(sml_vectors_check(host, n, c->dim, (c->flags & SML_CHUNKS_BOUND_NORMS) != 0, what));
+    SML_TRY(sml_vectors_check_from(host, n, c->dim, (c->flags & SML_CHUNKS_BOUND_NORMS) != 0,
+                                   what, first));
     if (c->flags & SML_CHUNKS_NORMALIZE) sml_vectors_normalize(host, n, c->dim, host);
     return SIMIL_OK;
 }
@@ -95,8 +96,8 @@ static simil_status sml_chunks_check_pinned(sml_chunks *c, int64_t first, int64_
     char what[160];
     snprintf(what, sizeof what, "rows [%lld, %lld) of %s '%s'", (long long)first,
              (long long)(first + n), c->what, simil_source_name(c->src));
-    return sml_vectors_check(c->pinned_src + first * c->dim, n, c->dim,
-                             (c->flags & SML_CHUNKS_BOUND_NORMS) != 0, what);
+    return sml_vectors_check_from(c->pinned_src + first * c->dim, n, c->dim,
+                                  (c->flags & SML_CHUNKS_BOUND_NORMS) != 0, what, first);
 }
 
 /* Chunk t (rows [first, first + n)) into the device buffer mem, a piece at a

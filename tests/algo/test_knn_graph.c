@@ -377,6 +377,13 @@ static void test_errors(void **state)
     x[17] = NAN;
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_knn_graph(&p, 40, 4, x, 3, ids, dist, NULL));
     x[17] = 0.5f;
+    /* a row past the first batch is named by its number in the data */
+    const float keep = x[25 * 4 + 1];
+    x[25 * 4 + 1] = INFINITY;
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_knn_graph(&p, 40, 4, x, 3, ids, dist, NULL));
+    if (strstr(simil_last_error(), "vector 25 has Inf") == NULL)
+        fail_msg("Inf in row 25: '%s'", simil_last_error());
+    x[25 * 4 + 1] = keep;
     if (!simil_built_with_cuda()) {
         p.device = "gpu";
         SML_ASSERT_STATUS(SIMIL_ERR_NO_DEVICE, simil_knn_graph(&p, 40, 4, x, 3, ids, dist, NULL));

@@ -232,6 +232,14 @@ static void test_search_errors(void **state)
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
                       simil_source_search(s, SIMIL_METRIC_L2, 2, q, 5, &p, d, l, NULL));
     assert_non_null(strstr(simil_last_error(), "NaN"));
+    /* in chunks of 3 rows, row 8 is the third of [6, 9): named by its number */
+    p.chunk_rows = 3;
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
+                      simil_source_search(s, SIMIL_METRIC_L2, 2, q, 5, &p, d, l, NULL));
+    if (strstr(simil_last_error(), "rows [6, 9)") == NULL ||
+        strstr(simil_last_error(), "vector 8 has NaN in component 1") == NULL)
+        fail_msg("NaN in row 8 of chunk [6, 9): '%s'", simil_last_error());
+    p.chunk_rows = 300;
     base[33] = 1;
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
                       simil_source_search(s, SIMIL_METRIC_L2, 2, q, 0, &p, d, l, NULL));
