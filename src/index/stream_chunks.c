@@ -77,27 +77,25 @@ static double sml_chunks_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Read, check and (cosine) normalize the rows of chunk t into host. */
+/* Check rows [first, first + n) of the source, which lie at rows: NaN, Inf
+ * and, where asked, norms too large for float distances. */
+static simil_status sml_chunks_check(const sml_chunks *c, const float *rows, int64_t first,
+                                     int64_t n)
+{
+    char what[160];
+    snprintf(what, sizeof what, "rows [%lld, %lld) of %s '%s'", (long long)first,
+             (long long)(first + n), c->what, simil_source_name(c->src));
+    return sml_vectors_check_from(rows, n, c->dim, (c->flags & SML_CHUNKS_BOUND_NORMS) != 0,
+                                  what, first);
+}
+
+/* Read, check and (cosine) normalize rows [first, first + n) into host. */
 static simil_status sml_chunks_read(sml_chunks *c, int64_t first, int64_t n, float *host)
 {
     SML_TRY(simil_source_read(c->src, first, n, host));
-    char what[160];
-    snprintf(what, sizeof what, "rows [%lld, %lld) of %s '%s'", (long long)first,
-             (long long)(first + n), c->what, simil_source_name(c->src));
-    SML_TRY(sml_vectors_check_from(host, n, c->dim, (c->flags & SML_CHUNKS_BOUND_NORMS) != 0,
-                                   what, first));
+    SML_TRY(sml_chunks_check(c, host, first, n));
     if (c->flags & SML_CHUNKS_NORMALIZE) sml_vectors_normalize(host, n, c->dim, host);
     return SIMIL_OK;
-}
-
-/* Check rows [first, first + n) of pinned caller memory where they lie. */
-static simil_status sml_chunks_check_pinned(sml_chunks *c, int64_t first, int64_t n)
-{
-    char what[160];
-    snprintf(what, sizeof what, "rows [%lld, %lld) of %s '%s'", (long long)first,
-             (long long)(first + n), c->what, simil_source_name(c->src));
-    return sml_vectors_check_from(c->pinned_src + first * c->dim, n, c->dim,
-                                  (c->flags & SML_CHUNKS_BOUND_NORMS) != 0, what, first);
 }
 
 /* Chunk t (rows [first, first + n)) into the device buffer mem, a piece at a
@@ -111,9 +109,9 @@ static simil_status sml_chunks_upload(sml_chunks *c, int64_t t, int64_t first, i
         const int64_t m = n - at < c->piece_rows ? n - at : c->piece_rows;
         const size_t off = (size_t)(at * c->dim), bytes = sizeof(float) * (size_t)(m * c->dim);
         if (c->pinned_src != NULL) {
-            SML_TRY(sml_chunks_check_pinned(c, first + at, m));
-            SML_TRY(b->ops->copier_upload(b, c->copier, (int)(t & 1), mem + off,
-                                          c->pinned_src + (first + at) * c->dim, bytes));
+            const float *rows = c->pinned_src + (first + at) * c->dim;
+            SML_TRY(sml_chunks_check(c, rows, first + at, m));
+            SML_TRY(b->ops->copier_upload(b, c->copier, (int)(t & 1), mem + off, rows, bytes));
             continue;
         }
         const int r = (int)(c->pieces++ % SML_CHUNKS_RING);
