@@ -377,6 +377,16 @@ typedef struct sml_backend_ops {
                                   const void *host, size_t bytes);
     simil_status (*copier_wait)(sml_backend *b, void *copier, int lane);
     void (*copier_close)(sml_backend *b, void *copier);
+    /* Optional: queue on the copier, behind everything queued before, a
+     * check of the n rows of dim at mem (backend memory) as
+     * sml_vectors_check makes it (NaN, Inf, and with bound_norms a squared
+     * norm above SML_NORM2_BOUND, in double), and mark the lane;
+     * copier_checked waits for the lane and gives the first such row, or -1.
+     * Checking rows where they land spares the host a pass over them, which
+     * takes longer than their copy (docs/benchmarks.md). */
+    simil_status (*copier_check)(sml_backend *b, void *copier, int lane, const float *mem,
+                                 int64_t n, int64_t dim, int bound_norms);
+    simil_status (*copier_checked)(sml_backend *b, void *copier, int lane, int64_t *bad);
     /* Optional: overwrite a shadow made by shadow_sync (with room for n rows
      * of dim) with rows [0, n) of base, in place.  Unlike shadow_sync it
      * allocates and frees nothing, so it does not wait for copies in flight;

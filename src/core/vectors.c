@@ -7,10 +7,6 @@
 
 #include "core/error.h"
 
-/* Largest squared norm accepted: distances add and subtract three such terms
- * in float, whose largest finite value is about 3.4e38. */
-static const double sml_norm2_bound = 1e37;
-
 /* Threads for a pass over count floats: one per 2^18 of them, at most all.
  * A search's queries are checked by every caller thread; teams of all the
  * cores for a megabyte of work made two searches in one process (one per
@@ -45,7 +41,7 @@ simil_status sml_vectors_check_from(const float *x, int64_t n, int64_t dim, int 
             norm2 += v * v;
             poison += v - v;
         }
-        if (poison != 0 || (bound_norms && norm2 > sml_norm2_bound)) {
+        if (poison != 0 || (bound_norms && norm2 > SML_NORM2_BOUND)) {
 #pragma omp critical(sml_vectors_check)
             if (bad_row < 0 || i < bad_row) bad_row = i;
         }
@@ -61,7 +57,7 @@ simil_status sml_vectors_check_from(const float *x, int64_t n, int64_t dim, int 
     return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
                      "%s: vector %" PRId64 " has a squared norm above %.0e, too large for "
                      "float distances; scale the data down",
-                     what, first + bad_row, sml_norm2_bound);
+                     what, first + bad_row, SML_NORM2_BOUND);
 }
 
 void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out)

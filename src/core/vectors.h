@@ -12,6 +12,11 @@
 extern "C" {
 #endif
 
+/* Largest squared norm a row may have where norms are bounded: distances
+ * add and subtract three such terms in float, whose largest finite value is
+ * about 3.4e38.  Backends that check rows in their own memory use it too. */
+#define SML_NORM2_BOUND 1e37
+
 /* Fail with SIMIL_ERR_INVALID_ARGUMENT, naming what, the row and the column,
  * if any component is NaN or Inf, or if bound_norms is set and a row's squared
  * norm is too large for float arithmetic on distances. */

@@ -297,6 +297,8 @@ sml_backend_ops make_ops()
     o.copier_upload = copier_upload;
     o.copier_wait = copier_wait;
     o.copier_close = copier_close;
+    o.copier_check = copier_check;
+    o.copier_checked = copier_checked;
     o.shadow_refill = shadow_refill;
     o.generator_open = generator_open;
     o.generator_fill = generator_fill;

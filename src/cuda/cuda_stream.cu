@@ -10,9 +10,14 @@
 // holds it), and none allocates or frees device memory in steady state:
 // cudaFree synchronizes the whole device, which would make every upload wait
 // for the search and the reverse.
+//
+// A copier also checks rows where they landed (copier_check): a kernel on
+// its stream, behind the copies, whose verdict comes back to pinned memory
+// with the lane's mark, so that reading it costs no extra wait.
 #include <cassert>
 
 #include "core/alloc.h"
+#include "core/vectors.h"
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_kernels.cuh"
 #include "cuda/cuda_stream.cuh"
@@ -26,7 +31,36 @@ struct Copier {
     cudaStream_t stream;
     cudaEvent_t lane[SML_COPIER_LANES];
     bool queued[SML_COPIER_LANES];
+    // per lane: the first bad row copier_check found (kNoBadRow: none), on
+    // the device, then in pinned memory once the lane's mark has passed
+    unsigned long long *bad, *bad_host;
 };
+
+constexpr unsigned long long kNoBadRow = ~0ULL;
+
+// One warp per row, rows in a grid-stride loop: sml_vectors_check's test, in
+// double like it, and the smallest failing row kept.
+__global__ void first_bad_row_kernel(long long n, int dim, const float *x, int bound_norms,
+                                     unsigned long long *bad)
+{
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < n;
+         row += warps) {
+        const float *r = x + row * dim;
+        double norm2 = 0, poison = 0;  // v - v: 0 for finite v, NaN for NaN or Inf
+        for (int j = threadIdx.x & 31; j < dim; j += 32) {
+            const double v = r[j];
+            norm2 += v * v;
+            poison += v - v;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            norm2 += __shfl_xor_sync(0xffffffffu, norm2, o);
+            poison += __shfl_xor_sync(0xffffffffu, poison, o);
+        }
+        if ((threadIdx.x & 31) == 0 && (poison != 0 || (bound_norms && norm2 > SML_NORM2_BOUND)))
+            atomicMin(bad, (unsigned long long)row);
+    }
+}
 
 }  // namespace
 
@@ -71,6 +105,8 @@ void copier_close(sml_backend *b, void *p)
     for (int i = 0; i < SML_COPIER_LANES; ++i)
         if (c->lane[i]) cudaEventDestroy(c->lane[i]);
     if (c->stream) cudaStreamDestroy(c->stream);
+    device_free(c->bad);
+    pinned_free(c->bad_host);
     cudaGetLastError();
     sml_free(c);
 }
@@ -87,6 +123,15 @@ simil_status copier_open(sml_backend *b, void **out)
     for (int i = 0; i < SML_COPIER_LANES && s == SIMIL_OK; ++i)
         s = cuda_status(cudaEventCreateWithFlags(&c->lane[i], cudaEventDisableTiming),
                         "cudaEventCreate", __FILE__, __LINE__);
+    // allocated here, once, so that checks in steady state allocate nothing
+    if (s == SIMIL_OK)
+        s = cuda_status(device_malloc(&c->bad, sizeof *c->bad * SML_COPIER_LANES),
+                        "cudaMalloc", __FILE__, __LINE__);
+    if (s == SIMIL_OK)
+        s = cuda_status(pinned_malloc(reinterpret_cast<void **>(&c->bad_host),
+                                      sizeof *c->bad_host * SML_COPIER_LANES),
+                        "cudaMallocHost", __FILE__, __LINE__);
+    for (int i = 0; i < SML_COPIER_LANES && s == SIMIL_OK; ++i) c->bad_host[i] = kNoBadRow;
     if (s != SIMIL_OK) {
         copier_close(b, c);
         return s;
@@ -116,6 +161,37 @@ simil_status copier_wait(sml_backend *b, void *p, int lane)
     if (!c->queued[lane]) return SIMIL_OK;
     SML_CUDA_TRY(cudaSetDevice(b->gpu));
     SML_CUDA_TRY(cudaEventSynchronize(c->lane[lane]));
+    return SIMIL_OK;
+}
+
+simil_status copier_check(sml_backend *b, void *p, int lane, const float *mem, int64_t n,
+                          int64_t dim, int bound_norms)
+{
+    Copier *c = static_cast<Copier *>(p);
+    assert(lane >= 0 && lane < SML_COPIER_LANES && n >= 0 && dim > 0);
+    SML_CUDA_TRY(cudaSetDevice(b->gpu));
+    SML_CUDA_TRY(cudaMemsetAsync(c->bad + lane, 0xff, sizeof *c->bad, c->stream));
+    if (n > 0) {
+        // a few blocks per SM are enough to stream the rows at full bandwidth
+        const long long blocks = (n * 32 + 255) / 256;
+        first_bad_row_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, c->stream>>>(
+            n, (int)dim, mem, bound_norms, c->bad + lane);
+        SML_LAUNCH_TRY("first_bad_row_kernel");
+    }
+    SML_CUDA_TRY(cudaMemcpyAsync(c->bad_host + lane, c->bad + lane, sizeof *c->bad,
+                                 cudaMemcpyDeviceToHost, c->stream));
+    SML_CUDA_TRY(cudaEventRecord(c->lane[lane], c->stream));
+    c->queued[lane] = true;
+    return SIMIL_OK;
+}
+
+simil_status copier_checked(sml_backend *b, void *p, int lane, int64_t *bad)
+{
+    Copier *c = static_cast<Copier *>(p);
+    *bad = -1;
+    SML_TRY(copier_wait(b, p, lane));
+    const unsigned long long row = c->bad_host[lane];
+    if (row != kNoBadRow) *bad = (int64_t)row;
     return SIMIL_OK;
 }
 

@@ -15,6 +15,9 @@ simil_status copier_upload(sml_backend *b, void *copier, int lane, void *mem, co
                            size_t bytes);
 simil_status copier_wait(sml_backend *b, void *copier, int lane);
 void copier_close(sml_backend *b, void *copier);
+simil_status copier_check(sml_backend *b, void *copier, int lane, const float *mem, int64_t n,
+                          int64_t dim, int bound_norms);
+simil_status copier_checked(sml_backend *b, void *copier, int lane, int64_t *bad);
 simil_status shadow_refill(sml_backend *b, void *shadow, const float *base, int64_t n,
                            int64_t dim);
 

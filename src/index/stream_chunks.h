@@ -14,8 +14,9 @@
  *     soon as it is read, so that reading and copying overlap too;
  *   - read on the host (host memory wanted, or the CPU): the producer thread
  *     reads chunk i + 1 into the other of two host buffers.
- * Rows are checked on the host (NaN, Inf, norms too large for float
- * distances) and, where asked, normalized before they are handed out. */
+ * Rows are checked (NaN, Inf, norms too large for float distances) before
+ * they are handed out: uploaded rows on the device where the backend can,
+ * others on the host, which also normalizes them where asked. */
 #ifndef SML_STREAM_CHUNKS_H
 #define SML_STREAM_CHUNKS_H
 

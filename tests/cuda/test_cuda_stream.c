@@ -93,6 +93,56 @@ static void check_search(const char *what, simil_source *s, const float *base, i
     free(l);
 }
 
+/* base[row * dim + col] = value makes the stream search of s (chunks of
+ * chunk rows) fail, naming the chunk's rows, the row by its number and
+ * `fault`; the base is restored after. */
+static void check_bad_row(const char *what, simil_source *s, float *base, int64_t chunk,
+                          int64_t row, int64_t col, float value, simil_metric metric,
+                          const char *fault)
+{
+    const int64_t n = simil_source_rows(s), dim = simil_source_dim(s);
+    const float was = base[row * dim + col];
+    base[row * dim + col] = value;
+    float *q = sml_test_malloc(sizeof(float) * (size_t)dim), d[10];
+    memset(q, 0, sizeof(float) * (size_t)dim);
+    int64_t l[10];
+    simil_stream_params p;
+    simil_stream_params_init(&p);
+    p.chunk_rows = chunk;
+    p.device = "gpu";
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
+                      simil_source_search(s, metric, 1, q, 10, &p, d, l, NULL));
+    const int64_t first = row / chunk * chunk, end = first + chunk < n ? first + chunk : n;
+    char rows[96], vector[64];
+    snprintf(rows, sizeof rows, "rows [%lld, %lld) of the base", (long long)first, (long long)end);
+    snprintf(vector, sizeof vector, "vector %lld has", (long long)row);
+    const char *msg = simil_last_error();
+    if (strstr(msg, rows) == NULL || strstr(msg, vector) == NULL || strstr(msg, fault) == NULL)
+        fail_msg("%s, %s, row %lld = %g: '%s' does not say '%s', '%s' and '%s'", what,
+                 simil_metric_name(metric), (long long)row, value, msg, rows, vector, fault);
+    base[row * dim + col] = was;
+    free(q);
+}
+
+/* Rows are checked on the device as they land (copier_check), on the host
+ * where they are normalized: either way the first bad row is named. */
+static void check_bad_rows(const char *what, simil_source *s, float *base, int64_t chunk)
+{
+    const int64_t n = simil_source_rows(s);
+    check_bad_row(what, s, base, chunk, n - 2, 3, NAN, SIMIL_METRIC_L2, "NaN in component 3");
+    check_bad_row(what, s, base, chunk, 2 * chunk + 5, 0, INFINITY, SIMIL_METRIC_IP,
+                  "Inf in component 0");
+    check_bad_row(what, s, base, chunk, chunk + 1, 7, 1e19f, SIMIL_METRIC_L2,
+                  "squared norm above");
+    check_bad_row(what, s, base, chunk, 0, 39, -INFINITY, SIMIL_METRIC_COSINE,
+                  "Inf in component 39");
+    /* two bad rows in one chunk: the first is named */
+    const float was = base[(chunk + 9) * simil_source_dim(s)];
+    base[(chunk + 9) * simil_source_dim(s)] = NAN;
+    check_bad_row(what, s, base, chunk, chunk + 3, 1, NAN, SIMIL_METRIC_L2, "NaN");
+    base[(chunk + 9) * simil_source_dim(s)] = was;
+}
+
 static void test_search_memory(void **state)
 {
     (void)state;
@@ -107,6 +157,7 @@ static void test_search_memory(void **state)
         check_search("memory", s, base, 20, 100, n, metrics[m], 0);     /* one chunk */
         check_search("memory", s, base, 5, 300, 200, metrics[m], 0);    /* k past a chunk */
     }
+    check_bad_rows("memory", s, base, n / 7);
     simil_source_close(s);
     free(base);
     if (sml_test_quick()) return;
@@ -149,24 +200,7 @@ static void test_search_pinned(void **state)
     SML_ASSERT_OK(simil_source_slice(&slice, s, n / 3, -1));
     check_search("pinned slice", slice, base + n / 3 * dim, 30, 10, n / 5, SIMIL_METRIC_L2, 0);
     simil_source_close(slice);
-    /* a NaN in row n - 2, in the last chunk */
-    base[(n - 2) * dim + 3] = NAN;
-    float q[40] = {0}, d[10];
-    int64_t l[10];
-    simil_stream_params p;
-    simil_stream_params_init(&p);
-    p.chunk_rows = n / 7;
-    p.device = "gpu";
-    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
-                      simil_source_search(s, SIMIL_METRIC_L2, 1, q, 10, &p, d, l, NULL));
-    /* the message names the piece's rows, then the row within them */
-    const int64_t chunk = n / 7, first = (n - 2) / chunk * chunk;
-    char want[96];
-    snprintf(want, sizeof want, "rows [%lld, %lld) of the base", (long long)first,
-             (long long)(first + chunk < n ? first + chunk : n));
-    if (strstr(simil_last_error(), want) == NULL || strstr(simil_last_error(), "NaN") == NULL)
-        fail_msg("a NaN in pinned rows: '%s' does not say '%s' and NaN", simil_last_error(),
-                 want);
+    check_bad_rows("pinned", s, base, n / 7);
     simil_source_close(s);
     cudaFreeHost(base);
     free(plain);
@@ -258,6 +292,18 @@ static void test_add_source(void **state)
     SML_ASSERT_OK(simil_index_search(loaded, nq, q, k, sp, d2, l2));
     simil_search_params_destroy(sp);
     assert_memory_equal(l1, l2, sizeof(int64_t) * (size_t)(nq * k));
+    /* a NaN in the fourth chunk of rows in (pageable) memory, found on the
+     * device: the add fails, naming the row, and the index keeps its rows */
+    simil_source *mem;
+    base[(3 * p.chunk_rows + 17) * dim + 5] = NAN;
+    SML_ASSERT_OK(simil_source_from_memory(&mem, n, dim, base));
+    SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_add_source(streamed, mem, &p));
+    char vector[64];
+    snprintf(vector, sizeof vector, "vector %lld has NaN", (long long)(3 * p.chunk_rows + 17));
+    if (strstr(simil_last_error(), vector) == NULL)
+        fail_msg("GPU add_source of a NaN: '%s' does not say '%s'", simil_last_error(), vector);
+    assert_int_equal(simil_index_size(streamed), n);
+    simil_source_close(mem);
     simil_index_destroy(loaded);
     simil_index_destroy(streamed);
     simil_index_destroy(whole);
