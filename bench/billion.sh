@@ -30,6 +30,7 @@
 #                 memory (default 33,554,432 = 12.9 GB; 0 skips it), pinned
 #                 then pageable
 #   STREAM_CHUNK  rows per chunk of that search (default 0: about 1 GiB)
+#   STREAM_NQ     query counts of that search (default 100,1000,10000)
 #   SAVE          1 (default): the build step saves the index to INDEX_FILE, if
 #                 the disk has room for it; 0: no file (search then needs build
 #                 in the same run)
@@ -53,6 +54,7 @@ CHUNK=${CHUNK:-1048576}
 GT_CHUNK=${GT_CHUNK:-8388608}
 STREAM_ROWS=${STREAM_ROWS:-33554432}
 STREAM_CHUNK=${STREAM_CHUNK:-0}
+STREAM_NQ=${STREAM_NQ:-100,1000,10000}
 SAVE=${SAVE:-1}
 STEPS=${STEPS:-build,gt,search,stream}
 LIMIT=${LIMIT:-540}
@@ -70,7 +72,7 @@ mkdir -p "$OUT"
 [ "$STREAM_ROWS" -le "$N" ] || STREAM_ROWS=$N
 args=(--steps "$STEPS" --n "$N" --index "$INDEX" --device "$DEVICE" --nprobe "$NPROBE"
       --nq "$NQ" --k "$K" --chunk "$CHUNK" --gt-chunk "$GT_CHUNK" --stream-rows "$STREAM_ROWS"
-      --stream-chunk "$STREAM_CHUNK"
+      --stream-chunk "$STREAM_CHUNK" --stream-nq "$STREAM_NQ"
       --gt "$OUT/gt-$N-$NQ-$K.npy" --json "$OUT/results-${STEPS//,/-}.json")
 [ -n "${TRAIN_SAMPLE:-}" ] && args+=(--train-sample "$TRAIN_SAMPLE")
 

@@ -250,10 +250,12 @@ simil_status scan_tiles(const Search &s, const Plan &p, const Buffers &b, const 
             SML_TRY(blas_gemm_f16(dev->blas[st], rows, w, (int)a->dim, 1.0f, b.queries_h,
                                   (int)a->dim, s.shadow->rows + off * a->dim, (int)a->dim, 0.0f,
                                   static_cast<__half *>(b.scores[st]), p.dt));
+            trace_mark(dev->stream[st], "knn: fp16 GEMM of a tile");
             job.add = s.l2 ? a->base_norms + off : nullptr;
             job.scale = s.shadow->inv_scale + off;
             job.row_scale = b.row_scale;
             SML_TRY(select_rows(job, ScoreType::f16, dev->stream[st]));
+            trace_mark(dev->stream[st], "knn: selection in a tile");
         } else {
             SML_TRY(blas_gemm_f32(dev->blas[st], rows, w, (int)a->dim, s.l2 ? -2.0f : -1.0f,
                                   queries, (int)a->dim, a->base + off * a->dim, (int)a->dim, 0.0f,
@@ -364,6 +366,7 @@ simil_status search_fast(const Search &s, const Plan &p, const Buffers &b, const
         b.bound);
     SML_LAUNCH_TRY("fast_prepare_kernel");
     SML_TRY(scan_tiles(s, p, b, queries, rows));
+    trace_mark(st, "knn: fp16 scan and select");
     const long long ld = (long long)(p.group + 1) * p.kk;
     fast_check_kernel<<<(rows + 127) / 128, 128, 0, st>>>(rows, (int)a->k, p.kk, b.part_keys,
                                                           b.part_idx, ld, b.bound, b.ok);
@@ -384,7 +387,9 @@ simil_status search_fast(const Search &s, const Plan &p, const Buffers &b, const
     job.out_keys = b.final_keys;
     job.out_idx = b.final_idx;
     job.out_ld = a->k;
-    return select_rows(job, ScoreType::f32, st);
+    SML_TRY(select_rows(job, ScoreType::f32, st));
+    trace_mark(st, "knn: exact re-rank");
+    return SIMIL_OK;
 }
 
 // ---- driving the query tiles ---------------------------------------------
@@ -525,7 +530,10 @@ simil_status drain(const Search &s, const Search &s32, const Plan &p32, const Bu
         sml_copy_parallel(s.a->labels + slot->q0 * k, slot->labels,
                           sizeof(int64_t) * slot->rows * k);
     }
-    return fast ? redo_fp32(s32, p32, b32, *slot) : SIMIL_OK;
+    if (!fast) return SIMIL_OK;
+    SML_TRY(redo_fp32(s32, p32, b32, *slot));
+    trace_mark(s.dev->stream[0], "knn: results out, failed queries redone in fp32");
+    return SIMIL_OK;
 }
 
 simil_status run_tiles(const Search &s, Slot slots[2])
@@ -560,6 +568,7 @@ simil_status run_tiles(const Search &s, Slot slots[2])
     char *pinned;
     SML_TRY(device_pinned(dev, 2 * slot_bytes, reinterpret_cast<void **>(&pinned)));
     for (int i = 0; i < 2; ++i) carve_slot(sd, p.qt, pinned + i * slot_bytes, &slots[i]);
+    trace_mark(dev->stream[0], "knn: plan, workspace and slots");
     int t = 0;
     for (long long q0 = 0; q0 < a->nq; q0 += p.qt, ++t) {
         Slot *slot = &slots[t & 1];
