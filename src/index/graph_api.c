@@ -20,6 +20,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "core/vectors.h"
 #include "index/graph_build.h"
 #include "simil/dataset.h"
 #include "simil/graph.h"
@@ -344,9 +345,11 @@ static simil_status sml_memory_sink_rows(void *user, int64_t first, int64_t coun
                                          const int64_t *ids, const float *distances)
 {
     sml_memory_sink *m = user;
-    memcpy(m->ids + first * k, ids, sizeof *ids * (size_t)(count * k));
+    /* by every thread: the caller's arrays are often touched first here */
+    sml_copy_parallel(m->ids + first * k, ids, sizeof *ids * (size_t)(count * k));
     if (m->distances != NULL)
-        memcpy(m->distances + first * k, distances, sizeof *distances * (size_t)(count * k));
+        sml_copy_parallel(m->distances + first * k, distances,
+                          sizeof *distances * (size_t)(count * k));
     return SIMIL_OK;
 }
 

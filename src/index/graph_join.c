@@ -20,6 +20,7 @@
 #include "algo/knn_join.h"
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/trace.h"
 #include "core/progress.h"
 #include "core/vectors.h"
 #include "index/graph_build.h"
@@ -130,16 +131,20 @@ static simil_status sml_join_add(sml_join_build *j, int lists)
             int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
             const float *raw, *rows;
             SML_TRY(sml_join_rows(j, first, count, &raw, &rows));
+            sml_trace_mark("join: rows read and checked");
             if (pass == 1) {
                 SML_TRY(sml_knn_join_assign(j->join, first, count, rows));
+                sml_trace_mark("join: rows assigned to lists");
             } else {
                 SML_TRY(sml_knn_join_place(j->join, first, count, rows));
+                sml_trace_mark("join: rows placed");
                 /* the quality measure takes the rows as the caller gave them */
                 if (j->g->nodes != NULL) sml_graph_capture_x(j->g, first, count, raw);
             }
             sml_progress(pass == 1 ? "knn-graph assign" : "knn-graph add", first + count, s->n);
         }
         if (pass == 1) SML_TRY(sml_knn_join_plan(j->join));
+        sml_trace_mark("join: blocks planned");
     }
     return SIMIL_OK;
 }
@@ -151,6 +156,7 @@ static simil_status sml_join_search(sml_join_build *j, int lists)
     sml_graph_build *g = j->g;
     sml_source *s = &g->src;
     SML_TRY(sml_knn_join_run(j->join, g->k));
+    sml_trace_mark(NULL);
     for (int64_t first = 0; first < s->n; first += s->batch) {
         int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
         SML_TRY(sml_knn_join_rows(j->join, first, count, g->out_ids, g->out_dist));
@@ -158,6 +164,7 @@ static simil_status sml_join_search(sml_join_build *j, int lists)
         SML_TRY(sml_graph_deliver(g, first, count));
         if (!lists) sml_progress("knn-graph", first + count, s->n);
     }
+    sml_trace_mark("join: graph rows to the sink");
     return SIMIL_OK;
 }
 
@@ -186,7 +193,9 @@ static simil_status sml_join_stages(sml_join_build *j, int64_t nlist)
     SML_TRY(sml_knn_join_create(j->b, g->src.n, g->src.dim, metric, nlist, nprobe, g->src.batch,
                                 (int)threads, &j->join));
     double t0 = sml_graph_now();
+    sml_trace_mark(NULL);
     if (nlist > 0) SML_TRY(sml_join_train(j, nlist));
+    sml_trace_mark("join: trained");
     double t1 = sml_graph_now();
     SML_TRY(sml_join_add(j, nlist > 0));
     double t2 = sml_graph_now();
