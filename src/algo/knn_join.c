@@ -14,6 +14,8 @@
 
 #include <assert.h>
 #include <math.h>
+#include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -389,47 +391,159 @@ static void sml_join_planner_free(sml_join_planner *q)
     sml_free(q->cand_offset);
 }
 
-simil_status sml_knn_join_blocks(int64_t nlist, const int64_t *offset, int64_t *order,
-                                 const int64_t *probes, int64_t nprobe, double share,
-                                 int64_t *nblock, int64_t **block_offset, int64_t **cand_offset,
-                                 int64_t **cand_lists)
+/* A planner for lists whose first row is first_row; its first block starts
+ * there. */
+static simil_status sml_join_planner_init(sml_join_planner *q, int64_t nlist, int64_t largest,
+                                          int64_t nprobe, int64_t first_row)
+{
+    q->cap = nlist > 0 ? nlist : 1;
+    q->block_cap = nlist + 1;
+    const char *what = "join blocks";
+    SML_TRY(sml_calloc((void **)&q->votes, (size_t)nlist, sizeof *q->votes, what));
+    SML_TRY(sml_alloc((void **)&q->mark, (size_t)nlist, sizeof *q->mark, what));
+    SML_TRY(sml_alloc((void **)&q->touched, (size_t)nlist, sizeof *q->touched, what));
+    SML_TRY(sml_alloc((void **)&q->rows, (size_t)largest, sizeof *q->rows, what));
+    SML_TRY(sml_alloc((void **)&q->sorted, (size_t)(largest * nprobe), sizeof *q->sorted, what));
+    SML_TRY(sml_alloc((void **)&q->sets, (size_t)largest, sizeof *q->sets, what));
+    SML_TRY(sml_alloc((void **)&q->out, (size_t)q->cap, sizeof *q->out, what));
+    SML_TRY(sml_alloc((void **)&q->block_offset, (size_t)q->block_cap, sizeof(int64_t), what));
+    SML_TRY(sml_alloc((void **)&q->cand_offset, (size_t)q->block_cap, sizeof(int64_t), what));
+    for (int64_t l = 0; l < nlist; l++) q->mark[l] = -1;
+    q->block_offset[0] = first_row;
+    q->cand_offset[0] = 0;
+    return SIMIL_OK;
+}
+
+/* Lists [l0, l1) into q's blocks, in order. */
+static simil_status sml_join_plan_range(sml_join_planner *q, int64_t l0, int64_t l1,
+                                        const int64_t *offset, int64_t *order,
+                                        const int64_t *probes, int64_t nprobe, double share)
+{
+    for (int64_t l = l0; l < l1; l++)
+        SML_TRY(sml_join_plan_list(q, l, offset, order, probes, nprobe, share));
+    return SIMIL_OK;
+}
+
+/* The parts' blocks and candidates, end to end: each part's first block
+ * starts where the part before it ended. */
+static simil_status sml_join_concat(const sml_join_planner *parts, int nparts, int64_t *nblock,
+                                    int64_t **block_offset, int64_t **cand_offset,
+                                    int64_t **cand_lists)
+{
+    int64_t blocks = 0, used = 0;
+    for (int t = 0; t < nparts; t++) {
+        blocks += parts[t].nblock;
+        used += parts[t].used;
+    }
+    const char *what = "join blocks";
+    SML_TRY(sml_alloc((void **)block_offset, (size_t)(blocks + 1), sizeof(int64_t), what));
+    SML_TRY(sml_alloc((void **)cand_offset, (size_t)(blocks + 1), sizeof(int64_t), what));
+    SML_TRY(sml_alloc((void **)cand_lists, (size_t)(used > 0 ? used : 1), sizeof(int64_t), what));
+    (*block_offset)[0] = parts[0].block_offset[0];
+    (*cand_offset)[0] = 0;
+    int64_t b = 0, c = 0;
+    for (int t = 0; t < nparts; t++) {
+        const sml_join_planner *q = &parts[t];
+        assert(q->block_offset[0] == (*block_offset)[b]);
+        for (int64_t i = 1; i <= q->nblock; i++) {
+            (*block_offset)[b + i] = q->block_offset[i];
+            (*cand_offset)[b + i] = c + q->cand_offset[i];
+        }
+        memcpy(*cand_lists + c, q->out, sizeof(int64_t) * (size_t)q->used);
+        b += q->nblock;
+        c += q->used;
+    }
+    *nblock = blocks;
+    return SIMIL_OK;
+}
+
+simil_status sml_knn_join_blocks_threads(int64_t nlist, const int64_t *offset, int64_t *order,
+                                         const int64_t *probes, int64_t nprobe, double share,
+                                         int threads, int64_t *nblock, int64_t **block_offset,
+                                         int64_t **cand_offset, int64_t **cand_lists)
 {
     *nblock = 0;
     *block_offset = *cand_offset = *cand_lists = NULL;
     int64_t largest = 1;
     for (int64_t l = 0; l < nlist; l++)
         if (offset[l + 1] - offset[l] > largest) largest = offset[l + 1] - offset[l];
-    sml_join_planner q = {0};
-    q.cap = nlist;
-    q.block_cap = nlist + 1;
-    const char *what = "join blocks";
-    simil_status s = sml_calloc((void **)&q.votes, (size_t)nlist, sizeof *q.votes, what);
-    if (s == SIMIL_OK) s = sml_alloc((void **)&q.mark, (size_t)nlist, sizeof *q.mark, what);
-    if (s == SIMIL_OK) s = sml_alloc((void **)&q.touched, (size_t)nlist, sizeof *q.touched, what);
-    if (s == SIMIL_OK) s = sml_alloc((void **)&q.rows, (size_t)largest, sizeof *q.rows, what);
-    if (s == SIMIL_OK)
-        s = sml_alloc((void **)&q.sorted, (size_t)(largest * nprobe), sizeof *q.sorted, what);
-    if (s == SIMIL_OK) s = sml_alloc((void **)&q.sets, (size_t)largest, sizeof *q.sets, what);
-    if (s == SIMIL_OK) s = sml_alloc((void **)&q.out, (size_t)q.cap, sizeof *q.out, what);
-    if (s == SIMIL_OK)
-        s = sml_alloc((void **)&q.block_offset, (size_t)q.block_cap, sizeof(int64_t), what);
-    if (s == SIMIL_OK)
-        s = sml_alloc((void **)&q.cand_offset, (size_t)q.block_cap, sizeof(int64_t), what);
-    if (s == SIMIL_OK) {
-        for (int64_t l = 0; l < nlist; l++) q.mark[l] = -1;
-        q.block_offset[0] = q.cand_offset[0] = 0;
+    const int64_t rows = offset[nlist];
+    if (threads <= 0) threads = rows >= ((int64_t)1 << 16) ? omp_get_max_threads() : 1;
+    if (threads > nlist) threads = nlist > 0 ? (int)nlist : 1;
+    if (threads <= 1) {
+        sml_join_planner q = {0};
+        simil_status s = sml_join_planner_init(&q, nlist, largest, nprobe, 0);
+        if (s == SIMIL_OK) s = sml_join_plan_range(&q, 0, nlist, offset, order, probes, nprobe,
+                                                   share);
+        if (s == SIMIL_OK) {
+            *nblock = q.nblock;
+            *block_offset = q.block_offset;
+            *cand_offset = q.cand_offset;
+            *cand_lists = q.out;
+            q.block_offset = q.cand_offset = q.out = NULL;
+        }
+        sml_join_planner_free(&q);
+        return s;
     }
-    for (int64_t l = 0; l < nlist && s == SIMIL_OK; l++)
-        s = sml_join_plan_list(&q, l, offset, order, probes, nprobe, share);
+    /* Lists in `threads` runs of about equal rows, each planned by its own
+     * planner (lists are planned independently, each permuting only its own
+     * rows of order), then put end to end: the same blocks as one planner
+     * makes.  One thread over mix10M's 4,096 lists took 0.8 s. */
+    sml_join_planner *parts;
+    int64_t *first_list;
+    SML_TRY(sml_calloc((void **)&parts, (size_t)threads, sizeof *parts, "join planners"));
+    simil_status s = sml_alloc((void **)&first_list, (size_t)threads + 1, sizeof *first_list,
+                               "join planners");
     if (s == SIMIL_OK) {
-        *nblock = q.nblock;
-        *block_offset = q.block_offset;
-        *cand_offset = q.cand_offset;
-        *cand_lists = q.out;
-        q.block_offset = q.cand_offset = q.out = NULL;
+        int64_t l = 0;
+        for (int t = 0; t < threads; t++) {
+            first_list[t] = l;
+            const int64_t until = rows / threads * (t + 1);
+            while (l < nlist && (t == threads - 1 || offset[l + 1] <= until)) l++;
+        }
+        first_list[threads] = nlist;
     }
-    sml_join_planner_free(&q);
+    simil_status failed = SIMIL_OK;
+    char message[256] = "";
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (s == SIMIL_OK)
+    for (int t = 0; t < threads; t++) {
+        if (s != SIMIL_OK) continue;
+        const int64_t l0 = first_list[t], l1 = first_list[t + 1];
+        simil_status st = sml_join_planner_init(&parts[t], nlist, largest, nprobe, offset[l0]);
+        if (st == SIMIL_OK)
+            st = sml_join_plan_range(&parts[t], l0, l1, offset, order, probes, nprobe, share);
+        if (st != SIMIL_OK) {
+            /* the message is the thread's own: carry it out */
+#pragma omp critical(sml_join_blocks)
+            if (failed == SIMIL_OK) {
+                failed = st;
+                snprintf(message, sizeof message, "%s", simil_last_error());
+            }
+        }
+    }
+    if (s == SIMIL_OK && failed != SIMIL_OK) s = sml_error(failed, "%s", message);
+    if (s == SIMIL_OK) s = sml_join_concat(parts, threads, nblock, block_offset, cand_offset,
+                                           cand_lists);
+    if (s != SIMIL_OK) {
+        sml_free(*block_offset);
+        sml_free(*cand_offset);
+        sml_free(*cand_lists);
+        *block_offset = *cand_offset = *cand_lists = NULL;
+        *nblock = 0;
+    }
+    for (int t = 0; t < threads; t++) sml_join_planner_free(&parts[t]);
+    sml_free(parts);
+    sml_free(first_list);
     return s;
+}
+
+simil_status sml_knn_join_blocks(int64_t nlist, const int64_t *offset, int64_t *order,
+                                 const int64_t *probes, int64_t nprobe, double share,
+                                 int64_t *nblock, int64_t **block_offset, int64_t **cand_offset,
+                                 int64_t **cand_lists)
+{
+    return sml_knn_join_blocks_threads(nlist, offset, order, probes, nprobe, share, 0, nblock,
+                                       block_offset, cand_offset, cand_lists);
 }
 
 /* Counting sort of the rows by nearest list (their first probe). */
@@ -457,9 +571,11 @@ simil_status sml_knn_join_plan(sml_knn_join *j)
                       "list join: row %" PRId64 " was given list %" PRId64, i / j->nprobe,
                       j->probes[i]);
     sml_knn_join_order(j);
+    sml_trace_mark("join plan: probes checked, rows ordered by list");
     SML_TRY(sml_knn_join_blocks(j->nlist, j->offset, j->order, j->probes, j->nprobe,
                                 sml_join_share, &j->nblock, &j->block_offset, &j->cand_offset,
                                 &j->cand_lists));
+    sml_trace_mark("join plan: blocks");
     /* the blocks reordered rows inside their lists */
     for (int64_t p = 0; p < j->n; p++) j->pos[j->order[p]] = p;
     return SIMIL_OK;

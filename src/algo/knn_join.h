@@ -79,4 +79,11 @@ simil_status sml_knn_join_blocks(int64_t nlist, const int64_t *offset, int64_t *
                                  int64_t *nblock, int64_t **block_offset, int64_t **cand_offset,
                                  int64_t **cand_lists);
 
+/* The same planned by `threads` threads (0: as many as the machine has for a
+ * large join, one for a small one); the result does not depend on them. */
+simil_status sml_knn_join_blocks_threads(int64_t nlist, const int64_t *offset, int64_t *order,
+                                         const int64_t *probes, int64_t nprobe, double share,
+                                         int threads, int64_t *nblock, int64_t **block_offset,
+                                         int64_t **cand_offset, int64_t **cand_lists);
+
 #endif

@@ -195,6 +195,75 @@ static void check_exact(simil_metric metric, const char *index, int64_t nprobe, 
     free(x);
 }
 
+/* Lists planned by several threads, each its own run of lists, give the
+ * blocks, candidates and row order one thread gives: random probes over
+ * lists of uneven sizes (some empty, one huge), nprobe 3. */
+static void test_blocks_threads(void **state)
+{
+    (void)state;
+    enum { nlist = 200, nprobe = 3 };
+    int64_t offset[nlist + 1];
+    uint64_t z = 12345;
+    offset[0] = 0;
+    for (int64_t l = 0; l < nlist; l++) {
+        z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+        int64_t size = l % 17 == 3 ? 0 : l == 50 ? 4000 : (int64_t)(z >> 33) % 300;
+        offset[l + 1] = offset[l] + size;
+    }
+    const int64_t n = offset[nlist];
+    int64_t *probes = sml_test_malloc(sizeof(int64_t) * (size_t)(n * nprobe));
+    int64_t *order1 = sml_test_malloc(sizeof(int64_t) * (size_t)n);
+    int64_t *order2 = sml_test_malloc(sizeof(int64_t) * (size_t)n);
+    for (int64_t l = 0; l < nlist; l++)
+        for (int64_t r = offset[l]; r < offset[l + 1]; r++) {
+            probes[r * nprobe] = l;
+            for (int64_t t = 1; t < nprobe; t++) {
+                z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+                /* mostly nearby lists, so some lists are popular */
+                int64_t near = l + (int64_t)((z >> 33) % 9) - 4;
+                probes[r * nprobe + t] = near < 0 ? 0 : near >= nlist ? nlist - 1 : near;
+            }
+        }
+    const int threads[] = {2, 5, 64};
+    int64_t nb1, *bo1, *co1, *cand1;
+    for (int64_t r = 0; r < n; r++) order1[r] = r;
+    SML_ASSERT_OK(sml_knn_join_blocks_threads(nlist, offset, order1, probes, nprobe, 0.02, 1,
+                                              &nb1, &bo1, &co1, &cand1));
+    for (int i = 0; i < 3; i++) {
+        int64_t nb2, *bo2, *co2, *cand2;
+        for (int64_t r = 0; r < n; r++) order2[r] = r;
+        SML_ASSERT_OK(sml_knn_join_blocks_threads(nlist, offset, order2, probes, nprobe, 0.02,
+                                                  threads[i], &nb2, &bo2, &co2, &cand2));
+        assert_int_equal(nb2, nb1);
+        assert_memory_equal(bo2, bo1, sizeof(int64_t) * (size_t)(nb1 + 1));
+        assert_memory_equal(co2, co1, sizeof(int64_t) * (size_t)(nb1 + 1));
+        assert_memory_equal(cand2, cand1, sizeof(int64_t) * (size_t)co1[nb1]);
+        assert_memory_equal(order2, order1, sizeof(int64_t) * (size_t)n);
+        free_plan(bo2, co2, cand2);
+    }
+    assert_int_equal(bo1[0], 0);
+    assert_int_equal(bo1[nb1], n);
+    free_plan(bo1, co1, cand1);
+    /* an allocation failing in one of the threads: an error, nothing out */
+    int64_t nb2 = 7, *bo2 = (int64_t *)1, *co2 = (int64_t *)1, *cand2 = (int64_t *)1;
+    for (int64_t r = 0; r < n; r++) order2[r] = r;
+    sml_alloc_fail_at(12, 0);
+    simil_status st = sml_knn_join_blocks_threads(nlist, offset, order2, probes, nprobe, 0.02, 5,
+                                                  &nb2, &bo2, &co2, &cand2);
+    sml_alloc_fail_at(0, 0);
+    assert_int_equal(st, SIMIL_ERR_OUT_OF_MEMORY);
+    /* the failing thread's own message, carried out of it */
+    if (strstr(simil_last_error(), "out of host memory") == NULL)
+        fail_msg("a failed plan says: '%s'", simil_last_error());
+    assert_null(bo2);
+    assert_null(co2);
+    assert_null(cand2);
+    assert_int_equal(nb2, 0);
+    free(probes);
+    free(order1);
+    free(order2);
+}
+
 static void test_exact(void **state)
 {
     (void)state;
@@ -363,6 +432,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_blocks),
+        cmocka_unit_test(test_blocks_threads),
         cmocka_unit_test(test_exact),
         cmocka_unit_test(test_join_covers_search),
         cmocka_unit_test(test_quality),
