@@ -30,6 +30,11 @@ struct sml_writer {
     uint32_t section_crc;
 };
 
+/* On one thread on purpose, though zlib's crc32 runs at only 2-4 GB/s: a
+ * save may run in a child forked after the parent used OpenMP (Python's
+ * multiprocessing, test_crash_safety), where a new OpenMP team is not safe;
+ * sliced on OpenMP threads, no save of test_crash_safety's forked children
+ * finished (0 of 50, where a save takes 73 ms). */
 uint32_t sml_crc32(uint32_t crc, const void *data, size_t bytes)
 {
     const unsigned char *p = data;
