@@ -305,10 +305,11 @@ static void stream_rows_free(float *x, int pinned)
     free(x);
 }
 
-/* One streamed search of the first rows of x, timed and reported as a
- * warm-up. */
-static int warm_up_search(const bench_args *a, const float *q, int64_t nq, const float *x,
-                          int64_t rows, const char *where)
+/* One streamed search, k = 10, of nq queries over the first rows of x in
+ * chunks of chunk_rows (0: the library's, about 1 GiB); its statistics in
+ * *st.  Nonzero on failure. */
+static int stream_search_once(const bench_args *a, const float *q, int64_t nq, const float *x,
+                              int64_t rows, int64_t chunk_rows, simil_stream_stats *st)
 {
     const int64_t k = 10;
     simil_source *s;
@@ -318,11 +319,8 @@ static int warm_up_search(const bench_args *a, const float *q, int64_t nq, const
     simil_stream_params p;
     simil_stream_params_init(&p);
     p.device = a->device;
-    simil_stream_stats st;
-    const int err = !d || !l || simil_source_search(s, SIMIL_METRIC_L2, nq, q, k, &p, d, l, &st);
-    if (!err)
-        report("stream", "warm-up: %lld rows from %s host memory, %lld queries: %.3f s",
-               (long long)rows, where, (long long)nq, st.seconds);
+    p.chunk_rows = chunk_rows;
+    const int err = !d || !l || simil_source_search(s, SIMIL_METRIC_L2, nq, q, k, &p, d, l, st);
     free(d);
     free(l);
     simil_source_close(s);
@@ -335,27 +333,21 @@ static void stream_searches(const bench_args *a, const float *q, double h2d, con
                             const char *where)
 {
     const size_t bytes = sizeof(float) * (size_t)(a->stream_rows * a->dim);
-    simil_source *s;
-    if (simil_source_from_memory(&s, a->stream_rows, a->dim, x)) die("source");
     char list[256];
     snprintf(list, sizeof list, "%s", a->stream_nq);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-        const int64_t nq = atoll(tok) < a->nq ? atoll(tok) : a->nq, k = 10;
+        const int64_t nq = atoll(tok) < a->nq ? atoll(tok) : a->nq;
+        simil_stream_stats st;
         /* untimed first: the first search of a shape in a process loads its
          * kernels (CUDA's lazy loading, cuBLAS's plans), a one-off cost that
          * is reported here, not spread over the rate */
         const int64_t warm_rows = a->stream_rows < ((int64_t)1 << 20) ? a->stream_rows
                                                                        : ((int64_t)1 << 20);
-        if (warm_up_search(a, q, nq, x, warm_rows, where) != 0) die("warm-up search");
-        float *d = malloc(sizeof(float) * (size_t)(nq * k));
-        int64_t *l = malloc(sizeof(int64_t) * (size_t)(nq * k));
-        simil_stream_params p;
-        simil_stream_params_init(&p);
-        p.device = a->device;
-        p.chunk_rows = a->stream_chunk;  /* 0: the library's (about 1 GiB) */
-        simil_stream_stats st;
+        if (stream_search_once(a, q, nq, x, warm_rows, 0, &st)) die("warm-up search");
+        report("stream", "warm-up: %lld rows from %s host memory, %lld queries: %.3f s",
+               (long long)warm_rows, where, (long long)nq, st.seconds);
         const long long fallbacks = sml_cuda_fallback_queries();
-        if (!d || !l || simil_source_search(s, SIMIL_METRIC_L2, nq, q, k, &p, d, l, &st))
+        if (stream_search_once(a, q, nq, x, a->stream_rows, a->stream_chunk, &st))
             die("streamed search from host memory");
         const double gbs = (double)bytes / st.seconds / 1e9;
         report("stream", "%lld rows from %s host memory, %lld queries, k=10: %.3f s, %.2f GB/s "
@@ -369,10 +361,7 @@ static void stream_searches(const bench_args *a, const float *q, double h2d, con
                  "\"wait_seconds\": %.3f}",
                  where, (long long)a->stream_rows, (long long)nq, st.seconds, gbs, h2d,
                  st.wait_seconds);
-        free(d);
-        free(l);
     }
-    simil_source_close(s);
 }
 
 /* Exact search of rows of host memory, streamed through the device, for

@@ -143,8 +143,10 @@ static simil_status sml_join_add(sml_join_build *j, int lists)
             }
             sml_progress(pass == 1 ? "knn-graph assign" : "knn-graph add", first + count, s->n);
         }
-        if (pass == 1) SML_TRY(sml_knn_join_plan(j->join));
-        sml_trace_mark("join: blocks planned");
+        if (pass == 1) {
+            SML_TRY(sml_knn_join_plan(j->join));
+            sml_trace_mark("join: blocks planned");
+        }
     }
     return SIMIL_OK;
 }

@@ -168,7 +168,8 @@ static simil_status sml_stream_search_chunk_run(sml_stream_search *s, const floa
         .metric = s->metric,
         .threads = s->threads,
     };
-    const sml_knn_args args = sml_knn_of(stored, s->queries_mem, s->nq, s->k, s->chunk_d, s->chunk_l);
+    const sml_knn_args args =
+        sml_knn_of(stored, s->queries_mem, s->nq, s->k, s->chunk_d, s->chunk_l);
     SML_TRY(b->ops->knn(b, &args));
     sml_trace_mark("stream: knn");
     sml_stream_merge(s->metric == SIMIL_METRIC_IP, s->nq, s->k, first, s->chunk_d, s->chunk_l,
