@@ -60,6 +60,16 @@ simil_status sml_knn_join_rows(sml_knn_join *j, int64_t first, int64_t count, in
 /* (row, candidate) distances computed so far: the join's work. */
 double sml_knn_join_pairs(const sml_knn_join *j);
 
+/* The rows ordered by their nearest list (their first probe), after
+ * checking that every probe (n x nprobe) is in [0, nlist): rows of list l
+ * are order[offset[l] .. offset[l + 1]), ascending (offset: nlist + 1,
+ * order: n).  A bad probe is SIMIL_ERR_INTERNAL naming the first row that
+ * has one.  On `threads` threads (0: as many as the machine has for a large
+ * join, one for a small one); the result does not depend on them.  Exposed
+ * for tests. */
+simil_status sml_knn_join_order(int64_t n, int64_t nlist, const int64_t *probes, int64_t nprobe,
+                                int threads, int64_t *offset, int64_t *order);
+
 /* The blocks of rows a join searches, and their candidate lists.  Rows of
  * list l are order[offset[l] .. offset[l + 1]); probes (n x nprobe) are each
  * row's nearest lists.  A list is one block joined with every list that one

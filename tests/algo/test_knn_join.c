@@ -1,5 +1,6 @@
 /* test_knn_join.c: k-NN graphs by the list join on the CPU: its blocks and
- * candidate lists on hand-made cases; the exact graph (Flat) and the join of every
+ * candidate lists on hand-made cases; the rows' order by list on threads
+ * against one thread, and a bad probe; the exact graph (Flat) and the join of every
  * list equal a float64 brute force (L2, IP, cosine, odd dimensions); with
  * the same index and nprobe the join's rows are never worse than the
  * per-query search's, and its quality at least as high; a stated quality on
@@ -264,6 +265,65 @@ static void test_blocks_threads(void **state)
     free(order2);
 }
 
+/* The rows ordered by first probe on several threads equal a plain
+ * one-thread counting sort, on rows enough for the threaded path (200,000
+ * in 1,000 lists, every seventh empty); a bad probe is an error naming the
+ * first row that has one, wherever the threads' slices fall. */
+static void test_order(void **state)
+{
+    (void)state;
+    enum { n = 200000, nlist = 1000, nprobe = 2 };
+    int64_t *probes = sml_test_malloc(sizeof(int64_t) * n * nprobe);
+    int64_t *order = sml_test_malloc(sizeof(int64_t) * n);
+    int64_t *ref_order = sml_test_malloc(sizeof(int64_t) * n);
+    int64_t offset[nlist + 1], ref_offset[nlist + 1];
+    uint64_t z = 777;
+    for (int64_t r = 0; r < n; r++) {
+        z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+        int64_t l = (int64_t)((z >> 33) % nlist);
+        if (l % 7 == 3) l--;
+        probes[r * nprobe] = l;
+        probes[r * nprobe + 1] = (int64_t)((z >> 13) % nlist);
+    }
+    memset(ref_offset, 0, sizeof ref_offset);
+    for (int64_t r = 0; r < n; r++) ref_offset[probes[r * nprobe] + 1]++;
+    for (int64_t l = 0; l < nlist; l++) ref_offset[l + 1] += ref_offset[l];
+    int64_t fill[nlist];
+    memcpy(fill, ref_offset, sizeof fill);
+    for (int64_t r = 0; r < n; r++) ref_order[fill[probes[r * nprobe]]++] = r;
+    assert_int_equal(ref_offset[4], ref_offset[3]); /* list 3 is empty */
+    const int threads[] = {0, 1, 2, 3, 7};
+    for (int i = 0; i < 5; i++) {
+        memset(order, 0xff, sizeof(int64_t) * n);
+        SML_ASSERT_OK(sml_knn_join_order(n, nlist, probes, nprobe, threads[i], offset, order));
+        assert_memory_equal(offset, ref_offset, sizeof offset);
+        assert_memory_equal(order, ref_order, sizeof(int64_t) * n);
+    }
+    /* bad probes in the second and third of three slices: the earlier row */
+    probes[190001 * nprobe] = -1;
+    probes[120007 * nprobe + 1] = nlist;
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(sml_knn_join_order(n, nlist, probes, nprobe, threads[i], offset, order),
+                         SIMIL_ERR_INTERNAL);
+        if (strstr(simil_last_error(), "row 120007 was given list 1000") == NULL)
+            fail_msg("a bad probe says: '%s'", simil_last_error());
+    }
+    /* and one in the first slice, in the row's first probe */
+    probes[5 * nprobe] = nlist + 5;
+    assert_int_equal(sml_knn_join_order(n, nlist, probes, nprobe, 3, offset, order),
+                     SIMIL_ERR_INTERNAL);
+    if (strstr(simil_last_error(), "row 5 was given list 1005") == NULL)
+        fail_msg("a bad probe says: '%s'", simil_last_error());
+    /* the per-thread counts not allocated: an error */
+    sml_alloc_fail_at(1, 0);
+    simil_status st = sml_knn_join_order(n, nlist, probes, nprobe, 3, offset, order);
+    sml_alloc_fail_at(0, 0);
+    assert_int_equal(st, SIMIL_ERR_OUT_OF_MEMORY);
+    free(probes);
+    free(order);
+    free(ref_order);
+}
+
 static void test_exact(void **state)
 {
     (void)state;
@@ -433,6 +493,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_blocks),
         cmocka_unit_test(test_blocks_threads),
+        cmocka_unit_test(test_order),
         cmocka_unit_test(test_exact),
         cmocka_unit_test(test_join_covers_search),
         cmocka_unit_test(test_quality),
