@@ -3,8 +3,14 @@
  * Host memory holds, with lists, each row's nprobe nearest lists (n x nprobe
  * ids), the order of the rows by list (2n ids), the candidate lists, and the
  * join's results in that order, n x (k + 1) ids and distances; backend
- * memory holds the rows in list order, their norms, labels and shadow, and
- * one chunk of rows on its way in.
+ * memory holds the rows in list order, their norms, labels and shadow.
+ *
+ * With lists the rows cross to the backend once: pass 1 uploads them in
+ * their own order and finds their lists there, and sml_knn_join_sort
+ * gathers them into list order in a second copy (twice the rows in backend
+ * memory for a moment).  Where that copy does not fit, a second pass brings
+ * them again, a chunk at a time through a staging buffer, each row straight
+ * to its place (the peak stays near the rows' size).
  *
  * Each row is searched with k + 1 neighbours and its own id is dropped
  * (sml_knn_graph_drop_self), as the per-query build does.  The labels of the
@@ -29,6 +35,13 @@
 /* Rows joined per call of the backend, at least: progress and the caller's
  * interrupts come between calls. */
 enum { SML_JOIN_CALL_ROWS = 1 << 18 };
+
+/* Rows gathered into list order per call of the backend's mem_move_rows,
+ * at most: a GPU backend copies their indices to the device (8 MiB). */
+enum { SML_JOIN_MOVE_ROWS = 1 << 20 };
+
+/* The largest sorted copy of the rows made in host memory (CPU backend). */
+static const size_t SML_JOIN_HOST_SORT_BYTES = (size_t)1 << 30;
 
 /* A list whose rows' probes name another list fewer times than this share
  * of its rows joins that list only with the rows that probe it (see
@@ -69,7 +82,7 @@ struct sml_knn_join {
     float *norms_mem;   /* backend: n (L2) */
     int64_t *ids_mem;   /* backend: n labels */
     void *shadow;
-    float *stage_mem;   /* backend: batch x dim */
+    float *stage_mem;   /* backend: batch x dim, for a second pass (made on its first chunk) */
     int64_t *tmp_ids;   /* host: batch x (k + 1), without lists */
     float *tmp_dist;
 };
@@ -112,7 +125,6 @@ static simil_status sml_knn_join_alloc(sml_knn_join *j)
     sml_backend *b = j->b;
     size_t row = sizeof(float) * (size_t)j->dim, n = (size_t)(j->n > 0 ? j->n : 1);
     SML_TRY(b->ops->mem_alloc(b, row * n, (void **)&j->x_mem));
-    SML_TRY(b->ops->mem_alloc(b, row * (size_t)j->batch, (void **)&j->stage_mem));
     if (j->metric == SIMIL_METRIC_L2)
         SML_TRY(b->ops->mem_alloc(b, sizeof(float) * n, (void **)&j->norms_mem));
     SML_TRY(b->ops->mem_alloc(b, sizeof(int64_t) * n, (void **)&j->ids_mem));
@@ -192,14 +204,17 @@ simil_status sml_knn_join_assign(sml_knn_join *j, int64_t first, int64_t count,
 {
     assert(j->nlist > 0 && count <= j->batch && first + count <= j->n);
     sml_backend *b = j->b;
-    SML_TRY(b->ops->mem_upload(b, j->stage_mem, rows, sizeof(float) * (size_t)(count * j->dim)));
+    /* in source order, where sml_knn_join_sort finds them; the search reads
+     * them there too, as it read them from a staging buffer before */
+    float *at = j->x_mem + first * j->dim;
+    SML_TRY(b->ops->mem_upload(b, at, rows, sizeof(float) * (size_t)(count * j->dim)));
     const sml_knn_args args = {.base = j->c_mem,
                                .base_norms = j->c_norms_mem,
                                .base_ids = j->c_ids_mem,
                                .base_shadow = j->c_shadow,
                                .n = j->nlist,
                                .dim = j->dim,
-                               .queries = j->stage_mem,
+                               .queries = at,
                                .nq = count,
                                .k = j->nprobe,
                                .metric = j->metric,
@@ -642,6 +657,41 @@ simil_status sml_knn_join_plan(sml_knn_join *j)
 
 /* ---- the rows ---- */
 
+simil_status sml_knn_join_sort(sml_knn_join *j, int *placed)
+{
+    assert(j->nlist > 0 && j->n > 0);
+    sml_backend *b = j->b;
+    *placed = 0;
+    const size_t row = sizeof(float) * (size_t)j->dim;
+    /* On the CPU the sorted copy is host memory, whose exhaustion Linux's
+     * overcommit may report only by killing the process, not as a failed
+     * allocation: past SML_JOIN_HOST_SORT_BYTES the rows come again from
+     * the source instead (the GPU's allocations do fail cleanly). */
+    if (b->gpu < 0 && row * (size_t)j->n > SML_JOIN_HOST_SORT_BYTES) return SIMIL_OK;
+    float *sorted = NULL;
+    simil_status s = b->ops->mem_alloc(b, row * (size_t)j->n, (void **)&sorted);
+    /* sorted row p = row order[p]: gathered, the indices from the host a
+     * call at a time (a GPU backend copies them to the device) */
+    for (int64_t p0 = 0; s == SIMIL_OK && p0 < j->n; p0 += SML_JOIN_MOVE_ROWS) {
+        const int64_t count = j->n - p0 < SML_JOIN_MOVE_ROWS ? j->n - p0 : SML_JOIN_MOVE_ROWS;
+        s = b->ops->mem_move_rows(b, (char *)sorted + row * (size_t)p0, NULL, j->x_mem,
+                                  j->order + p0, row, count);
+        if (s == SIMIL_OK) sml_progress("knn-graph add", p0 + count, j->n);
+    }
+    if (s != SIMIL_OK) {
+        sml_mem_release(b, sorted);
+        /* no room for the copy (or for the gather's indices): the rows in
+         * source order stay, for sml_knn_join_place to overwrite */
+        if (s != SIMIL_ERR_OUT_OF_MEMORY) return s;
+        sml_error_clear();
+        return SIMIL_OK;
+    }
+    sml_mem_release(b, j->x_mem);
+    j->x_mem = sorted;
+    *placed = 1;
+    return SIMIL_OK;
+}
+
 simil_status sml_knn_join_place(sml_knn_join *j, int64_t first, int64_t count,
                                 const float *rows)
 {
@@ -651,6 +701,8 @@ simil_status sml_knn_join_place(sml_knn_join *j, int64_t first, int64_t count,
     if (j->nlist == 0)
         return b->ops->mem_upload(b, (char *)j->x_mem + row * (size_t)first, rows,
                                   row * (size_t)count);
+    if (j->stage_mem == NULL)
+        SML_TRY(b->ops->mem_alloc(b, row * (size_t)j->batch, (void **)&j->stage_mem));
     SML_TRY(b->ops->mem_upload(b, j->stage_mem, rows, row * (size_t)count));
     return b->ops->mem_move_rows(b, j->x_mem, j->pos + first, j->stage_mem, NULL, row, count);
 }
@@ -724,6 +776,9 @@ simil_status sml_knn_join_run(sml_knn_join *j, int64_t k)
     sml_backend *b = j->b;
     j->k = k;
     if (j->n == 0) return SIMIL_OK;
+    /* a second pass's staging buffer is done with: room for the shadow */
+    sml_mem_release(b, j->stage_mem);
+    j->stage_mem = NULL;
     sml_trace_mark(NULL);
     SML_TRY(sml_knn_join_labels(j));
     sml_trace_mark("join: labels up");

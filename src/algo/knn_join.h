@@ -12,8 +12,10 @@
  *
  * A build goes through these calls in order; rows come in chunks of at most
  * `batch`, prepared (checked, normalized for cosine) by the caller:
- *   create; with lists: train, then assign every chunk (pass 1), then plan;
- *   place every chunk (pass 2); run; then rows for every chunk.
+ *   create; with lists: train, then assign every chunk (pass 1), then plan,
+ *   then sort, and only where sort could not place the rows, place every
+ *   chunk (pass 2); without lists: place every chunk; run; then rows for
+ *   every chunk.
  * A failed call leaves the join to be destroyed. */
 #ifndef SML_ALGO_KNN_JOIN_H
 #define SML_ALGO_KNN_JOIN_H
@@ -36,18 +38,28 @@ void sml_knn_join_destroy(sml_knn_join *j);
 simil_status sml_knn_join_train(sml_knn_join *j, const simil_kmeans_params *params, int64_t m,
                                 const float *sample);
 
-/* Pass 1: the nprobe nearest lists of rows [first, first + count) (host). */
+/* Pass 1: rows [first, first + count) (host) into backend memory as they
+ * come (their own order), and their nprobe nearest lists, searched there. */
 simil_status sml_knn_join_assign(sml_knn_join *j, int64_t first, int64_t count,
                                  const float *rows);
 
 /* After pass 1: the rows' order by list, and each list's candidate lists. */
 simil_status sml_knn_join_plan(sml_knn_join *j);
 
-/* Pass 2: rows [first, first + count) (host) into backend memory. */
+/* After the plan: the rows of pass 1 put in list order on the backend,
+ * through a second copy of them (n x dim more backend memory for a moment);
+ * *placed = 1.  Where the backend has no memory for it (or, on the CPU,
+ * the copy would pass 1 GiB), *placed = 0 and the rows must come again
+ * through place (pass 2).  Progress: stage "knn-graph
+ * add", one unit per row put in order. */
+simil_status sml_knn_join_sort(sml_knn_join *j, int *placed);
+
+/* Pass 2 (or without lists, the only pass): rows [first, first + count)
+ * (host) into their places in backend memory. */
 simil_status sml_knn_join_place(sml_knn_join *j, int64_t first, int64_t count,
                                 const float *rows);
 
-/* After pass 2: the join, for k neighbours of each row besides itself.
+/* With the rows in place: the join, for k neighbours of each row besides itself.
  * Progress: stage "knn-graph", one unit per row joined (with lists). */
 simil_status sml_knn_join_run(sml_knn_join *j, int64_t k);
 

@@ -6,9 +6,11 @@
  *   train  (IVF<n>,Flat): k-means on a seeded sample of at most max_train
  *          rows, with the settings an IVF index trains with, so that the
  *          lists are those of the per-query build's index;
- *   add    (IVF<n>,Flat) pass 1: each row's nprobe nearest lists; then
- *          pass 2: the rows into backend memory, sorted by list (Flat: as
- *          they come);
+ *   add    (IVF<n>,Flat) pass 1: the rows into backend memory as they
+ *          come, and each row's nprobe nearest lists; then the rows sorted
+ *          by list there, or where the backend has no room for a sorted
+ *          copy, pass 2: the rows again, each into its place (Flat: one
+ *          pass, the rows into backend memory as they come);
  *   search the join (or for Flat, each chunk against all rows), and the
  *          graph rows handed to the sink in order.
  * Rows are checked and, for cosine, normalized chunk by chunk on the way in,
@@ -122,33 +124,62 @@ static simil_status sml_join_train(sml_join_build *j, int64_t nlist)
     return st;
 }
 
-/* Pass 1 (lists): each row's nearest lists; pass 2: the rows into place. */
-static simil_status sml_join_add(sml_join_build *j, int lists)
+/* One pass over the source: with lists, the rows into backend memory and
+ * their nearest lists; without, the rows into place.  The quality measure
+ * takes the rows as the caller gave them, captured here. */
+static simil_status sml_join_pass(sml_join_build *j, int lists)
 {
     sml_source *s = &j->g->src;
-    for (int pass = lists ? 1 : 2; pass <= 2; pass++) {
-        for (int64_t first = 0; first < s->n; first += s->batch) {
-            int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
-            const float *raw, *rows;
-            SML_TRY(sml_join_rows(j, first, count, &raw, &rows));
-            sml_trace_mark("join: rows read and checked");
-            if (pass == 1) {
-                SML_TRY(sml_knn_join_assign(j->join, first, count, rows));
-                sml_trace_mark("join: rows assigned to lists");
-            } else {
-                SML_TRY(sml_knn_join_place(j->join, first, count, rows));
-                sml_trace_mark("join: rows placed");
-                /* the quality measure takes the rows as the caller gave them */
-                if (j->g->nodes != NULL) sml_graph_capture_x(j->g, first, count, raw);
-            }
-            sml_progress(pass == 1 ? "knn-graph assign" : "knn-graph add", first + count, s->n);
+    for (int64_t first = 0; first < s->n; first += s->batch) {
+        int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
+        const float *raw, *rows;
+        SML_TRY(sml_join_rows(j, first, count, &raw, &rows));
+        sml_trace_mark("join: rows read and checked");
+        if (lists) {
+            SML_TRY(sml_knn_join_assign(j->join, first, count, rows));
+            sml_trace_mark("join: rows assigned to lists");
+        } else {
+            SML_TRY(sml_knn_join_place(j->join, first, count, rows));
+            sml_trace_mark("join: rows placed");
         }
-        if (pass == 1) {
-            SML_TRY(sml_knn_join_plan(j->join));
-            sml_trace_mark("join: blocks planned");
-        }
+        if (j->g->nodes != NULL) sml_graph_capture_x(j->g, first, count, raw);
+        sml_progress(lists ? "knn-graph assign" : "knn-graph add", first + count, s->n);
     }
     return SIMIL_OK;
+}
+
+/* Where the backend could not sort the rows of pass 1: pass 2, each row
+ * again from the source into its place. */
+static simil_status sml_join_place_again(sml_join_build *j)
+{
+    sml_source *s = &j->g->src;
+    for (int64_t first = 0; first < s->n; first += s->batch) {
+        int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
+        const float *raw, *rows;
+        SML_TRY(sml_join_rows(j, first, count, &raw, &rows));
+        sml_trace_mark("join: rows read and checked");
+        SML_TRY(sml_knn_join_place(j->join, first, count, rows));
+        sml_trace_mark("join: rows placed");
+        sml_progress("knn-graph add", first + count, s->n);
+    }
+    return SIMIL_OK;
+}
+
+/* Pass 1, then with lists the plan and the rows put in list order. */
+static simil_status sml_join_add(sml_join_build *j, int lists)
+{
+    SML_TRY(sml_join_pass(j, lists));
+    if (!lists) return SIMIL_OK;
+    SML_TRY(sml_knn_join_plan(j->join));
+    sml_trace_mark("join: blocks planned");
+    int placed;
+    SML_TRY(sml_knn_join_sort(j->join, &placed));
+    if (placed) {
+        sml_trace_mark("join: rows put in list order");
+        return SIMIL_OK;
+    }
+    sml_trace_mark("join: rows not sorted on the backend");
+    return sml_join_place_again(j);
 }
 
 /* The join, then the graph rows to the sink in order (Flat: each chunk

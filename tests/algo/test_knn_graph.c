@@ -182,7 +182,8 @@ static void test_stream_equals_memory(void **state)
         assert_int_equal(r.max_count, 64);
         assert_string_equal(ss.method, t < 2 ? "search" : "join");
         /* passes over ceil(600 / 64) = 10 chunks: search: sample, add, query and
-         * quality; join: add and quality (Flat), sample and assign too (IVF) */
+         * quality; join: add and quality, and for IVF the sample (its add
+         * also assigns the lists: the rows are sorted on the backend) */
         assert_true(r.calls >= (t == 2 ? 20 : 30));
         assert_memory_equal(mem_ids, st_ids, sizeof mem_ids);
         assert_memory_equal(mem_dist, st_dist, sizeof mem_dist);
@@ -437,18 +438,26 @@ static void test_alloc_failures(void **state)
     simil_search_params *four = sml_test_params("nprobe=4");
     p.search = four;
     SML_ASSERT_OK(simil_knn_graph(&p, n, d, x, k, ref, dist, NULL));
-    int failures = 0;
+    int failures = 0, absorbed = 0;
     for (int64_t at = 1; at < 10000; at++) {
         sml_alloc_fail_at(at, 0);
         simil_status s = simil_knn_graph(&p, n, d, x, k, ids, dist, NULL);
-        sml_alloc_fail_at(0, 0);
-        if (s == SIMIL_OK) break;
+        int64_t made = sml_alloc_fail_at(0, 0);
+        if (s == SIMIL_OK && made < at) break; /* none failed */
+        if (s == SIMIL_OK) {
+            /* one failure the build gets past: the join's sorted copy of the
+             * rows, whereupon the rows come again (pass 2), to the same graph */
+            absorbed++;
+            assert_memory_equal(ids, ref, sizeof ids);
+            continue;
+        }
         if (s != SIMIL_ERR_OUT_OF_MEMORY)
             fail_msg("allocation %lld failing gave %s (%s)", (long long)at, simil_status_name(s),
                      simil_last_error());
         failures++;
     }
     assert_true(failures > 10);
+    assert_int_equal(absorbed, 1);
     SML_ASSERT_OK(simil_knn_graph(&p, n, d, x, k, ids, dist, NULL));
     assert_memory_equal(ids, ref, sizeof ids);
     simil_search_params_destroy(four);

@@ -4,8 +4,9 @@
  * list equal a float64 brute force (L2, IP, cosine, odd dimensions); with
  * the same index and nprobe the join's rows are never worse than the
  * per-query search's, and its quality at least as high; a stated quality on
- * clustered data; duplicates, k >= n, bad arguments and what the join
- * refuses. */
+ * clustered data; duplicates, k >= n; one pass over the rows (sorted on the
+ * backend) and two (where the sorted copy finds no memory) give the same
+ * graph; bad arguments and what the join refuses. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -444,6 +445,107 @@ static void test_duplicates_and_k_beyond_n(void **state)
     free(ids);
 }
 
+/* A source of rows that counts its calls, and a sink of graph rows. */
+typedef struct counted_reader {
+    const float *x;
+    int64_t dim, calls;
+} counted_reader;
+
+static simil_status read_counted(void *user, int64_t first, int64_t count, float *out)
+{
+    counted_reader *r = user;
+    memcpy(out, r->x + first * r->dim, sizeof(float) * (size_t)(count * r->dim));
+    r->calls++;
+    return SIMIL_OK;
+}
+
+typedef struct graph_sink {
+    int64_t *ids;
+    float *dist;
+    int64_t next;
+} graph_sink;
+
+static simil_status sink_graph(void *user, int64_t first, int64_t count, int64_t k,
+                               const int64_t *ids, const float *dist)
+{
+    graph_sink *s = user;
+    assert_int_equal(first, s->next);
+    memcpy(s->ids + first * k, ids, sizeof *ids * (size_t)(count * k));
+    memcpy(s->dist + first * k, dist, sizeof *dist * (size_t)(count * k));
+    s->next = first + count;
+    return SIMIL_OK;
+}
+
+/* The rows sorted by list on the backend after one pass over the source,
+ * and where the sorted copy finds no memory (its allocation made to fail:
+ * the one failure the build gets past), placed by a second pass: the same
+ * graph bit for bit, the same quality (its sample captured in the first
+ * pass either way), the second read every chunk once more. */
+static void check_one_pass_equals_two(simil_metric metric, int64_t nprobe)
+{
+    enum { n = 1500, dim = 24, k = 8, batch = 200, chunks = (n + batch - 1) / batch };
+    float *x = sml_test_blobs(n, dim, 10, 0.5f, 23);
+    int64_t *ids1 = sml_test_malloc(sizeof(int64_t) * n * k);
+    int64_t *ids2 = sml_test_malloc(sizeof(int64_t) * n * k);
+    float *dist1 = sml_test_malloc(sizeof(float) * n * k);
+    float *dist2 = sml_test_malloc(sizeof(float) * n * k);
+    simil_knn_graph_params p = join_params("IVF16,Flat", nprobe);
+    p.metric = metric;
+    p.batch = batch;
+    p.max_train = 1000;
+    p.quality = 1;
+    p.quality_sample = 300;
+    char ctx[128];
+    snprintf(ctx, sizeof ctx, "%s, IVF16 nprobe %lld (blobs seed 23, n=%d dim=%d batch=%d)",
+             simil_metric_name(metric), (long long)nprobe, n, dim, batch);
+    counted_reader r1 = {x, dim, 0};
+    graph_sink s1 = {ids1, dist1, 0};
+    simil_knn_graph_stats st1, st2;
+    SML_ASSERT_OK(simil_knn_graph_stream(&p, n, dim, read_counted, &r1, k, sink_graph, &s1,
+                                         &st1));
+    assert_int_equal(s1.next, n);
+    int64_t at = 1;
+    counted_reader r2;
+    for (;; at++) {
+        r2 = (counted_reader){x, dim, 0};
+        graph_sink s2 = {ids2, dist2, 0};
+        sml_alloc_fail_at(at, 0);
+        simil_status s = simil_knn_graph_stream(&p, n, dim, read_counted, &r2, k, sink_graph,
+                                                &s2, &st2);
+        int64_t made = sml_alloc_fail_at(0, 0);
+        if (s == SIMIL_OK) {
+            if (made < at) fail_msg("%s: no failing allocation the build got past", ctx);
+            assert_int_equal(s2.next, n);
+            break;
+        }
+        if (s != SIMIL_ERR_OUT_OF_MEMORY)
+            fail_msg("%s: allocation %lld failing gave %s (%s)", ctx, (long long)at,
+                     simil_status_name(s), simil_last_error());
+    }
+    if (r2.calls != r1.calls + chunks)
+        fail_msg("%s: %lld reads with the fallback (allocation %lld failing), %lld without; "
+                 "want %d more",
+                 ctx, (long long)r2.calls, (long long)at, (long long)r1.calls, chunks);
+    assert_memory_equal(ids2, ids1, sizeof(int64_t) * n * k);
+    assert_memory_equal(dist2, dist1, sizeof(float) * n * k);
+    if (st1.quality != st2.quality || !(st1.quality > 0.5))
+        fail_msg("%s: quality %.17g in one pass, %.17g in two", ctx, st1.quality, st2.quality);
+    assert_true(st1.pairs == st2.pairs);
+    free(dist2);
+    free(dist1);
+    free(ids2);
+    free(ids1);
+    free(x);
+}
+
+static void test_one_pass_equals_two(void **state)
+{
+    (void)state;
+    check_one_pass_equals_two(SIMIL_METRIC_L2, 2);
+    check_one_pass_equals_two(SIMIL_METRIC_COSINE, 2);
+    check_one_pass_equals_two(SIMIL_METRIC_IP, 3);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -498,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_join_covers_search),
         cmocka_unit_test(test_quality),
         cmocka_unit_test(test_duplicates_and_k_beyond_n),
+        cmocka_unit_test(test_one_pass_equals_two),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, NULL, free_params);
