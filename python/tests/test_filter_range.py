@@ -48,11 +48,6 @@ def test_approximate_allow(device, desc):
     params = {"nprobe": 4} if desc.startswith("IVF") else {}
     if "XFBQ" in desc:
         params["extra_distance"] = 1.0
-    if device != "cpu":
-        # no GPU kernels for filters yet: refused, never ignored
-        with pytest.raises(simil.UnsupportedError, match="GPU"):
-            index.search(xq, 10, allow=mask, **params)
-        return
     Dall, Iall = index.search(xq, 3000, **params)
     D, I = index.search(xq, 10, allow=mask, **params)
     for q in range(10):

@@ -39,6 +39,7 @@ void device_release(Device *dev)
     if (dev->caller) cudaEventDestroy(dev->caller);
     device_free(dev->workspace);
     device_free(dev->io);
+    device_free(dev->filter);
     pinned_free(dev->pinned);
     pinned_free(dev->results);
     pthread_mutex_destroy(&dev->lock);
@@ -98,10 +99,12 @@ void backend_close(sml_backend *b)
         cudaStreamSynchronize(dev->stream[1]);
         device_free(dev->workspace);
         device_free(dev->io);
+        device_free(dev->filter);
         pinned_free(dev->pinned);
         pinned_free(dev->results);
-        dev->workspace = dev->io = dev->pinned = dev->results = nullptr;
-        dev->workspace_bytes = dev->io_bytes = dev->pinned_bytes = dev->results_bytes = 0;
+        dev->workspace = dev->io = dev->filter = dev->pinned = dev->results = nullptr;
+        dev->workspace_bytes = dev->io_bytes = dev->filter_bytes = dev->pinned_bytes =
+            dev->results_bytes = 0;
     }
     pthread_mutex_unlock(&devices_lock);
     sml_free(b);
@@ -227,46 +230,6 @@ simil_status row_norms(sml_backend *b, int64_t n, int64_t dim, const float *x, f
     return SIMIL_OK;
 }
 
-// Filtered search (core/id_filter.h) has no GPU kernels yet: refuse it
-// rather than return rows the filter forbids.
-simil_status no_gpu_filter(const sml_id_filter *filter)
-{
-    SML_RETURN_IF(filter != nullptr, SIMIL_ERR_UNSUPPORTED,
-                  "filtered search (allowed ids) is not yet available on the GPU; search an "
-                  "index on the CPU");
-    return SIMIL_OK;
-}
-
-simil_status knn_op(sml_backend *b, const sml_knn_args *a)
-{
-    SML_TRY(no_gpu_filter(a->filter));
-    return cuda_knn(b, a);
-}
-
-simil_status ivf_flat_scan_op(sml_backend *b, const sml_ivf_scan_args *a)
-{
-    SML_TRY(no_gpu_filter(a->filter));
-    return cuda_ivf_flat_scan(b, a);
-}
-
-simil_status ivf_pq_scan_op(sml_backend *b, const sml_ivf_pq_scan_args *a)
-{
-    SML_TRY(no_gpu_filter(a->scan.filter));
-    return cuda_ivf_pq_scan(b, a);
-}
-
-simil_status sq_scan_op(sml_backend *b, const sml_sq_scan_args *a)
-{
-    SML_TRY(no_gpu_filter(a->scan.filter));
-    return cuda_sq_scan(b, a);
-}
-
-simil_status xfbq_scan_op(sml_backend *b, const sml_xfbq_scan_args *a)
-{
-    SML_TRY(no_gpu_filter(a->scan.filter));
-    return cuda_xfbq_scan(b, a);
-}
-
 sml_backend_ops make_ops()
 {
     sml_backend_ops o{};
@@ -278,13 +241,13 @@ sml_backend_ops make_ops()
     o.mem_copy = mem_copy;
     o.mem_move_rows = mem_move_rows;
     o.row_norms = row_norms;
-    o.knn = knn_op;
+    o.knn = cuda_knn;
     o.knn_join = cuda_knn_join;
-    o.ivf_flat_scan = ivf_flat_scan_op;
-    o.ivf_pq_scan = ivf_pq_scan_op;
+    o.ivf_flat_scan = cuda_ivf_flat_scan;
+    o.ivf_pq_scan = cuda_ivf_pq_scan;
     o.pq_encode = cuda_pq_encode;
-    o.sq_scan = sq_scan_op;
-    o.xfbq_scan = xfbq_scan_op;
+    o.sq_scan = cuda_sq_scan;
+    o.xfbq_scan = cuda_xfbq_scan;
     o.xfbq_encode = cuda_xfbq_encode;
     o.select_k = cuda_select_k;
     o.cluster_sums = cuda_cluster_sums;
@@ -378,6 +341,11 @@ simil_status device_workspace(Device *dev, size_t bytes, void **out)
 simil_status device_io(Device *dev, size_t bytes, void **out)
 {
     return grow_device_buffer(&dev->io, &dev->io_bytes, bytes, out);
+}
+
+simil_status device_filter(Device *dev, size_t bytes, void **out)
+{
+    return grow_device_buffer(&dev->filter, &dev->filter_bytes, bytes, out);
 }
 
 namespace {

@@ -32,6 +32,8 @@ struct Device {
     size_t results_bytes;
     void *io;  // a search's inputs, beside the workspace that its steps use
     size_t io_bytes;
+    void *filter;  // a filtered search's allowed rows (cuda_filter.cuh)
+    size_t filter_bytes;
     pthread_mutex_t lock;
 };
 
@@ -55,7 +57,7 @@ cudaError_t device_malloc(T **p, size_t bytes)
 // The backend of a GPU index: its ops table points here.
 inline Device *device_of(sml_backend *b) { return static_cast<Device *>(b->impl); }
 
-// Grow the workspace (or pinned buffer, or input buffer, or results buffer)
+// Grow the workspace (or pinned buffer, input, filter or results buffer)
 // to at least bytes; contents are lost.  A pinned buffer that grows is freed
 // only after the streams' work, which may still be copying from it, ends, so
 // that a copy from pinned memory needs no wait of its own.  Caller holds
@@ -63,6 +65,7 @@ inline Device *device_of(sml_backend *b) { return static_cast<Device *>(b->impl)
 simil_status device_workspace(Device *dev, size_t bytes, void **out);
 simil_status device_pinned(Device *dev, size_t bytes, void **out);
 simil_status device_io(Device *dev, size_t bytes, void **out);
+simil_status device_filter(Device *dev, size_t bytes, void **out);
 // Pinned memory apart from device_pinned's, for results going to the host:
 // a scan's plan in the pinned buffer stays intact while they come back.
 simil_status device_results(Device *dev, size_t bytes, void **out);

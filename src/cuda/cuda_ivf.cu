@@ -298,9 +298,23 @@ simil_status pair_workspace(Device *dev, const sml_ivf_scan_args &a, const void 
     return SIMIL_OK;
 }
 
-simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, const PairPlan &dev,
-                          const PairScratch &s, cudaStream_t st)
+simil_status scan_rows_allowed(Device *dev, const sml_ivf_scan_args &a, const uint32_t **bits)
 {
+    *bits = nullptr;
+    if (a.filter == nullptr) return SIMIL_OK;
+    long long rows = 0;  // the arena's rows in use: its ids cover them
+    for (int64_t l = 0; l < a.lists.nlist; ++l)
+        if (a.lists.size[l] > 0 && a.lists.offset[l] + a.lists.size[l] > rows)
+            rows = a.lists.offset[l] + a.lists.size[l];
+    void *unused;
+    return rows_allowed(dev, a.filter, a.lists.ids, rows, 0, bits, &unused);
+}
+
+simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, const PairPlan &dev,
+                          const PairScratch &s, const uint32_t *allowed, cudaStream_t st)
+{
+    SML_TRY(launch_mask_pairs(host.npairs, dev.pair_out, dev.pair_cols, dev.pair_base, allowed,
+                              s.distances, st));
     if (a.k > kMaxWarpSelectK) {
         // the padding between segments stays marked empty (pair_workspace)
         const RaggedRows rows{s.distances, s.rows,  dev.query_start,

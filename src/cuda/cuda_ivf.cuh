@@ -40,6 +40,7 @@
 #include "core/alloc.h"
 #include "core/backend.h"
 #include "cuda/cuda_device.cuh"
+#include "cuda/cuda_filter.cuh"
 #include "cuda/cuda_util.cuh"
 #include "cuda/cuda_workspace.cuh"
 
@@ -62,6 +63,10 @@ simil_status ivf_locked(sml_backend *b, Scan scan)
     pthread_mutex_unlock(&dev->lock);
     return s;
 }
+
+// The arena rows a's filter allows (cuda_filter.cuh), over every row of its
+// lists; null without a filter.  Once per call, before its batches.
+simil_status scan_rows_allowed(Device *dev, const sml_ivf_scan_args &a, const uint32_t **bits);
 
 // ---- staging ------------------------------------------------------------
 
@@ -312,9 +317,10 @@ simil_status pair_workspace(Device *dev, const sml_ivf_scan_args &a, const void 
 // nprobe x k1, and one more selection per query merges them (the paper's
 // multi-pass k-selection); past k = 2048, radix selection over each query's
 // whole segment, reading the rows the kernel wrote.  Results: final_keys,
-// final_idx (arena rows).
+// final_idx (arena rows).  With allowed (scan_rows_allowed), the refused
+// rows' distances become +inf first.
 simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, const PairPlan &dev,
-                          const PairScratch &s, cudaStream_t st);
+                          const PairScratch &s, const uint32_t *allowed, cudaStream_t st);
 
 // ---- selection and results ----------------------------------------------
 
@@ -539,11 +545,12 @@ size_t carve_tile_plan(void *base, int nq, long long npairs, long long ntiles, T
 void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max, TilePlan *p);
 
 // Queries [q0, q0 + nq) of a (device queries, host probes): plan, keys of
-// tile_distance_kernel over rows, selection, results.  Caller holds the
-// device (ivf_locked, scan_planned).
+// tile_distance_kernel over rows, selection of the rows allowed
+// (scan_rows_allowed; null: all), results.  Caller holds the device
+// (ivf_locked, scan_planned).
 template <typename Rows>
 simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
-                         const Rows &rows)
+                         const Rows &rows, const uint32_t *allowed)
 {
     cudaStream_t st = dev->stream[0];
     PairCount count;
@@ -585,7 +592,7 @@ simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, 
         SML_LAUNCH_TRY("tile_distance_kernel");
     }
     trace_mark(st, "ivf: tiled distances");
-    SML_TRY(select_pairs(a, hp.pairs, dp, sc, st));
+    SML_TRY(select_pairs(a, hp.pairs, dp, sc, allowed, st));
     trace_mark(st, "ivf: pair selection");
     return finish_to_host(dev, a, q0, nq, sc.final_keys, sc.final_idx, sc.out_dist,
                           sc.out_labels);

@@ -36,9 +36,11 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
                              kCandidateBudget, kMaxBatch};
     const FloatRows rows{static_cast<const float *>(a->lists.codes), (int)a->dim};
     return ivf_locked(b, [&](Device *dev) {
+        const uint32_t *allowed;
+        SML_TRY(scan_rows_allowed(dev, *a, &allowed));
         return scan_planned(dev, a, limits,
                             [&](const sml_ivf_scan_args &batch, long long, long long sub, int n) {
-                                return tiled_batch(dev, batch, sub, n, rows);
+                                return tiled_batch(dev, batch, sub, n, rows, allowed);
                             });
     });
 }

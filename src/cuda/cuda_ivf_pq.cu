@@ -37,7 +37,7 @@ bool pq_fused(const sml_ivf_pq_scan_args *a)
 
 // Queries [q0, q0 + nq) in one launch, from their inputs on the device.
 simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Inputs &in,
-                         long long q0, int nq)
+                         long long q0, int nq, const uint32_t *allowed)
 {
     cudaStream_t st = dev->stream[0];
     const sml_ivf_scan_args &sc = a->scan;
@@ -76,6 +76,7 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     scan.code_size = (int)sc.lists.code_stride;
     scan.term1_at = (int)a->term1_at;
     scan.k = (int)sc.k;
+    scan.allowed = allowed;
     trace_mark(st, "ivf-pq: workspace");
     SML_TRY(launch_pq_fused(scan, a->lut_fp16 != 0, swizzled, nq, st));
     trace_mark(st, "ivf-pq: fused scan");
@@ -119,7 +120,8 @@ void fill_items(PqPlan *p)
 
 // Queries [q0, q0 + nq) of a (device queries, host probes): plan, distances
 // through per-pair tables, selection, results.
-simil_status pair_batch(Device *dev, const sml_ivf_pq_scan_args *a, long long q0, int nq)
+simil_status pair_batch(Device *dev, const sml_ivf_pq_scan_args *a, long long q0, int nq,
+                        const uint32_t *allowed)
 {
     cudaStream_t st = dev->stream[0];
     const sml_ivf_scan_args &sc = a->scan;
@@ -146,7 +148,7 @@ simil_status pair_batch(Device *dev, const sml_ivf_pq_scan_args *a, long long q0
                             sc.queries + q0 * sc.dim};
         SML_TRY(launch_pq_distances(a, batch, tables, scratch.distances, scratch.rows, st));
     }
-    SML_TRY(select_pairs(sc, hp.pairs, dp, scratch, st));
+    SML_TRY(select_pairs(sc, hp.pairs, dp, scratch, allowed, st));
     return finish_to_host(dev, sc, q0, nq, scratch.final_keys, scratch.final_idx,
                           scratch.out_dist, scratch.out_labels);
 }
@@ -160,6 +162,8 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
     SML_RETURN_IF(sc->k >= INT32_MAX || sc->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
                   "IVF scan on the GPU: k and dim must be below 2^31");
     return ivf_locked(b, [&](Device *dev) -> simil_status {
+        const uint32_t *allowed;
+        SML_TRY(scan_rows_allowed(dev, *sc, &allowed));
         if (!pq_fused(a)) {
             const BatchLimits limits{kPairShape, sc->k > kMaxWarpSelectK ? (size_t)8 : (size_t)4,
                                      kCandidateBudget, kMaxBatch};
@@ -168,7 +172,7 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
                                     int n) {
                                     sml_ivf_pq_scan_args pq = *a;
                                     pq.scan = batch;
-                                    return pair_batch(dev, &pq, sub, n);
+                                    return pair_batch(dev, &pq, sub, n, allowed);
                                 });
         }
         const bool host_queries = !is_device_pointer(sc->queries);
@@ -178,7 +182,7 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
             trace_mark(dev->stream[0], "ivf: lock and join");
             SML_TRY(stage_inputs(dev, sc, q0, n, true, &in));
             trace_mark(dev->stream[0], "ivf: inputs staged, coarse search on the device");
-            SML_TRY(fused_batch(dev, a, in, q0, n));
+            SML_TRY(fused_batch(dev, a, in, q0, n, allowed));
             q0 += n;
         }
         return SIMIL_OK;

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "core/backend.h"
+#include "cuda/cuda_filter.cuh"
 #include "cuda/cuda_util.cuh"
 
 namespace sml {
@@ -206,6 +207,7 @@ struct PqQueryScan {
     int term1_at;
     int k;                       // <= kPqFusedMaxK
     float *codebooks_by_codeword;  // swizzled: m x ksub x dsub floats of device memory
+    const uint32_t *allowed;     // the arena rows a filter allows, or null (cuda_filter.cuh)
 };
 
 // The fused scan of nq queries; swizzled: the table by codeword (fp32, m a

@@ -154,7 +154,8 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
         for (int r0 = warp * 32; r0 < cols; r0 += kPqThreads) {
             float key = INFINITY;
             int idx = kEmptyIdx;
-            if (r0 + lane < cols) {
+            // a row the filter refuses is offered as no row (cuda_filter.cuh)
+            if (r0 + lane < cols && row_allowed(a.allowed, first + r0 + lane)) {
                 const uint8_t *row = a.codes + (first + r0 + lane) * a.code_size;
                 float sum;
                 if constexpr (SWZ > 0)

@@ -48,9 +48,11 @@ simil_status sq_scan(sml_backend *b, const sml_sq_scan_args *a)
     const SqRows<T> rows{static_cast<const uint8_t *>(s->lists.codes), s->lists.code_stride,
                          a->vmin, a->vdiff, a->coarse, (int)s->dim};
     return ivf_locked(b, [&](Device *dev) {
+        const uint32_t *allowed;
+        SML_TRY(scan_rows_allowed(dev, *s, &allowed));
         return scan_planned(dev, s, limits,
                             [&](const sml_ivf_scan_args &batch, long long, long long sub, int n) {
-                                return tiled_batch(dev, batch, sub, n, rows);
+                                return tiled_batch(dev, batch, sub, n, rows, allowed);
                             });
     });
 }

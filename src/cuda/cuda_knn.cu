@@ -38,6 +38,7 @@
 #include "core/alloc.h"
 #include "core/vectors.h"
 #include "cuda/cuda_device.cuh"
+#include "cuda/cuda_filter.cuh"
 #include "cuda/cuda_kernels.cuh"
 #include "cuda/cuda_knn_small.cuh"
 #include "cuda/cuda_util.cuh"
@@ -63,6 +64,8 @@ struct Search {
     const sml_knn_args *a;
     const Shadow *shadow;
     bool l2;
+    const float *add;  // per base row, added to its key: norms (L2), refused rows +inf
+    bool filtered;     // a filter made add (cuda_filter.cuh)
     bool queries_on_device;
     bool outputs_on_device;
     bool redo;  // buffers for re-running fast-path queries in fp32
@@ -251,7 +254,7 @@ simil_status scan_tiles(const Search &s, const Plan &p, const Buffers &b, const 
                                   (int)a->dim, s.shadow->rows + off * a->dim, (int)a->dim, 0.0f,
                                   static_cast<__half *>(b.scores[st]), p.dt));
             trace_mark(dev->stream[st], "knn: fp16 GEMM of a tile");
-            job.add = s.l2 ? a->base_norms + off : nullptr;
+            job.add = s.add ? s.add + off : nullptr;
             job.scale = s.shadow->inv_scale + off;
             job.row_scale = b.row_scale;
             SML_TRY(select_rows(job, ScoreType::f16, dev->stream[st]));
@@ -260,7 +263,7 @@ simil_status scan_tiles(const Search &s, const Plan &p, const Buffers &b, const 
             SML_TRY(blas_gemm_f32(dev->blas[st], rows, w, (int)a->dim, s.l2 ? -2.0f : -1.0f,
                                   queries, (int)a->dim, a->base + off * a->dim, (int)a->dim, 0.0f,
                                   static_cast<float *>(b.scores[st]), p.dt));
-            job.add = s.l2 ? a->base_norms + off : nullptr;
+            job.add = s.add ? s.add + off : nullptr;
             job.row_scale_const = 1.0f;
             SML_TRY(select_rows(job, ScoreType::f32, dev->stream[st]));
         }
@@ -296,7 +299,7 @@ simil_status scan_radix(const Search &s, const Plan &p, const Buffers &b, const 
     SelectJob job{};
     job.scores = b.scores[0];
     job.ld = p.dt;
-    job.add = s.l2 ? a->base_norms : nullptr;
+    job.add = s.add;
     job.row_scale_const = 1.0f;
     job.rows = rows;
     job.cols = (int)a->n;
@@ -350,8 +353,19 @@ __global__ void fast_check_kernel(int rows, int k, int kk, const float *keys, co
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows) return;
     const float *r = keys + (long long)i * ld;
-    const bool all_taken = idx[(long long)i * ld + kk - 1] < 0;
+    // a refused row's key is +inf (cuda_filter.cuh): the allowed rows are all in
+    const bool all_taken = idx[(long long)i * ld + kk - 1] < 0 || r[kk - 1] == INFINITY;
     ok[i] = all_taken || r[kk - 1] > r[k - 1] + 2.0f * bound[i];
+}
+
+// A candidate refused by the filter keeps its +inf key through the re-rank.
+__global__ void keep_refused_kernel(int rows, int kk, const float *approx, long long ld,
+                                    float *exact)
+{
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long long)rows * kk) return;
+    const long long i = e / kk, c = e % kk;
+    if (approx[i * ld + c] == INFINITY) exact[e] = INFINITY;
 }
 
 simil_status search_fast(const Search &s, const Plan &p, const Buffers &b, const float *queries,
@@ -376,6 +390,12 @@ simil_status search_fast(const Search &s, const Plan &p, const Buffers &b, const
                                    cudaMemcpyDeviceToDevice, st));
     SML_TRY(launch_rerank(rows, (int)a->dim, queries, a->base, b.candidates, p.kk, s.l2,
                           b.exact_keys, st));
+    if (s.filtered) {
+        const long long n = (long long)rows * p.kk;
+        keep_refused_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(rows, p.kk, b.part_keys,
+                                                                         ld, b.exact_keys);
+        SML_LAUNCH_TRY("keep_refused_kernel");
+    }
     SelectJob job{};
     job.scores = b.exact_keys;
     job.ld = p.kk;
@@ -624,14 +644,26 @@ simil_status knn_locked(Device *dev, const sml_knn_args *a)
     s.a = a;
     s.shadow = static_cast<const Shadow *>(a->base_shadow);
     s.l2 = a->metric == SIMIL_METRIC_L2;
+    s.add = s.l2 ? a->base_norms : nullptr;
     s.queries_on_device = is_device_pointer(a->queries);
     s.outputs_on_device = is_device_pointer(a->distances);
     SML_RETURN_IF(s.outputs_on_device != is_device_pointer(a->labels), SIMIL_ERR_INVALID_ARGUMENT,
                   "search: distances and labels must both be in host or both in GPU memory");
     if (a->nq == 0) return SIMIL_OK;
-    simil_status st;
-    if (knn_small_takes(a)) {
-        st = knn_small(dev, a, s.queries_on_device, s.outputs_on_device);
+    simil_status st = SIMIL_OK;
+    if (a->filter != nullptr) {
+        const uint32_t *bits;
+        void *add;
+        st = rows_allowed(dev, a->filter, a->base_ids, a->n, sizeof(float) * (size_t)a->n, &bits,
+                          &add);
+        if (st == SIMIL_OK)
+            st = launch_filter_add(a->n, s.add, bits, static_cast<float *>(add), dev->stream[0]);
+        s.add = static_cast<const float *>(add);
+        s.filtered = true;
+    }
+    if (st != SIMIL_OK) {
+    } else if (knn_small_takes(a)) {
+        st = knn_small(dev, a, s.add, s.queries_on_device, s.outputs_on_device);
     } else {
         s.max_query_tile = s.queries_on_device && s.outputs_on_device ? kMaxQueryTile
                                                                       : staged_tile_cap(s);

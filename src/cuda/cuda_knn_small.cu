@@ -75,7 +75,8 @@ size_t scan_smem(int dim, int qg, int kk)
 struct ScanArgs {
     const __half *rows;       // n x dim: the shadow
     const float *inv_scale;   // n
-    const float *add;         // n squared norms (L2), or null (IP)
+    const float *add;         // n: added to the keys (squared norms for L2, +inf for rows a
+                              // filter refuses), or null
     long long n;
     int dim;
     int width;                // halves per load: 8, 4, 2 or 1, dividing dim
@@ -211,7 +212,8 @@ __global__ void __launch_bounds__(kThreads, 2) small_scan_kernel(const __grid_co
                 s *= scale;
                 key = a.add ? add + s : s;
                 if (key != key) key = INFINITY;
-                idx = (int)j;
+                // a +inf key is a row the filter refuses (cuda_filter.cuh): never a candidate
+                idx = key == INFINITY ? kEmptyIdx : (int)j;
             }
             ws[q].offer(key, idx);
         }
@@ -508,8 +510,8 @@ bool knn_small_takes(const sml_knn_args *a)
            (a->metric == SIMIL_METRIC_L2 || a->metric == SIMIL_METRIC_IP);
 }
 
-simil_status knn_small(Device *dev, const sml_knn_args *a, bool queries_on_device,
-                       bool outputs_on_device)
+simil_status knn_small(Device *dev, const sml_knn_args *a, const float *add,
+                       bool queries_on_device, bool outputs_on_device)
 {
     const Shadow *shadow = static_cast<const Shadow *>(a->base_shadow);
     const bool l2 = a->metric == SIMIL_METRIC_L2;
@@ -534,7 +536,7 @@ simil_status knn_small(Device *dev, const sml_knn_args *a, bool queries_on_devic
     SML_TRY(launch_scale_to_half(a->nq, (int)a->dim, queries, b.queries_h, b.query_inv,
                                  b.query_norm, nullptr, st));
     const int dim = (int)a->dim;
-    ScanArgs scan{shadow->rows, shadow->inv_scale, l2 ? a->base_norms : nullptr, a->n, dim,
+    ScanArgs scan{shadow->rows, shadow->inv_scale, add, a->n, dim,
                   dim % 8 == 0 ? 8 : dim % 4 == 0 ? 4 : dim % 2 == 0 ? 2 : 1, b.queries_h,
                   b.query_inv, (int)a->nq, l2, p.slices, p.groups, p.slice_rows,
                   b.part_keys, b.part_idx};

@@ -120,6 +120,7 @@ struct Batch {
     long long cand_total;         // slots of the selection pass
     bool l2;
     bool codes_in_shared;
+    const uint32_t *allowed;      // the arena rows a filter allows, or null (cuda_filter.cuh)
 };
 
 // Step 1, per row: D against the group's queries, stored and counted.
@@ -127,12 +128,15 @@ template <typename DT, int G>
 __device__ __forceinline__ void record(const Batch &b, const DistItem &it, unsigned *hist,
                                        const long long (&out)[G], unsigned (&d)[G], int r)
 {
+    // a row the filter refuses is not counted, and collect passes it over:
+    // the thresholds are those of the allowed rows alone, as on the CPU
+    const bool counted = row_allowed(b.allowed, it.row0 + r);
 #pragma unroll
     for (int t = 0; t < G; ++t) {
         if (t >= it.npairs) break;
         d[t] = min(d[t], b.dclamp);  // a no-op but for damaged codes
         static_cast<DT *>(b.dist)[out[t] + r] = (DT)d[t];
-        atomicAdd(&hist[t * b.nbins + (d[t] >> b.shift)], 1u);
+        if (counted) atomicAdd(&hist[t * b.nbins + (d[t] >> b.shift)], 1u);
     }
 }
 
@@ -295,7 +299,8 @@ __global__ void __launch_bounds__(kThreads) xfbq_collect_kernel(const Batch b,
         const int lo = max(run.pos0, it.begin), hi = min(run.pos0 + run.rows, it.end);
         for (int base = lo + warp * 32; base < hi; base += warps * 32) {
             const int pos = base + lane;
-            const bool mine = pos < hi && dist[pos] <= limit;
+            const bool mine = pos < hi && dist[pos] <= limit &&
+                              row_allowed(b.allowed, run.row0 + (pos - run.pos0));
             const unsigned mask = __ballot_sync(kFullMask, mine);
             if (mask == 0) continue;
             int first = 0;
@@ -589,7 +594,8 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p
 // Queries [q0, q0 + nq) of a (device queries, their codes or none, host
 // probes).
 template <typename DT>
-simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, int nq)
+simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, int nq,
+                       const uint32_t *allowed)
 {
     cudaStream_t st = dev->stream[0];
     const sml_ivf_scan_args &sc = a->scan;
@@ -647,6 +653,7 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     b.cand_query = s.cand_query;
     b.l2 = sc.metric == SIMIL_METRIC_L2;
     b.codes_in_shared = (size_t)group * b.qw * 8 <= kSharedCodes;
+    b.allowed = allowed;
     SML_CUDA_TRY(cudaMemsetAsync(s.hist, 0, 4 * (size_t)nq * a->nbins, st));
     SML_TRY((group == 8 ? launch_distances<DT, 8>(b, s.items, p.nitems, st)
                         : launch_distances<DT, 4>(b, s.items, p.nitems, st)));
@@ -689,14 +696,16 @@ simil_status cuda_xfbq_scan(sml_backend *be, const sml_xfbq_scan_args *a)
     const BatchLimits limits{kXfbqShape, small ? (size_t)2 : (size_t)4, kDistBudget, kMaxBatch};
     const long long qw = a->query_bits * a->words;
     return ivf_locked(be, [&](Device *dev) {
+        const uint32_t *allowed;
+        SML_TRY(scan_rows_allowed(dev, scan, &allowed));
         return scan_planned(dev, &scan, limits,
                             [&](const sml_ivf_scan_args &batch, long long first, long long sub,
                                 int n) {
                                 sml_xfbq_scan_args x = *a;
                                 x.scan = batch;
                                 if (a->query_codes) x.query_codes = a->query_codes + first * qw;
-                                return small ? run_batch<unsigned short>(dev, &x, sub, n)
-                                             : run_batch<unsigned>(dev, &x, sub, n);
+                                return small ? run_batch<unsigned short>(dev, &x, sub, n, allowed)
+                                             : run_batch<unsigned>(dev, &x, sub, n, allowed);
                             });
     });
 }

@@ -84,7 +84,8 @@ __device__ __forceinline__ void finish_row(int k, const float *keys, const int *
                                            float *distances, int64_t *labels)
 {
     for (int j = 0; j < k; ++j) {
-        const int p = pos[j];
+        // +inf: a row a filter refuses (cuda_filter.cuh), which is no result
+        const int p = keys[j] == INFINITY ? -1 : pos[j];
         float d = keys[j];
         if (p < 0) {
             d = INFINITY;

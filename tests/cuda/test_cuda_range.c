@@ -1,6 +1,6 @@
 /* test_cuda_range.c: range search on the GPU (Flat, IVF-Flat, IVF-PQ) against
- * float64 brute force and against the GPU's own full ranking, and filtered
- * search refused on the GPU (no kernels yet) rather than ignored. */
+ * float64 brute force and against the GPU's own full ranking (filtered
+ * search: test_cuda_filter.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,31 +138,11 @@ static void test_range(void **state)
     free(q);
 }
 
-static void test_filter_refused(void **state)
-{
-    (void)state;
-    float *x = sml_test_blobs(N, DIM, 50, 0.5f, 3);
-    const char *descs[] = {"Flat", "IVF64,Flat", "IVF64,PQ8", "SQ8", "IVF64,SQ8", "XFBQ"};
-    const int64_t ids[] = {1, 5, 9};
-    float d[10];
-    int64_t l[10];
-    for (size_t t = 0; t < sizeof descs / sizeof descs[0]; t++) {
-        simil_index *index = filled(descs[t], SIMIL_METRIC_L2, x);
-        simil_search_params *p = sml_test_params("");
-        SML_ASSERT_OK(simil_search_params_allow_ids(p, 3, ids));
-        SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_index_search(index, 1, x, 10, p, d, l));
-        simil_search_params_destroy(p);
-        simil_index_destroy(index);
-    }
-    free(x);
-}
-
 int main(void)
 {
     sml_test_require_gpu();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_range),
-        cmocka_unit_test(test_filter_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

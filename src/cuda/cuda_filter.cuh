@@ -1,0 +1,52 @@
+// cuda_filter.cuh: filtered search on the GPU (core/id_filter.h).
+//
+// A search that allows only some ids makes, once per call, a bitset over the
+// rows of the stored array it scans (row r allowed iff the filter allows
+// ids[r]), from the caller's bitset or sorted id list and the rows' labels on
+// the device.  The scans then give a refused row the key +inf: Flat through
+// the per-column term its selection already adds (the squared norms for L2),
+// the pair scans by marking the refused positions of their distance
+// segments, IVF-PQ's fused scan and XFBQ in their kernels.  A +inf key never
+// beats a real one, and the results (finish_row, knn_device.cuh) turn a +inf
+// key into an empty slot (-1), so a filtered search returns the k best of the
+// allowed rows it scans and empty slots past them: what the CPU returns.
+// Keys of stored rows are finite (every added row is checked against
+// SML_NORM2_BOUND), so no allowed row is mistaken for a refused one.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "core/id_filter.h"
+#include "cuda/cuda_device.cuh"
+
+namespace sml {
+
+// Whether the rows' bitset (null: no filter) allows row r.
+__device__ __forceinline__ bool row_allowed(const uint32_t *bits, long long r)
+{
+    return bits == nullptr || ((bits[r >> 5] >> (r & 31)) & 1u);
+}
+
+// The rows [0, n) of a stored array that f allows, by their labels ids
+// (device), into *bits (device, (n + 31) / 32 words; null where f is null),
+// with extra_bytes more device bytes, 16-aligned, at *extra for the caller
+// (the Flat scan's column terms).  Queued on dev's first stream; the memory
+// is dev's filter buffer, which stays until the next filtered call.  Caller
+// holds dev->lock.
+simil_status rows_allowed(Device *dev, const sml_id_filter *f, const int64_t *ids, long long n,
+                          size_t extra_bytes, const uint32_t **bits, void **extra);
+
+// add[r] = (norms ? norms[r] : 0) + (row r allowed ? 0 : +inf), r < n: the
+// per-column term of Flat's selection under a filter.
+simil_status launch_filter_add(long long n, const float *norms, const uint32_t *bits, float *add,
+                               cudaStream_t st);
+
+// Each of npairs distance segments (device plan arrays: segment p starts at
+// pair_out[p] and holds pair_cols[p] positions, position i being arena row
+// pair_base[p] + i): +inf at the positions of refused rows.
+simil_status launch_mask_pairs(int npairs, const long long *pair_out, const int *pair_cols,
+                               const int *pair_base, const uint32_t *bits, float *distances,
+                               cudaStream_t st);
+
+}  // namespace sml
