@@ -382,8 +382,8 @@ simil_status fused_join(Device *dev, const sml_join_args *a)
         jp.out = (size_t)(a->block_offset[b] - a->block_offset[jp.args.block_begin]) * (size_t)a->k;
     }
     char *pinned = nullptr;
-    simil_status s =
-        device_results(dev, total * (sizeof(float) + sizeof(int64_t)), reinterpret_cast<void **>(&pinned));
+    simil_status s = device_results(dev, total * (sizeof(float) + sizeof(int64_t)),
+                                    reinterpret_cast<void **>(&pinned));
     int64_t *pinned_labels = reinterpret_cast<int64_t *>(pinned);
     float *pinned_dist = reinterpret_cast<float *>(pinned + total * sizeof(int64_t));
     int launched = 0;

@@ -124,10 +124,15 @@ static simil_status sml_join_train(sml_join_build *j, int64_t nlist)
     return st;
 }
 
-/* One pass over the source: with lists, the rows into backend memory and
- * their nearest lists; without, the rows into place.  The quality measure
- * takes the rows as the caller gave them, captured here. */
-static simil_status sml_join_pass(sml_join_build *j, int lists)
+/* What a pass over the source does with each chunk. */
+typedef enum {
+    SML_JOIN_ASSIGN, /* into backend memory as it comes, and each row's nearest lists */
+    SML_JOIN_PLACE,  /* each row into its place (without lists: as it comes) */
+} sml_join_pass_kind;
+
+/* One pass over the source.  The first pass takes the quality measure's
+ * rows as the caller gave them. */
+static simil_status sml_join_pass(sml_join_build *j, sml_join_pass_kind kind, int first_pass)
 {
     sml_source *s = &j->g->src;
     for (int64_t first = 0; first < s->n; first += s->batch) {
@@ -135,32 +140,16 @@ static simil_status sml_join_pass(sml_join_build *j, int lists)
         const float *raw, *rows;
         SML_TRY(sml_join_rows(j, first, count, &raw, &rows));
         sml_trace_mark("join: rows read and checked");
-        if (lists) {
+        if (kind == SML_JOIN_ASSIGN) {
             SML_TRY(sml_knn_join_assign(j->join, first, count, rows));
             sml_trace_mark("join: rows assigned to lists");
         } else {
             SML_TRY(sml_knn_join_place(j->join, first, count, rows));
             sml_trace_mark("join: rows placed");
         }
-        if (j->g->nodes != NULL) sml_graph_capture_x(j->g, first, count, raw);
-        sml_progress(lists ? "knn-graph assign" : "knn-graph add", first + count, s->n);
-    }
-    return SIMIL_OK;
-}
-
-/* Where the backend could not sort the rows of pass 1: pass 2, each row
- * again from the source into its place. */
-static simil_status sml_join_place_again(sml_join_build *j)
-{
-    sml_source *s = &j->g->src;
-    for (int64_t first = 0; first < s->n; first += s->batch) {
-        int64_t count = s->n - first < s->batch ? s->n - first : s->batch;
-        const float *raw, *rows;
-        SML_TRY(sml_join_rows(j, first, count, &raw, &rows));
-        sml_trace_mark("join: rows read and checked");
-        SML_TRY(sml_knn_join_place(j->join, first, count, rows));
-        sml_trace_mark("join: rows placed");
-        sml_progress("knn-graph add", first + count, s->n);
+        if (first_pass && j->g->nodes != NULL) sml_graph_capture_x(j->g, first, count, raw);
+        sml_progress(kind == SML_JOIN_ASSIGN ? "knn-graph assign" : "knn-graph add",
+                     first + count, s->n);
     }
     return SIMIL_OK;
 }
@@ -168,7 +157,7 @@ static simil_status sml_join_place_again(sml_join_build *j)
 /* Pass 1, then with lists the plan and the rows put in list order. */
 static simil_status sml_join_add(sml_join_build *j, int lists)
 {
-    SML_TRY(sml_join_pass(j, lists));
+    SML_TRY(sml_join_pass(j, lists ? SML_JOIN_ASSIGN : SML_JOIN_PLACE, 1));
     if (!lists) return SIMIL_OK;
     SML_TRY(sml_knn_join_plan(j->join));
     sml_trace_mark("join: blocks planned");
@@ -178,8 +167,9 @@ static simil_status sml_join_add(sml_join_build *j, int lists)
         sml_trace_mark("join: rows put in list order");
         return SIMIL_OK;
     }
+    /* pass 2: each row again from the source, into its place */
     sml_trace_mark("join: rows not sorted on the backend");
-    return sml_join_place_again(j);
+    return sml_join_pass(j, SML_JOIN_PLACE, 0);
 }
 
 /* The join, then the graph rows to the sink in order (Flat: each chunk

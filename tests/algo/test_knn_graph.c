@@ -140,23 +140,6 @@ static simil_status read_rows(void *user, int64_t first, int64_t count, float *o
     return SIMIL_OK;
 }
 
-typedef struct sink {
-    int64_t *ids;
-    float *dist;
-    int64_t next;
-} sink;
-
-static simil_status sink_rows(void *user, int64_t first, int64_t count, int64_t k,
-                              const int64_t *ids, const float *dist)
-{
-    sink *s = user;
-    assert_int_equal(first, s->next); /* in order, no gaps */
-    memcpy(s->ids + first * k, ids, sizeof *ids * (size_t)(count * k));
-    memcpy(s->dist + first * k, dist, sizeof *dist * (size_t)(count * k));
-    s->next = first + count;
-    return SIMIL_OK;
-}
-
 static void test_stream_equals_memory(void **state)
 {
     (void)state;
@@ -176,8 +159,9 @@ static void test_stream_equals_memory(void **state)
         simil_knn_graph_stats ms, ss;
         SML_ASSERT_OK(simil_knn_graph(&p, N, D, x, K, mem_ids, mem_dist, &ms));
         reader r = {x, D, 0, 0};
-        sink s = {st_ids, st_dist, 0};
-        SML_ASSERT_OK(simil_knn_graph_stream(&p, N, D, read_rows, &r, K, sink_rows, &s, &ss));
+        sml_test_sink s = {st_ids, st_dist, 0};
+        SML_ASSERT_OK(
+            simil_knn_graph_stream(&p, N, D, read_rows, &r, K, sml_test_sink_rows, &s, &ss));
         assert_int_equal(s.next, N);
         assert_int_equal(r.max_count, 64);
         assert_string_equal(ss.method, t < 2 ? "search" : "join");
@@ -391,9 +375,9 @@ static void test_errors(void **state)
         p.device = "cpu";
     }
     /* callbacks' failures stop the build with their status and a message */
-    sink s = {ids, dist, 0};
+    sml_test_sink s = {ids, dist, 0};
     SML_ASSERT_STATUS(SIMIL_ERR_IO, simil_knn_graph_stream(&p, 400, 4, failing_reader, NULL, 3,
-                                                           sink_rows, &s, NULL));
+                                                           sml_test_sink_rows, &s, NULL));
     assert_non_null(strstr(simil_last_error(), "row reader failed"));
     reader r = {x, 4, 0, 0};
     SML_ASSERT_STATUS(SIMIL_ERR_IO, simil_knn_graph_stream(&p, 40, 4, read_rows, &r, 3,

@@ -459,23 +459,6 @@ static simil_status read_counted(void *user, int64_t first, int64_t count, float
     return SIMIL_OK;
 }
 
-typedef struct graph_sink {
-    int64_t *ids;
-    float *dist;
-    int64_t next;
-} graph_sink;
-
-static simil_status sink_graph(void *user, int64_t first, int64_t count, int64_t k,
-                               const int64_t *ids, const float *dist)
-{
-    graph_sink *s = user;
-    assert_int_equal(first, s->next);
-    memcpy(s->ids + first * k, ids, sizeof *ids * (size_t)(count * k));
-    memcpy(s->dist + first * k, dist, sizeof *dist * (size_t)(count * k));
-    s->next = first + count;
-    return SIMIL_OK;
-}
-
 /* The rows sorted by list on the backend after one pass over the source,
  * and where the sorted copy finds no memory (its allocation made to fail:
  * the one failure the build gets past), placed by a second pass: the same
@@ -499,19 +482,19 @@ static void check_one_pass_equals_two(simil_metric metric, int64_t nprobe)
     snprintf(ctx, sizeof ctx, "%s, IVF16 nprobe %lld (blobs seed 23, n=%d dim=%d batch=%d)",
              simil_metric_name(metric), (long long)nprobe, n, dim, batch);
     counted_reader r1 = {x, dim, 0};
-    graph_sink s1 = {ids1, dist1, 0};
+    sml_test_sink s1 = {ids1, dist1, 0};
     simil_knn_graph_stats st1, st2;
-    SML_ASSERT_OK(simil_knn_graph_stream(&p, n, dim, read_counted, &r1, k, sink_graph, &s1,
+    SML_ASSERT_OK(simil_knn_graph_stream(&p, n, dim, read_counted, &r1, k, sml_test_sink_rows, &s1,
                                          &st1));
     assert_int_equal(s1.next, n);
     int64_t at = 1;
     counted_reader r2;
     for (;; at++) {
         r2 = (counted_reader){x, dim, 0};
-        graph_sink s2 = {ids2, dist2, 0};
+        sml_test_sink s2 = {ids2, dist2, 0};
         sml_alloc_fail_at(at, 0);
-        simil_status s = simil_knn_graph_stream(&p, n, dim, read_counted, &r2, k, sink_graph,
-                                                &s2, &st2);
+        simil_status s = simil_knn_graph_stream(&p, n, dim, read_counted, &r2, k,
+                                                sml_test_sink_rows, &s2, &st2);
         int64_t made = sml_alloc_fail_at(0, 0);
         if (s == SIMIL_OK) {
             if (made < at) fail_msg("%s: no failing allocation the build got past", ctx);

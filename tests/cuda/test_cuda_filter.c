@@ -28,34 +28,7 @@ static int64_t row_id(int64_t row) { return 3 * row + 1; }
 /* allowed[id] for ids below 3 * N + 1: a pseudo-random share `percent`. */
 static unsigned char *random_allowed(int percent, uint64_t seed)
 {
-    unsigned char *a = sml_test_malloc(3 * N + 1);
-    uint64_t s = seed * 2654435761u + 1;
-    for (int64_t id = 0; id < 3 * N + 1; id++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        a[id] = (int)((s >> 33) % 100) < percent;
-    }
-    return a;
-}
-
-/* The same allowed set as a bitset and as a list, in two handles. */
-static void filter_params(const unsigned char *allowed, const char *settings,
-                          simil_search_params **bits, simil_search_params **list)
-{
-    const int64_t nbits = 3 * N + 1;
-    uint8_t *bytes = calloc((size_t)(nbits + 7) / 8, 1);
-    int64_t *ids = sml_test_malloc(sizeof(int64_t) * (size_t)nbits);
-    int64_t n = 0;
-    for (int64_t id = 0; id < nbits; id++)
-        if (allowed[id]) {
-            bytes[id / 8] |= (uint8_t)(1u << (id % 8));
-            ids[n++] = id;
-        }
-    *bits = sml_test_params(settings);
-    *list = sml_test_params(settings);
-    SML_ASSERT_OK(simil_search_params_allow_bitset(*bits, nbits, bytes));
-    SML_ASSERT_OK(simil_search_params_allow_ids(*list, n, ids));
-    free(bytes);
-    free(ids);
+    return sml_test_random_allowed(3 * N + 1, percent, seed);
 }
 
 static int close_to(float a, float b)
@@ -149,7 +122,7 @@ static void check_type(const char *desc, const char *settings, simil_metric metr
     for (int p = 0; p < 3; p++) {
         unsigned char *allowed = random_allowed(percents[p], 7 + (uint64_t)p);
         simil_search_params *bits, *list;
-        filter_params(allowed, settings, &bits, &list);
+        sml_test_allow_params(allowed, 3 * N + 1, settings, &bits, &list);
         char what[160];
         snprintf(what, sizeof what, "gpu %s %s %s, %ld queries, k=%ld, %d%% allowed", desc,
                  settings, simil_metric_name(metric), (long)nq, (long)k, percents[p]);
@@ -229,12 +202,11 @@ static void test_flat_paths(void **state)
     for (int m = 0; m < nmetrics; m++) {
         check_type("Flat", "", metrics[m], 0, x_, ids_, q_, 10, 20);       /* small batch */
         check_type("Flat", "", metrics[m], 0, x_, ids_, q_, NQ_MAX, 20);   /* GEMM tiles */
-        check_type("Flat", "", metrics[m], 0, x_, ids_, q_, 10, 2100);     /* radix, k > n allowed */
+        check_type("Flat", "", metrics[m], 0, x_, ids_, q_, 10, 2100);     /* radix, k > allowed */
     }
 }
 
-/* Ids no row has and a bitset longer than needed change nothing; an empty
- * list gives only empty slots. */
+/* Ids no row has change nothing; an empty list gives only empty slots. */
 static void test_edges(void **state)
 {
     (void)state;

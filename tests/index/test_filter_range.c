@@ -34,35 +34,7 @@ static int64_t row_id(int64_t row) { return 3 * row + 1; }
 /* allowed[id] for ids below 3 * N + 1: a pseudo-random share `percent`. */
 static unsigned char *random_allowed(int percent, uint64_t seed)
 {
-    unsigned char *a = sml_test_malloc(3 * N + 1);
-    uint64_t s = seed * 2654435761u + 1;
-    for (int64_t id = 0; id < 3 * N + 1; id++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        a[id] = (int)((s >> 33) % 100) < percent;
-    }
-    return a;
-}
-
-/* The same allowed set as a bitset and as a list, in two handles. */
-static void filter_params(const unsigned char *allowed, const char *settings,
-                          simil_search_params **bits, simil_search_params **list)
-{
-    const int64_t nbits = 3 * N + 1;
-    uint8_t *bytes = calloc((size_t)(nbits + 7) / 8, 1);
-    int64_t *ids = sml_test_malloc(sizeof(int64_t) * (size_t)nbits);
-    int64_t n = 0;
-    for (int64_t id = 0; id < nbits; id++)
-        if (allowed[id]) {
-            bytes[id / 8] |= (uint8_t)(1u << (id % 8));
-            ids[n++] = id;
-        }
-    *bits = sml_test_params(settings);
-    *list = sml_test_params(settings);
-    SML_ASSERT_OK(simil_search_params_allow_bitset(*bits, nbits, bytes));
-    SML_ASSERT_OK(simil_search_params_allow_ids(*list, n, ids));
-    assert_true(simil_search_params_has_filter(*bits));
-    free(bytes);
-    free(ids);
+    return sml_test_random_allowed(3 * N + 1, percent, seed);
 }
 
 /* The filtered search against the full ranking, and bitset against list. */
@@ -70,7 +42,7 @@ static void check_filtered(const char *what, const simil_index *index, const flo
                            const unsigned char *allowed, const char *settings)
 {
     simil_search_params *plain = sml_test_params(settings), *bits, *list;
-    filter_params(allowed, settings, &bits, &list);
+    sml_test_allow_params(allowed, 3 * N + 1, settings, &bits, &list);
     const int64_t all = simil_index_size(index);
     float *D = sml_test_malloc(sizeof(float) * NQ * (size_t)all);
     int64_t *L = sml_test_malloc(sizeof(int64_t) * NQ * (size_t)all);
@@ -201,7 +173,7 @@ static void test_filtered_shards(void **state)
         simil_index *one = filled(descs[t], SIMIL_METRIC_L2, "cpu", x, N, ids);
         simil_index *sh = filled(descs[t], SIMIL_METRIC_L2, "cpu:3", x, N, ids);
         simil_search_params *bits, *list;
-        filter_params(allowed, "nprobe=16", &bits, &list);
+        sml_test_allow_params(allowed, 3 * N + 1, "nprobe=16", &bits, &list);
         float d[NQ * K], d2[NQ * K];
         int64_t l[NQ * K], l2[NQ * K];
         SML_ASSERT_OK(simil_index_search(one, NQ, q, K, bits, d, l));
@@ -323,7 +295,7 @@ static void test_range_every_type(void **state)
         for (int m = 0; m < 3; m++) {
             simil_index *index = filled(types[t][0], metrics[m], "cpu", x, N, ids);
             simil_search_params *plain = sml_test_params(types[t][1]), *bits, *list;
-            filter_params(allowed, types[t][1], &bits, &list);
+            sml_test_allow_params(allowed, 3 * N + 1, types[t][1], &bits, &list);
             for (int c = 0; c < 3; c++) {
                 const float radius = radius_for(index, q, counts[c], plain);
                 char what[128];

@@ -425,3 +425,46 @@ void sml_test_write_file(const char *path, const unsigned char *buf, long size)
     assert_int_equal(fwrite(buf, 1, (size_t)size, f), (size_t)size);
     fclose(f);
 }
+
+unsigned char *sml_test_random_allowed(int64_t nids, int percent, uint64_t seed)
+{
+    unsigned char *a = sml_test_malloc((size_t)nids);
+    uint64_t s = seed * 2654435761u + 1;
+    for (int64_t id = 0; id < nids; id++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        a[id] = (int)((s >> 33) % 100) < percent;
+    }
+    return a;
+}
+
+void sml_test_allow_params(const unsigned char *allowed, int64_t nids, const char *settings,
+                           simil_search_params **bits, simil_search_params **list)
+{
+    uint8_t *bytes = calloc((size_t)(nids + 7) / 8, 1);
+    int64_t *ids = sml_test_malloc(sizeof(int64_t) * (size_t)(nids > 0 ? nids : 1));
+    assert_non_null(bytes);
+    int64_t n = 0;
+    for (int64_t id = 0; id < nids; id++)
+        if (allowed[id]) {
+            bytes[id / 8] |= (uint8_t)(1u << (id % 8));
+            ids[n++] = id;
+        }
+    *bits = sml_test_params(settings);
+    *list = sml_test_params(settings);
+    SML_ASSERT_OK(simil_search_params_allow_bitset(*bits, nids, bytes));
+    SML_ASSERT_OK(simil_search_params_allow_ids(*list, n, ids));
+    assert_true(simil_search_params_has_filter(*bits));
+    free(bytes);
+    free(ids);
+}
+
+simil_status sml_test_sink_rows(void *user, int64_t first, int64_t count, int64_t k,
+                                const int64_t *ids, const float *dist)
+{
+    sml_test_sink *s = user;
+    assert_int_equal(first, s->next); /* in order, no gaps */
+    memcpy(s->ids + first * k, ids, sizeof *ids * (size_t)(count * k));
+    memcpy(s->dist + first * k, dist, sizeof *dist * (size_t)(count * k));
+    s->next = first + count;
+    return SIMIL_OK;
+}

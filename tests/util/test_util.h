@@ -83,6 +83,25 @@ void sml_test_require_gpu(void);
  * destroys it (simil_search_params_destroy). */
 simil_search_params *sml_test_params(const char *settings);
 
+/* allowed[id] for ids below nids: a pseudo-random share `percent` (of 100),
+ * fixed by seed.  Free with free(). */
+unsigned char *sml_test_random_allowed(int64_t nids, int percent, uint64_t seed);
+
+/* The ids allowed[0 .. nids) allows, as a bitset in *bits and as a list in
+ * *list: two handles with settings, for filtered searches that must agree. */
+void sml_test_allow_params(const unsigned char *allowed, int64_t nids, const char *settings,
+                           simil_search_params **bits, simil_search_params **list);
+
+/* A k-NN graph sink (simil_knn_graph_stream) into ids and dist, n x k: rows
+ * must come in order, without gaps (next: the row expected next). */
+typedef struct sml_test_sink {
+    int64_t *ids;
+    float *dist;
+    int64_t next;
+} sml_test_sink;
+simil_status sml_test_sink_rows(void *user, int64_t first, int64_t count, int64_t k,
+                                const int64_t *ids, const float *dist);
+
 /* A Flat index on device holding the n rows of base (ids 0..n-1); fails the
  * test on error. */
 simil_index *sml_test_flat_index(const char *device, int64_t dim, simil_metric metric, int64_t n,
