@@ -52,17 +52,11 @@ int64_t sml_device_alloc_fail_at(int64_t n, int sticky)
 
 int sml_device_alloc_injected_failure(void) { return sml_fault_hit(&sml_device_fault); }
 
-/* Large arrays (a k-NN graph's results: 1.3 GB for 10M rows at k = 10) are
- * written once, first touch, by many threads at once; in 4 KiB pages that
- * is one fault per page, and the faults, not the copy, set the pace (the
- * join's results went home at 1.7 GB/s on the H100 machine's host).  Where
- * transparent huge pages are "madvise" (Debian's default), ask for them.
- * Only whole pages inside the block are advised; failure changes nothing. */
-static void sml_huge_pages(void *p, size_t bytes)
+void sml_huge_pages(void *p, size_t bytes)
 {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     enum { SML_HUGE_MIN = 64 << 20, SML_PAGE = 4096 };
-    if (bytes < SML_HUGE_MIN) return;
+    if (p == NULL || bytes < SML_HUGE_MIN) return;
     const uintptr_t start = ((uintptr_t)p + SML_PAGE - 1) & ~(uintptr_t)(SML_PAGE - 1);
     const uintptr_t end = ((uintptr_t)p + bytes) & ~(uintptr_t)(SML_PAGE - 1);
     if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);

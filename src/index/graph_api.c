@@ -360,6 +360,9 @@ simil_status simil_knn_graph(const simil_knn_graph_params *params, int64_t n, in
     SML_TRY(sml_graph_check(params, n, dim, k));
     SML_RETURN_IF(n > 0 && (x == NULL || ids == NULL), SIMIL_ERR_INVALID_ARGUMENT,
                   "k-NN graph: x and ids must not be NULL");
+    /* every byte of the outputs is written here, most often their first touch */
+    sml_huge_pages(ids, sizeof *ids * (size_t)(n * k));
+    if (distances != NULL) sml_huge_pages(distances, sizeof *distances * (size_t)(n * k));
     sml_memory_sink sink = {ids, distances};
     sml_graph_build g = {.p = params, .k = k, .sink = sml_memory_sink_rows, .sink_user = &sink,
                          .stats = stats};
