@@ -28,6 +28,7 @@
 #include "algo/kmeans.h"
 #include "algo/knn_graph.h"
 #include "core/alloc.h"
+#include "core/cluster_order.h"
 #include "core/error.h"
 #include "core/trace.h"
 #include "core/progress.h"
@@ -574,65 +575,21 @@ simil_status sml_knn_join_order(int64_t n, int64_t nlist, const int64_t *probes,
                                 int threads, int64_t *offset, int64_t *order)
 {
     assert(nlist > 0 && nprobe > 0);
-    /* A stable counting sort in `threads` contiguous slices of the rows:
-     * each slice counts its rows per list, an exclusive sum over (list,
-     * slice) gives each slice its first place in each list, and each slice
-     * places its rows from there, so a list's rows stay in row order for any
-     * number of slices.  The counts (threads x nlist) are kept under an
-     * eighth of the rows, as sml_ivf_count keeps an append's: beyond that
-     * the serial sum costs more than the slices save.  On one thread the
-     * probe check and the sort took 0.27-0.33 s of a 10M-row plan on the
-     * GPU machine's host. */
-    const int64_t most = n / (8 * nlist);
-    threads = sml_join_threads(threads, n);
-    if (threads > most) threads = most > 1 ? (int)most : 1;
-    const int64_t slices = threads;
-    /* per slice: its counts per list, then its first bad probe (-1: none) */
-    int64_t *next;
-    SML_TRY(sml_calloc((void **)&next, (size_t)(slices * (nlist + 1)), sizeof *next,
-                       "list counts"));
-    int64_t *bad = next + slices * nlist;
-    simil_status s = SIMIL_OK;
-    /* checked in the same pass as counted: a slice stops at its first bad
-     * probe, and the first slice with one has the first of all */
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-    for (int64_t t = 0; t < slices; t++) {
-        int64_t *count = next + t * nlist, first_bad = -1;
-        for (int64_t i = n * t / slices; i < n * (t + 1) / slices && first_bad < 0; i++) {
-            for (int64_t p = i * nprobe; p < (i + 1) * nprobe && first_bad < 0; p++)
-                if (probes[p] < 0 || probes[p] >= nlist) first_bad = p;
-            if (first_bad < 0) count[probes[i * nprobe]]++;
-        }
-        bad[t] = first_bad;
-    }
-    for (int64_t t = 0; t < slices; t++)
-        if (bad[t] >= 0) {
-            s = sml_error(SIMIL_ERR_INTERNAL, "list join: row %" PRId64 " was given list %" PRId64,
-                          bad[t] / nprobe, probes[bad[t]]);
-            break;
-        }
-    if (s == SIMIL_OK) {
-        /* next turns from counts into each slice's next place per list */
-        int64_t at = 0;
-        for (int64_t l = 0; l < nlist; l++) {
-            offset[l] = at;
-            for (int64_t t = 0; t < slices; t++) {
-                const int64_t count = next[t * nlist + l];
-                next[t * nlist + l] = at;
-                at += count;
-            }
-        }
-        assert(at == n);
-        offset[nlist] = n;
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-        for (int64_t t = 0; t < slices; t++) {
-            int64_t *mine = next + t * nlist;
-            for (int64_t i = n * t / slices; i < n * (t + 1) / slices; i++)
-                order[mine[probes[i * nprobe]]++] = i;
-        }
-    }
-    sml_free(next);
-    return s;
+    /* every probe in range, the first bad one named; on one thread the check
+     * and the sort took 0.27-0.33 s of a 10M-row plan on the GPU machine's
+     * host */
+    const int64_t entries = n * nprobe;
+    int64_t first_bad = INT64_MAX;
+#pragma omp parallel for schedule(static) reduction(min : first_bad) \
+    num_threads(sml_join_threads(threads, n))
+    for (int64_t p = 0; p < entries; p++)
+        if ((probes[p] < 0 || probes[p] >= nlist) && p < first_bad) first_bad = p;
+    SML_RETURN_IF(first_bad != INT64_MAX, SIMIL_ERR_INTERNAL,
+                  "list join: row %" PRId64 " was given list %" PRId64, first_bad / nprobe,
+                  probes[first_bad]);
+    /* by nearest list, each row's first probe */
+    return sml_cluster_order_by(n, probes, nprobe, nlist, sml_join_threads(threads, n), NULL,
+                                NULL, offset, order, NULL, NULL);
 }
 
 simil_status sml_knn_join_plan(sml_knn_join *j)

@@ -7,6 +7,7 @@
 
 #include "algo/kmeans.h"
 #include "core/alloc.h"
+#include "core/cluster_order.h"
 #include "core/error.h"
 #include "core/id_map.h"
 #include "core/progress.h"
@@ -408,65 +409,20 @@ static void sml_ivf_arena_commit(sml_backend *b, sml_ivf *ivf, sml_ivf_arena *a,
  * when n is small against nlist (the per-slice counts would cost more than
  * they save).  Done serially, these passes were seconds of a 100M-vector
  * add. */
-typedef struct sml_ivf_counts {
-    int64_t slices;
-    int64_t *per_slice; /* slices x nlist */
-} sml_ivf_counts;
-
-static simil_status sml_ivf_count(int64_t nlist, int64_t n, const int64_t *lists,
-                                  sml_ivf_counts *c, int64_t *add)
-{
-    const int64_t want = n / (8 * nlist), most = omp_get_max_threads();
-    c->slices = want < 1 ? 1 : want > most ? most : want;
-    SML_TRY(sml_calloc((void **)&c->per_slice, (size_t)(c->slices * nlist), sizeof(int64_t),
-                       "list counts"));
-    const int64_t slices = c->slices;
-#pragma omp parallel for schedule(static, 1) num_threads((int)slices)
-    for (int64_t t = 0; t < slices; t++) {
-        int64_t *mine = c->per_slice + t * nlist;
-        for (int64_t i = n * t / slices; i < n * (t + 1) / slices; i++) mine[lists[i]]++;
-    }
-    for (int64_t l = 0; l < nlist; l++) add[l] = 0;
-    for (int64_t t = 0; t < slices; t++)
-        for (int64_t l = 0; l < nlist; l++) add[l] += c->per_slice[t * nlist + l];
-    return SIMIL_OK;
-}
-
-/* pos[i] = the arena row of new row i: after its list's rows and the new rows
- * of that list before it. */
-static void sml_ivf_place(const sml_ivf *ivf, const sml_ivf_arena *arena, int64_t n,
-                          const int64_t *lists, sml_ivf_counts *c, int64_t *pos)
-{
-    const int64_t nlist = ivf->nlist, slices = c->slices;
-    /* per_slice turns from counts into each slice's next row per list */
-    for (int64_t l = 0; l < nlist; l++) {
-        int64_t at = arena->offset[l] + ivf->size[l];
-        for (int64_t t = 0; t < slices; t++) {
-            const int64_t count = c->per_slice[t * nlist + l];
-            c->per_slice[t * nlist + l] = at;
-            at += count;
-        }
-    }
-#pragma omp parallel for schedule(static, 1) num_threads((int)slices)
-    for (int64_t t = 0; t < slices; t++) {
-        int64_t *next = c->per_slice + t * nlist;
-        for (int64_t i = n * t / slices; i < n * (t + 1) / slices; i++) pos[i] = next[lists[i]]++;
-    }
-}
-
 simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64_t *lists,
                             const void *codes, const int64_t *ids)
 {
     const int64_t nlist = ivf->nlist;
-    int64_t *add = NULL, *new_cap = NULL, *pos = NULL;
-    sml_ivf_counts counts = {0};
+    int64_t *add = NULL, *new_cap = NULL, *pos = NULL, *start = NULL;
     sml_ivf_arena arena = {.codes_mem = ivf->codes_mem, .ids_mem = ivf->ids_mem,
                            .host_ids = ivf->host_ids, .capacity = ivf->capacity,
                            .offset = ivf->offset, .own = 1};
     simil_status s = sml_alloc((void **)&add, (size_t)nlist, sizeof *add, "list counts");
     if (s == SIMIL_OK) s = sml_alloc((void **)&new_cap, (size_t)nlist, sizeof *new_cap, "lists");
     if (s == SIMIL_OK) s = sml_alloc((void **)&pos, (size_t)n, sizeof *pos, "row positions");
-    if (s == SIMIL_OK) s = sml_ivf_count(nlist, n, lists, &counts, add);
+    if (s == SIMIL_OK) s = sml_alloc((void **)&start, (size_t)nlist, sizeof *start, "lists");
+    if (s == SIMIL_OK)
+        s = sml_cluster_order_by(n, lists, 1, nlist, 0, NULL, add, NULL, NULL, NULL, NULL);
     int grow = 0;
     if (s == SIMIL_OK) {
         for (int64_t l = 0; l < nlist; l++) {
@@ -482,19 +438,22 @@ simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64
         if (grow || ivf->codes_mem == NULL) s = sml_ivf_relayout(b, ivf, new_cap, &arena);
     }
     if (s == SIMIL_OK) {
-        sml_ivf_place(ivf, &arena, n, lists, &counts, pos);
-        s = sml_ivf_scatter(b, ivf, &arena, n, pos, codes, ids);
+        /* pos[i]: the arena row of new row i, after its list's rows and the
+         * new rows of that list before it */
+        for (int64_t l = 0; l < nlist; l++) start[l] = arena.offset[l] + ivf->size[l];
+        s = sml_cluster_order_by(n, lists, 1, nlist, 0, start, NULL, NULL, NULL, pos, NULL);
+        if (s == SIMIL_OK) s = sml_ivf_scatter(b, ivf, &arena, n, pos, codes, ids);
     }
     if (s == SIMIL_OK) {
         sml_ivf_arena_commit(b, ivf, &arena, new_cap);
-#pragma omp parallel for schedule(static) num_threads((int)counts.slices)
+#pragma omp parallel for schedule(static) if (n >= ((int64_t)1 << 16))
         for (int64_t i = 0; i < n; i++) ivf->host_ids[pos[i]] = ids[i];
         for (int64_t l = 0; l < nlist; l++) ivf->size[l] += add[l];
         sml_ivf_check(ivf);
     } else {
         sml_ivf_arena_discard(b, &arena);
     }
-    sml_free(counts.per_slice);
+    sml_free(start);
     sml_free(add);
     sml_free(new_cap);
     sml_free(pos);
