@@ -4,8 +4,8 @@
  * Each Lloyd iteration assigns the (subsampled) training points to their
  * nearest centroid with the backend's exact k-NN (k = 1: GEMM plus an
  * arg-min; on a GPU the fp16 fast path, through a shadow of the centroids
- * made anew each iteration), then recomputes each centroid as the mean of its points with the
- * backend's cluster_sums, which adds rows in a fixed order so that a seed gives
+ * made anew each iteration), then recomputes each centroid as the mean of
+ * its points with the backend's cluster_sums, which adds rows in a fixed order so that a seed gives
  * the same centroids on a backend whatever its thread count.  An empty cluster
  * is reseeded by splitting a large one, chosen with probability proportional
  * to its size, as Faiss does.  Centroids stay on the host between iterations

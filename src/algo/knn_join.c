@@ -20,7 +20,6 @@
 
 #include <assert.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,15 +222,6 @@ simil_status sml_knn_join_assign(sml_knn_join *j, int64_t first, int64_t count,
                                .labels = j->probes + first * j->nprobe,
                                .threads = j->threads};
     return b->ops->knn(b, &args);
-}
-
-/* The threads of a pass over `rows` rows of the plan: `threads`, or where
- * that is 0, all the machine's for a large join and one for a small one,
- * whose team would cost more than it saves. */
-static int sml_join_threads(int threads, int64_t rows)
-{
-    if (threads > 0) return threads;
-    return rows >= ((int64_t)1 << 16) ? omp_get_max_threads() : 1;
 }
 
 /* One row's probe set, sorted, for grouping rows by it. */
@@ -493,7 +483,7 @@ simil_status sml_knn_join_blocks_threads(int64_t nlist, const int64_t *offset, i
     for (int64_t l = 0; l < nlist; l++)
         if (offset[l + 1] - offset[l] > largest) largest = offset[l + 1] - offset[l];
     const int64_t rows = offset[nlist];
-    threads = sml_join_threads(threads, rows);
+    threads = sml_pass_threads(threads, rows);
     if (threads > nlist) threads = nlist > 0 ? (int)nlist : 1;
     if (threads <= 1) {
         sml_join_planner q = {0};
@@ -581,15 +571,15 @@ simil_status sml_knn_join_order(int64_t n, int64_t nlist, const int64_t *probes,
     const int64_t entries = n * nprobe;
     int64_t first_bad = INT64_MAX;
 #pragma omp parallel for schedule(static) reduction(min : first_bad) \
-    num_threads(sml_join_threads(threads, n))
+    num_threads(sml_pass_threads(threads, n))
     for (int64_t p = 0; p < entries; p++)
         if ((probes[p] < 0 || probes[p] >= nlist) && p < first_bad) first_bad = p;
     SML_RETURN_IF(first_bad != INT64_MAX, SIMIL_ERR_INTERNAL,
                   "list join: row %" PRId64 " was given list %" PRId64, first_bad / nprobe,
                   probes[first_bad]);
     /* by nearest list, each row's first probe */
-    return sml_cluster_order_by(n, probes, nprobe, nlist, sml_join_threads(threads, n), NULL,
-                                NULL, offset, order, NULL, NULL);
+    return sml_cluster_order_by(n, probes, nprobe, nlist, threads, NULL, NULL, offset, order,
+                                NULL, NULL);
 }
 
 simil_status sml_knn_join_plan(sml_knn_join *j)
@@ -607,7 +597,7 @@ simil_status sml_knn_join_plan(sml_knn_join *j)
     const int64_t n = j->n;
     int64_t *pos = j->pos;
     const int64_t *order = j->order;
-#pragma omp parallel for schedule(static) num_threads(sml_join_threads(j->threads, n))
+#pragma omp parallel for schedule(static) num_threads(sml_pass_threads(j->threads, n))
     for (int64_t p = 0; p < n; p++) pos[order[p]] = p;
     return SIMIL_OK;
 }

@@ -14,6 +14,12 @@ simil_status sml_cluster_order(int64_t n, const int64_t *labels, int64_t k, int6
     return sml_cluster_order_by(n, labels, 1, k, 1, NULL, NULL, offsets, order, NULL, NULL);
 }
 
+int sml_pass_threads(int threads, int64_t n)
+{
+    if (threads > 0) return threads;
+    return n >= ((int64_t)1 << 16) ? omp_get_max_threads() : 1;
+}
+
 simil_status sml_cluster_order_by(int64_t n, const int64_t *labels, int64_t stride, int64_t k,
                                   int threads, const int64_t *start, int64_t *counts,
                                   int64_t *offsets, int64_t *order, int64_t *place_of,
@@ -21,7 +27,7 @@ simil_status sml_cluster_order_by(int64_t n, const int64_t *labels, int64_t stri
 {
     assert(n >= 0 && k >= 1 && stride >= 1);
     if (bad != NULL) *bad = -1;
-    if (threads <= 0) threads = n >= ((int64_t)1 << 16) ? omp_get_max_threads() : 1;
+    threads = sml_pass_threads(threads, n);
     const int64_t most = n / (8 * k);
     if (threads > most) threads = most > 1 ? (int)most : 1;
     const int64_t slices = threads;

@@ -18,14 +18,19 @@ extern "C" {
 simil_status sml_cluster_order(int64_t n, const int64_t *labels, int64_t k, int64_t *offsets,
                                int64_t *order);
 
+/* The threads of a pass over n items: threads, or where that is 0, all the
+ * machine's from 2^16 items on and one below, where waking a team costs more
+ * than it saves. */
+int sml_pass_threads(int threads, int64_t n);
+
 /* The same sort in full.  Item i's label is labels[i * stride], in [0, k).
  * Items of one label keep their order, and label c's take the places from
  * start[c] on (start NULL: packed from 0 in label order).  Any of these may
  * be NULL: counts (k: items per label), offsets (k + 1: where each label's
  * items start when packed), order (order[place] = item), place_of
  * (place_of[i] = item i's place).  The work is split into contiguous slices
- * of the items, a thread each: threads of them, 0 for all the machine's (one
- * below 2^16 items), and at most n / (8 k), so that the table of counts per
+ * of the items, a thread each: sml_pass_threads(threads, n) of them, and at
+ * most n / (8 k), so that the table of counts per
  * slice and label, summed on one thread, stays small beside the items.  The
  * result does not depend on the number of threads.  A label outside [0, k)
  * is SIMIL_ERR_INTERNAL, with *bad (if not NULL) the first such item, and

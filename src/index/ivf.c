@@ -2,7 +2,6 @@
 #include "index/ivf.h"
 
 #include <assert.h>
-#include <omp.h>
 #include <string.h>
 
 #include "algo/kmeans.h"
@@ -446,7 +445,7 @@ simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64
     }
     if (s == SIMIL_OK) {
         sml_ivf_arena_commit(b, ivf, &arena, new_cap);
-#pragma omp parallel for schedule(static) if (n >= ((int64_t)1 << 16))
+#pragma omp parallel for schedule(static) num_threads(sml_pass_threads(0, n))
         for (int64_t i = 0; i < n; i++) ivf->host_ids[pos[i]] = ids[i];
         for (int64_t l = 0; l < nlist; l++) ivf->size[l] += add[l];
         sml_ivf_check(ivf);
