@@ -77,22 +77,7 @@ static void check_against_ranking(const char *what, const simil_index *index, in
     float *D = sml_test_malloc(sizeof(float) * (size_t)(nq * N));
     int64_t *L = sml_test_malloc(sizeof(int64_t) * (size_t)(nq * N));
     SML_ASSERT_OK(simil_index_search(index, nq, q, N, plain, D, L));
-    for (int64_t i = 0; i < nq; i++) {
-        int64_t j = 0;
-        for (int64_t r = 0; r < N && j < k; r++) {
-            const int64_t id = L[i * N + r];
-            if (id < 0 || !allowed[id]) continue;
-            if (l[i * k + j] != id || d[i * k + j] != D[i * N + r])
-                fail_msg("%s: query %ld rank %ld: id %ld at %g, the ranking's %ld at %g", what,
-                         (long)i, (long)j, (long)l[i * k + j], (double)d[i * k + j], (long)id,
-                         (double)D[i * N + r]);
-            j++;
-        }
-        for (; j < k; j++)
-            if (l[i * k + j] != -1)
-                fail_msg("%s: query %ld rank %ld should be empty, holds id %ld", what, (long)i,
-                         (long)j, (long)l[i * k + j]);
-    }
+    sml_test_check_filtered_ranking(what, nq, k, N, D, L, d, l, allowed, NULL);
     free(D);
     free(L);
 }

@@ -54,22 +54,7 @@ static void check_filtered(const char *what, const simil_index *index, const flo
     assert_memory_equal(l, l2, sizeof l);
     assert_memory_equal(d, d2, sizeof d);
     const float empty = simil_index_metric(index) == SIMIL_METRIC_L2 ? INFINITY : -INFINITY;
-    for (int64_t i = 0; i < NQ; i++) {
-        int64_t j = 0;
-        for (int64_t r = 0; r < all && j < K; r++) {
-            const int64_t id = L[i * all + r];
-            if (id < 0 || !allowed[id]) continue;
-            if (l[i * K + j] != id || d[i * K + j] != D[i * all + r])
-                fail_msg("%s: query %ld rank %ld: id %ld at %g, expected %ld at %g", what,
-                         (long)i, (long)j, (long)l[i * K + j], (double)d[i * K + j], (long)id,
-                         (double)D[i * all + r]);
-            j++;
-        }
-        for (; j < K; j++)
-            if (l[i * K + j] != -1 || d[i * K + j] != empty)
-                fail_msg("%s: query %ld rank %ld should be empty, holds id %ld", what, (long)i,
-                         (long)j, (long)l[i * K + j]);
-    }
+    sml_test_check_filtered_ranking(what, NQ, K, all, D, L, d, l, allowed, &empty);
     free(D);
     free(L);
     simil_search_params_destroy(plain);

@@ -458,6 +458,29 @@ void sml_test_allow_params(const unsigned char *allowed, int64_t nids, const cha
     free(ids);
 }
 
+void sml_test_check_filtered_ranking(const char *what, int64_t nq, int64_t k, int64_t all,
+                                     const float *D, const int64_t *L, const float *d,
+                                     const int64_t *l, const unsigned char *allowed,
+                                     const float *empty)
+{
+    for (int64_t i = 0; i < nq; i++) {
+        int64_t j = 0;
+        for (int64_t r = 0; r < all && j < k; r++) {
+            const int64_t id = L[i * all + r];
+            if (id < 0 || !allowed[id]) continue;
+            if (l[i * k + j] != id || d[i * k + j] != D[i * all + r])
+                fail_msg("%s: query %ld rank %ld: id %ld at %g, the ranking's %ld at %g", what,
+                         (long)i, (long)j, (long)l[i * k + j], (double)d[i * k + j], (long)id,
+                         (double)D[i * all + r]);
+            j++;
+        }
+        for (; j < k; j++)
+            if (l[i * k + j] != -1 || (empty != NULL && d[i * k + j] != *empty))
+                fail_msg("%s: query %ld rank %ld should be empty, holds id %ld", what, (long)i,
+                         (long)j, (long)l[i * k + j]);
+    }
+}
+
 simil_status sml_test_sink_rows(void *user, int64_t first, int64_t count, int64_t k,
                                 const int64_t *ids, const float *dist)
 {

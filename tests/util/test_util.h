@@ -92,6 +92,14 @@ unsigned char *sml_test_random_allowed(int64_t nids, int percent, uint64_t seed)
 void sml_test_allow_params(const unsigned char *allowed, int64_t nids, const char *settings,
                            simil_search_params **bits, simil_search_params **list);
 
+/* Filtered results (d, l: nq x k) against a full ranking of the same index
+ * (D, L: nq x all): the ranking's allowed rows, first k, bit for bit, then
+ * empty slots (id -1, and distance *empty unless empty is NULL). */
+void sml_test_check_filtered_ranking(const char *what, int64_t nq, int64_t k, int64_t all,
+                                     const float *D, const int64_t *L, const float *d,
+                                     const int64_t *l, const unsigned char *allowed,
+                                     const float *empty);
+
 /* A k-NN graph sink (simil_knn_graph_stream) into ids and dist, n x k: rows
  * must come in order, without gaps (next: the row expected next). */
 typedef struct sml_test_sink {
