@@ -298,20 +298,16 @@ simil_status pair_workspace(Device *dev, const sml_ivf_scan_args &a, const void 
     return SIMIL_OK;
 }
 
-long long arena_rows_end(const sml_ivf_lists &l)
-{
-    long long end = 0;
-    for (int64_t i = 0; i < l.nlist; ++i)
-        if (l.offset[i] + l.size[i] > end) end = l.offset[i] + l.size[i];
-    return end;
-}
-
 simil_status scan_rows_allowed(Device *dev, const sml_ivf_scan_args &a, const uint32_t **bits)
 {
     *bits = nullptr;
     if (a.filter == nullptr) return SIMIL_OK;
+    long long rows = 0;  // the arena's rows in use: its ids cover them
+    for (int64_t l = 0; l < a.lists.nlist; ++l)
+        if (a.lists.size[l] > 0 && a.lists.offset[l] + a.lists.size[l] > rows)
+            rows = a.lists.offset[l] + a.lists.size[l];
     void *unused;
-    return rows_allowed(dev, a.filter, a.lists.ids, arena_rows_end(a.lists), 0, bits, &unused);
+    return rows_allowed(dev, a.filter, a.lists.ids, rows, 0, bits, &unused);
 }
 
 simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, const PairPlan &dev,

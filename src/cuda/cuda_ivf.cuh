@@ -64,9 +64,6 @@ simil_status ivf_locked(sml_backend *b, Scan scan)
     return s;
 }
 
-// One past the last arena row any list of l holds: the rows its ids cover.
-long long arena_rows_end(const sml_ivf_lists &l);
-
 // The arena rows a's filter allows (cuda_filter.cuh), over every row of its
 // lists; null without a filter.  Once per call, before its batches.
 simil_status scan_rows_allowed(Device *dev, const sml_ivf_scan_args &a, const uint32_t **bits);

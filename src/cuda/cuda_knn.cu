@@ -65,6 +65,7 @@ struct Search {
     const Shadow *shadow;
     bool l2;
     const float *add;  // per base row, added to its key: norms (L2), refused rows +inf
+    bool filtered;     // a filter made add (cuda_filter.cuh)
     bool queries_on_device;
     bool outputs_on_device;
     bool redo;  // buffers for re-running fast-path queries in fp32
@@ -389,7 +390,7 @@ simil_status search_fast(const Search &s, const Plan &p, const Buffers &b, const
                                    cudaMemcpyDeviceToDevice, st));
     SML_TRY(launch_rerank(rows, (int)a->dim, queries, a->base, b.candidates, p.kk, s.l2,
                           b.exact_keys, st));
-    if (a->filter != nullptr) {  // refused rows: +inf in add (cuda_filter.cuh)
+    if (s.filtered) {
         const long long n = (long long)rows * p.kk;
         keep_refused_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(rows, p.kk, b.part_keys,
                                                                          ld, b.exact_keys);
@@ -658,10 +659,12 @@ simil_status knn_locked(Device *dev, const sml_knn_args *a)
         if (st == SIMIL_OK)
             st = launch_filter_add(a->n, s.add, bits, static_cast<float *>(add), dev->stream[0]);
         s.add = static_cast<const float *>(add);
+        s.filtered = true;
     }
-    if (st == SIMIL_OK && knn_small_takes(a)) {
+    if (st != SIMIL_OK) {
+    } else if (knn_small_takes(a)) {
         st = knn_small(dev, a, s.add, s.queries_on_device, s.outputs_on_device);
-    } else if (st == SIMIL_OK) {
+    } else {
         s.max_query_tile = s.queries_on_device && s.outputs_on_device ? kMaxQueryTile
                                                                       : staged_tile_cap(s);
         st = run(s);

@@ -681,7 +681,11 @@ simil_status cuda_xfbq_scan(sml_backend *be, const sml_xfbq_scan_args *a)
 {
     assert(sml_xfbq_scan_args_ok(a));
     const sml_ivf_scan_args &scan = a->scan;
-    const long long rows_end = arena_rows_end(scan.lists);
+    long long rows_end = 0;
+    for (int64_t l = 0; l < scan.lists.nlist; ++l) {
+        const long long end = scan.lists.offset[l] + scan.lists.size[l];
+        rows_end = end > rows_end ? end : rows_end;
+    }
     SML_RETURN_IF(rows_end >= INT32_MAX || scan.k >= INT32_MAX || a->nbins > 4096,
                   SIMIL_ERR_UNSUPPORTED,
                   "XFBQ on the GPU: at most 2^31 - 1 vectors and k below 2^31 (got %lld, k=%" PRId64
