@@ -64,6 +64,7 @@ typedef struct sml_hdf5 {
     int64_t rows, cols;
     simil_dtype dtype;
     hid_t mem_type;
+    size_t stored_size; /* bytes per element in the file */
     H5E_auto2_t saved_func;
     void *saved_data;
 } sml_hdf5;
@@ -120,33 +121,45 @@ static simil_status sml_hdf5_open_file(sml_hdf5 *h)
     return SIMIL_OK;
 }
 
-/* Map the stored type to a simil dtype and the memory type HDF5 converts to. */
+/* Map the stored type to a simil dtype and the memory type HDF5 converts to.
+ * Only HDF5's standard layouts are taken: libhdf5 1.10 converts a damaged
+ * layout (an exponent field or a bit offset past the element) differently in
+ * a whole read and in a read of some rows, so such a type is refused. */
 static simil_status sml_hdf5_type(sml_hdf5 *h)
 {
+    /* H5T_* are not constants (each opens the library), so the table is built here */
+    const struct {
+        hid_t stored;
+        simil_dtype dtype;
+        hid_t mem;
+    } known[] = {
+        {H5T_IEEE_F32LE, SIMIL_DTYPE_FLOAT32, H5T_NATIVE_FLOAT},
+        {H5T_IEEE_F32BE, SIMIL_DTYPE_FLOAT32, H5T_NATIVE_FLOAT},
+        {H5T_IEEE_F64LE, SIMIL_DTYPE_FLOAT32, H5T_NATIVE_FLOAT},
+        {H5T_IEEE_F64BE, SIMIL_DTYPE_FLOAT32, H5T_NATIVE_FLOAT},
+        {H5T_STD_U8LE, SIMIL_DTYPE_UINT8, H5T_NATIVE_UINT8},
+        {H5T_STD_U8BE, SIMIL_DTYPE_UINT8, H5T_NATIVE_UINT8},
+        {H5T_STD_I32LE, SIMIL_DTYPE_INT32, H5T_NATIVE_INT32},
+        {H5T_STD_I32BE, SIMIL_DTYPE_INT32, H5T_NATIVE_INT32},
+        {H5T_STD_I64LE, SIMIL_DTYPE_INT64, H5T_NATIVE_INT64},
+        {H5T_STD_I64BE, SIMIL_DTYPE_INT64, H5T_NATIVE_INT64},
+    };
     hid_t tid = H5Dget_type(h->did);
     SML_RETURN_IF(tid < 0, SIMIL_ERR_CORRUPT, "'%s' is damaged: dataset '%s' has no type", h->file,
                   h->name);
     H5T_class_t cls = H5Tget_class(tid);
     size_t size = H5Tget_size(tid);
-    H5T_sign_t sign = H5Tget_sign(tid);
-    H5Tclose(tid);
     h->mem_type = -1;
-    if (cls == H5T_FLOAT && (size == 4 || size == 8)) {
-        h->dtype = SIMIL_DTYPE_FLOAT32;
-        h->mem_type = H5T_NATIVE_FLOAT;
-    } else if (cls == H5T_INTEGER && size == 1 && sign == H5T_SGN_NONE) {
-        h->dtype = SIMIL_DTYPE_UINT8;
-        h->mem_type = H5T_NATIVE_UINT8;
-    } else if (cls == H5T_INTEGER && size == 4 && sign == H5T_SGN_2) {
-        h->dtype = SIMIL_DTYPE_INT32;
-        h->mem_type = H5T_NATIVE_INT32;
-    } else if (cls == H5T_INTEGER && size == 8 && sign == H5T_SGN_2) {
-        h->dtype = SIMIL_DTYPE_INT64;
-        h->mem_type = H5T_NATIVE_INT64;
+    for (size_t i = 0; i < sizeof known / sizeof known[0] && h->mem_type < 0; i++) {
+        if (H5Tequal(tid, known[i].stored) <= 0) continue;
+        h->dtype = known[i].dtype;
+        h->mem_type = known[i].mem;
+        h->stored_size = size;
     }
+    H5Tclose(tid);
     SML_RETURN_IF(h->mem_type < 0, SIMIL_ERR_CORRUPT,
                   "'%s': dataset '%s' has a type simil does not read (class %d, %zu bytes); "
-                  "it reads float32, float64, uint8, int32 and int64",
+                  "it reads IEEE float32 and float64, uint8, int32 and int64",
                   h->file, h->name, (int)cls, size);
     return SIMIL_OK;
 }
@@ -170,6 +183,64 @@ static simil_status sml_hdf5_shape(sml_hdf5 *h)
     return sml_dataset_bytes(h->spec, h->rows, h->cols, simil_dtype_size(h->dtype), &bytes);
 }
 
+/* The data a dataset declares must be stored, and inside the file.  A damaged
+ * dataspace can declare terabytes in a 2 KB file, and libhdf5 1.10 reads a
+ * contiguous dataset that runs past the end of the file as zeros in a whole
+ * read but fails on some rows of it, so both are refused before anything is
+ * allocated.  Data in external or virtual files is not read: a damaged or
+ * hostile file could point anywhere on disk. */
+static simil_status sml_hdf5_storage(sml_hdf5 *h)
+{
+    size_t declared;
+    SML_TRY(sml_dataset_bytes(h->spec, h->rows, h->cols, h->stored_size, &declared));
+    hid_t plist = H5Dget_create_plist(h->did);
+    SML_RETURN_IF(plist < 0, SIMIL_ERR_CORRUPT, "'%s' is damaged: dataset '%s' has no layout",
+                  h->file, h->name);
+    H5D_layout_t layout = H5Pget_layout(plist);
+    int external = H5Pget_external_count(plist);
+    hsize_t chunk[2] = {0, 0};
+    int chunk_rank = layout == H5D_CHUNKED ? H5Pget_chunk(plist, 2, chunk) : 0;
+    H5Pclose(plist);
+    SML_RETURN_IF(external != 0 || layout == H5D_VIRTUAL, SIMIL_ERR_UNSUPPORTED,
+                  "'%s': dataset '%s' keeps its data in other files, which simil does not read",
+                  h->file, h->name);
+    if (declared == 0) return SIMIL_OK;
+    hsize_t stored = H5Dget_storage_size(h->did);
+    if (layout == H5D_CONTIGUOUS || layout == H5D_COMPACT) {
+        SML_RETURN_IF(stored != declared, SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: dataset '%s' declares %zu bytes but stores %llu",
+                      h->file, h->name, declared, (unsigned long long)stored);
+    }
+    if (layout == H5D_CONTIGUOUS) {
+        haddr_t at = H5Dget_offset(h->did);
+        hsize_t file_size = 0;
+        SML_RETURN_IF(at == HADDR_UNDEF || H5Fget_filesize(h->fid, &file_size) < 0 ||
+                          at > file_size || file_size - at < declared,
+                      SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: dataset '%s' runs past the end of the file (%zu bytes "
+                      "from offset %llu in a file of %llu)",
+                      h->file, h->name, declared, (unsigned long long)at,
+                      (unsigned long long)file_size);
+    } else if (layout == H5D_CHUNKED) {
+        /* Unwritten chunks would read as fill values: every chunk must be there.
+         * (libhdf5 1.10.8 counts no chunks for H5S_ALL, hence the dataspace.) */
+        SML_RETURN_IF(chunk_rank != 2 || chunk[0] == 0 || chunk[1] == 0, SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: dataset '%s' has no valid chunk shape", h->file, h->name);
+        hsize_t want = ((hsize_t)h->rows + chunk[0] - 1) / chunk[0] *
+                       (((hsize_t)h->cols + chunk[1] - 1) / chunk[1]);
+        hsize_t have = 0;
+        SML_RETURN_IF(H5Dget_num_chunks(h->did, h->sid, &have) < 0 || have != want,
+                      SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: dataset '%s' stores %llu of its %llu chunks", h->file,
+                      h->name, (unsigned long long)have, (unsigned long long)want);
+    } else {
+        SML_RETURN_IF(layout != H5D_COMPACT, SIMIL_ERR_CORRUPT,
+                      "'%s' is damaged: dataset '%s' has an unknown layout %d", h->file, h->name,
+                      (int)layout);
+    }
+    return SIMIL_OK;
+}
+
 static simil_status sml_hdf5_open_dataset(sml_hdf5 *h)
 {
     if (h->name == NULL || h->name[0] == '\0') return sml_hdf5_no_dataset(h, "");
@@ -178,7 +249,8 @@ static simil_status sml_hdf5_open_dataset(sml_hdf5 *h)
     h->did = H5Dopen2(h->fid, h->name, H5P_DEFAULT);
     if (h->did < 0) return sml_hdf5_no_dataset(h, "cannot open as a dataset");
     SML_TRY(sml_hdf5_type(h));
-    return sml_hdf5_shape(h);
+    SML_TRY(sml_hdf5_shape(h));
+    return sml_hdf5_storage(h);
 }
 
 static simil_status sml_hdf5_parse_spec(sml_hdf5 *h, const char *spec)

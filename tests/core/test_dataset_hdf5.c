@@ -160,6 +160,65 @@ static void test_hdf5_errors(void **state)
     free(all);
 }
 
+/* A dataset of NTRAIN x DIM float32 with the creation properties dcpl,
+ * written through H5Dwrite only in rows [0, written). */
+static void put_layout(hid_t file, const char *name, hid_t dcpl, hsize_t written)
+{
+    hsize_t dims[2] = {NTRAIN, DIM};
+    hid_t space = H5Screate_simple(2, dims, NULL);
+    hid_t set = H5Dcreate2(file, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    assert_true(set >= 0);
+    if (written > 0) {
+        hsize_t start[2] = {0, 0}, count[2] = {written, DIM};
+        hid_t mem = H5Screate_simple(2, count, NULL);
+        assert_true(H5Sselect_hyperslab(space, H5S_SELECT_SET, start, NULL, count, NULL) >= 0);
+        assert_true(H5Dwrite(set, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, train) >= 0);
+        H5Sclose(mem);
+    }
+    H5Dclose(set);
+    H5Sclose(space);
+}
+
+/* Layouts: chunked and compressed data reads like contiguous data; data that
+ * was declared but never stored (which HDF5 would read as fill values) is
+ * refused as damaged, and data kept in an external file is not followed. */
+static void test_hdf5_layouts(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s", sml_test_path("layouts.hdf5"));
+    sml_test_fill_uniform(&train[0][0], NTRAIN * DIM, 3, -1, 1);
+    hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(file >= 0);
+    hid_t packed = H5Pcreate(H5P_DATASET_CREATE);
+    assert_true(H5Pset_chunk(packed, 2, (hsize_t[]){7, 5}) >= 0);
+    assert_true(H5Pset_shuffle(packed) >= 0);
+    assert_true(H5Pset_deflate(packed, 6) >= 0);
+    put_layout(file, "packed", packed, NTRAIN);
+    put_layout(file, "sparse", packed, 20); /* rows 21.. never written */
+    H5Pclose(packed);
+    put_layout(file, "unwritten", H5P_DEFAULT, 0);
+    hid_t outside = H5Pcreate(H5P_DATASET_CREATE);
+    assert_true(H5Pset_external(outside, "elsewhere.bin", 0, NTRAIN * DIM * 4) >= 0);
+    put_layout(file, "outside", outside, 0);
+    H5Pclose(outside);
+    H5Fclose(file);
+
+    simil_matrix m;
+    SML_ASSERT_OK(simil_matrix_read(name_in(path, "packed"), 0, -1, &m));
+    assert_memory_equal(m.data, train, sizeof train);
+    simil_matrix_free(&m);
+    SML_ASSERT_OK(simil_matrix_read(name_in(path, "packed"), 13, 9, &m));
+    assert_memory_equal(m.data, train[13], 9 * sizeof train[0]);
+    simil_matrix_free(&m);
+    SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_matrix_info(name_in(path, "sparse"), NULL, NULL, NULL));
+    assert_non_null(strstr(simil_last_error(), "chunks"));
+    SML_ASSERT_STATUS(SIMIL_ERR_CORRUPT, simil_matrix_read(name_in(path, "unwritten"), 0, -1, &m));
+    assert_null(m.data);
+    SML_ASSERT_STATUS(SIMIL_ERR_UNSUPPORTED, simil_matrix_read(name_in(path, "outside"), 0, -1, &m));
+    assert_non_null(strstr(simil_last_error(), "other files"));
+}
+
 /* A root attribute "distance": a fixed-length string (as HDF5's C tools
  * write it) when fixed, else a variable-length UTF-8 one (as h5py writes
  * Python strings, and so ann-benchmarks' files). */
@@ -226,6 +285,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hdf5_read),
         cmocka_unit_test(test_hdf5_errors),
+        cmocka_unit_test(test_hdf5_layouts),
         cmocka_unit_test(test_hdf5_metric),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
