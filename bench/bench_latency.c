@@ -34,6 +34,9 @@
  *   --wait-us W        also run the callers with this batching wait
  *   --small-max Q      GPU exact search: largest batch of the small-batch
  *                      path (default: the library's; 0 turns it off)
+ *   --small-cores C    GPU exact search: the small-batch path's dot products
+ *                      on tensor cores (tensor, the default, where 16 divides
+ *                      the dimension) or CUDA cores (cuda)
  *   --csv FILE         append the results as CSV (header when new)
  *   --write-fvecs DIR  write DIR/base.fvecs, DIR/train.fvecs and
  *                      DIR/queries-B.fvecs (B of --batch) of exactly the
@@ -119,7 +122,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench_latency [--n N] [--metric cosine|l2|ip] [--device gpu|cpu] [--k K]\n"
             "                     [--batch 1,4,...] [--reps R] [--threads T] [--seconds S]\n"
-            "                     [--wait-us W] [--small-max Q] [--csv FILE]\n"
+            "                     [--wait-us W] [--small-max Q] [--small-cores tensor|cuda]\n"
+            "                     [--csv FILE]\n"
             "                     [--write-fvecs DIR] INDEX[@NPROBE] ...\n"
             "(see the comment at the top of bench/bench_latency.c)\n");
     exit(2);
@@ -450,7 +454,10 @@ int main(int argc, char **argv)
         else if (!strcmp(arg, "--seconds")) o.seconds = atof(val);
         else if (!strcmp(arg, "--wait-us")) o.wait_us = atoll(val);
         else if (!strcmp(arg, "--small-max")) o.small_max = atoll(val);
-        else if (!strcmp(arg, "--csv")) o.csv = val;
+        else if (!strcmp(arg, "--small-cores")) {
+            if (strcmp(val, "tensor") && strcmp(val, "cuda")) usage();
+            sml_cuda_knn_small_tensor(!strcmp(val, "tensor"));
+        } else if (!strcmp(arg, "--csv")) o.csv = val;
         else if (!strcmp(arg, "--write-fvecs")) o.fvecs_dir = val;
         else usage();
     }

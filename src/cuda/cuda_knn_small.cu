@@ -9,9 +9,14 @@
 // as many blocks as fit on the GPU at once, and each block streams its slice
 // of the fp16 shadow once for a group of up to 8 queries:
 //
-//   scan (small_scan_kernel, 256 threads): the group's queries sit in shared
-//       memory as fp32 (the fp16-rounded scaled values, exactly); each lane
-//       takes one base row at a time, reads it with 16-byte loads, and
+//   scan (small_scan_kernel, 256 threads): each lane stands for one base row
+//       at a time.  Where the dimension is a multiple of 16, a warp's 32 rows
+//       meet the group's queries on tensor cores (mma m16n8k16: fp16 in, fp32
+//       sums; the products of two fp16 values are exact in fp32, so only the
+//       order of the sums differs from CUDA cores), and the 32 x 8 sums pass
+//       through shared memory to the lanes of their rows.  Otherwise the
+//       group's queries sit in shared memory as fp32 (the fp16-rounded scaled
+//       values, exactly); each lane reads its row with 16-byte loads and
 //       accumulates the dot products with all the group's queries in fp32.
 //       The approximate key is that of the batch path (docs/gpu-exact-search.md)
 //       with fp32 instead of fp16 output, so the same bound E(x) holds with
@@ -58,18 +63,36 @@ constexpr size_t kSmemCap = (size_t)160 << 10;
 constexpr long long kDefaultMaxQueries = 64;
 
 std::atomic<long long> max_queries{kDefaultMaxQueries};
+std::atomic<bool> tensor_cores{true};  // off: CUDA cores only (sml_cuda_knn_small_tensor)
 
 // Queries per block for kk candidates: the warp queues of a group live in
 // registers (kk / 32 pairs per lane and query).
 int group_cap(int kk) { return kk <= 64 ? kMaxGroup : kk == 128 ? 4 : 2; }
 
+// The tensor-core scan: a query's row of halves in shared memory is padded to
+// 32 mod 64 halves, so that the two queries a quarter-warp reads at once fall
+// in different banks; the warp's 32 x 8 sums go through a buffer of rows of
+// kSumStride floats (16-byte aligned, and rows 0..7 in distinct banks).
+constexpr int kMmaQueries = 8;  // the n of m16n8k16: the group's queries, padded
+constexpr int kSumStride = 12;
+
+__host__ __device__ inline int mma_stride(int dim) { return dim + (32 - dim % 64 + 64) % 64; }
+
 // Dynamic shared memory of a scan block: the group's queries (dim x qg
-// floats), later reused for the warps' lists of the block merge.
-size_t scan_smem(int dim, int qg, int kk)
+// floats, or kMmaQueries padded rows of halves on tensor cores), later reused
+// for the warps' lists of the block merge.
+size_t scan_smem(int dim, int qg, int kk, bool mma)
 {
-    const size_t queries = sizeof(float) * (size_t)dim * qg;
+    const size_t queries = mma ? sizeof(__half) * (size_t)mma_stride(dim) * kMmaQueries
+                               : sizeof(float) * (size_t)dim * qg;
     const size_t lists = (size_t)qg * kWarps * kk * (sizeof(float) + sizeof(int));
     return queries > lists ? queries : lists;
+}
+
+// Whether the scan runs on tensor cores: 16 | dim, and the padded queries fit.
+bool use_mma(int dim)
+{
+    return dim % 16 == 0 && scan_smem(dim, 1, kMaxCandidates, true) <= kSmemCap;
 }
 
 struct ScanArgs {
@@ -155,23 +178,102 @@ __device__ __forceinline__ void dot_row(const __half *row, const float *qs, int 
     }
 }
 
+// c += a b on tensor cores: a 16 x 16 tile of rows (fp16), b 16 x 8 (fp16),
+// c 16 x 8 (fp32); the fragments as PTX lays them out for m16n8k16.
+__device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// acc[q] = <row first + lane, query q> for the warp's 32 rows [first, first +
+// 32) (rows from last on are read as row last - 1 and ignored by the caller),
+// on tensor cores.  Lane (g, t) = (lane / 4, lane % 4) feeds rows first + g +
+// 8i, i < 4: two m16n8k16 tiles.  A dot product may sum its dimensions in any
+// order, so the k of a fragment need not be consecutive dimensions: per 32
+// dimensions d.., lane t loads the 8 halves d + 8t.. of each of its rows (one
+// 16-byte load) and of query g (from qh), and the fragments' k slots (2t,
+// 2t + 1, 2t + 8, 2t + 9) of the two mmas take halves 0-3 and 4-7 of them.
+// A last 16 dimensions take 4 halves per lane.  sums: the warp's 32 x
+// kSumStride buffer, through which each lane gets its own row's sums.
+template <int QG>
+__device__ __forceinline__ void dot_rows_mma(const __half *rows, int dim, long long first,
+                                             long long last, const __half *qh, int qstride,
+                                             float *sums, float (&acc)[QG])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const __half *r[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const long long j = first + g + 8 * i;
+        r[i] = rows + (j < last ? j : last - 1) * dim;
+    }
+    const __half *q = qh + g * qstride;
+    float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int d = 0;
+#pragma unroll 2
+    for (; d + 32 <= dim; d += 32) {
+        uint4 x[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] = __ldg(reinterpret_cast<const uint4 *>(r[i] + d + 8 * t));
+        const uint4 b = *reinterpret_cast<const uint4 *>(q + d + 8 * t);
+        mma16816(c0, x[0].x, x[1].x, x[0].y, x[1].y, b.x, b.y);
+        mma16816(c0, x[0].z, x[1].z, x[0].w, x[1].w, b.z, b.w);
+        mma16816(c1, x[2].x, x[3].x, x[2].y, x[3].y, b.x, b.y);
+        mma16816(c1, x[2].z, x[3].z, x[2].w, x[3].w, b.z, b.w);
+    }
+    if (d < dim) {  // 16 left
+        uint2 x[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] = __ldg(reinterpret_cast<const uint2 *>(r[i] + d + 4 * t));
+        const uint2 b = *reinterpret_cast<const uint2 *>(q + d + 4 * t);
+        mma16816(c0, x[0].x, x[1].x, x[0].y, x[1].y, b.x, b.y);
+        mma16816(c1, x[2].x, x[3].x, x[2].y, x[3].y, b.x, b.y);
+    }
+    // c: rows g and g + 8 of its tile, queries 2t and 2t + 1
+    __syncwarp();  // the lanes have read the previous rows' sums
+    *reinterpret_cast<float2 *>(sums + g * kSumStride + 2 * t) = make_float2(c0[0], c0[1]);
+    *reinterpret_cast<float2 *>(sums + (g + 8) * kSumStride + 2 * t) = make_float2(c0[2], c0[3]);
+    *reinterpret_cast<float2 *>(sums + (g + 16) * kSumStride + 2 * t) = make_float2(c1[0], c1[1]);
+    *reinterpret_cast<float2 *>(sums + (g + 24) * kSumStride + 2 * t) = make_float2(c1[2], c1[3]);
+    __syncwarp();
+    group_values<QG>(sums + lane * kSumStride, acc);
+}
+
 // Launch: slices x groups blocks of kThreads (block b: slice b / groups,
 // group b % groups), dynamic shared memory scan_smem(dim, QG, K).  Each lane
 // takes one row per step, each warp 32 consecutive rows; the warps' queues
 // (K pairs per query) merge into the block's list of the (query, slice).
-template <int QG, int K>
+template <int QG, int K, bool MMA>
 __global__ void __launch_bounds__(kThreads, 2) small_scan_kernel(const __grid_constant__ ScanArgs a)
 {
     extern __shared__ float4 dynamic_smem[];
     float *qs = reinterpret_cast<float *>(dynamic_smem);
+    __half *qh = reinterpret_cast<__half *>(dynamic_smem);
     __shared__ float slot_k[kWarps][QG][32];
     __shared__ int slot_v[kWarps][QG][32];
+    __shared__ __align__(16) float sums[MMA ? kWarps : 1][32 * kSumStride];
     const int group = blockIdx.x % a.groups, slice = blockIdx.x / a.groups;
     const int q0 = group * QG;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int e = threadIdx.x; e < a.dim * QG; e += kThreads) {
-        const int d = e / QG, q = e % QG;
-        qs[e] = q0 + q < a.nq ? __half2float(a.queries[(long long)(q0 + q) * a.dim + d]) : 0.0f;
+    const int qstride = MMA ? mma_stride(a.dim) : 0;
+    if constexpr (MMA) {
+        // kMmaQueries padded rows; the queries past the group's are zeros
+        for (int e = threadIdx.x; e < qstride * kMmaQueries; e += kThreads) {
+            const int q = e / qstride, d = e % qstride;
+            qh[e] = q < QG && q0 + q < a.nq && d < a.dim
+                        ? a.queries[(long long)(q0 + q) * a.dim + d]
+                        : __float2half(0.0f);
+        }
+    } else {
+        for (int e = threadIdx.x; e < a.dim * QG; e += kThreads) {
+            const int d = e / QG, q = e % QG;
+            qs[e] = q0 + q < a.nq ? __half2float(a.queries[(long long)(q0 + q) * a.dim + d])
+                                  : 0.0f;
+        }
     }
     float row_scale[QG];
 #pragma unroll
@@ -190,13 +292,18 @@ __global__ void __launch_bounds__(kThreads, 2) small_scan_kernel(const __grid_co
 #pragma unroll
         for (int q = 0; q < QG; ++q) acc[q] = 0.0f;
         float add = 0.0f, scale = 0.0f;
+        // every lane of the warp takes part in the mmas, valid or not
+        if constexpr (MMA)
+            dot_rows_mma<QG>(a.rows, a.dim, first, r1, qh, qstride, sums[warp], acc);
         if (valid) {
             const __half *row = a.rows + j * a.dim;
-            switch (a.width) {
-            case 8: dot_row<QG, 8>(row, qs, a.dim, acc); break;
-            case 4: dot_row<QG, 4>(row, qs, a.dim, acc); break;
-            case 2: dot_row<QG, 2>(row, qs, a.dim, acc); break;
-            default: dot_row<QG, 1>(row, qs, a.dim, acc); break;
+            if constexpr (!MMA) {
+                switch (a.width) {
+                case 8: dot_row<QG, 8>(row, qs, a.dim, acc); break;
+                case 4: dot_row<QG, 4>(row, qs, a.dim, acc); break;
+                case 2: dot_row<QG, 2>(row, qs, a.dim, acc); break;
+                default: dot_row<QG, 1>(row, qs, a.dim, acc); break;
+                }
             }
             scale = a.inv_scale[j];
             if (a.add) add = a.add[j];
@@ -336,20 +443,21 @@ __global__ void __launch_bounds__(kThreads) small_finish_kernel(const __grid_con
 using ScanKernel = void (*)(const ScanArgs);
 using FinishKernel = void (*)(const FinishArgs);
 
+template <bool MMA>
 ScanKernel scan_kernel(int qg, int kk)
 {
     switch (kk) {
     case 32:
-        return qg == 1 ? small_scan_kernel<1, 32> : qg == 2 ? small_scan_kernel<2, 32>
-             : qg == 4 ? small_scan_kernel<4, 32> : small_scan_kernel<8, 32>;
+        return qg == 1 ? small_scan_kernel<1, 32, MMA> : qg == 2 ? small_scan_kernel<2, 32, MMA>
+             : qg == 4 ? small_scan_kernel<4, 32, MMA> : small_scan_kernel<8, 32, MMA>;
     case 64:
-        return qg == 1 ? small_scan_kernel<1, 64> : qg == 2 ? small_scan_kernel<2, 64>
-             : qg == 4 ? small_scan_kernel<4, 64> : small_scan_kernel<8, 64>;
+        return qg == 1 ? small_scan_kernel<1, 64, MMA> : qg == 2 ? small_scan_kernel<2, 64, MMA>
+             : qg == 4 ? small_scan_kernel<4, 64, MMA> : small_scan_kernel<8, 64, MMA>;
     case 128:
-        return qg == 1 ? small_scan_kernel<1, 128> : qg == 2 ? small_scan_kernel<2, 128>
-                                                     : small_scan_kernel<4, 128>;
+        return qg == 1 ? small_scan_kernel<1, 128, MMA> : qg == 2 ? small_scan_kernel<2, 128, MMA>
+                                                          : small_scan_kernel<4, 128, MMA>;
     default:
-        return qg == 1 ? small_scan_kernel<1, 256> : small_scan_kernel<2, 256>;
+        return qg == 1 ? small_scan_kernel<1, 256, MMA> : small_scan_kernel<2, 256, MMA>;
     }
 }
 
@@ -409,15 +517,19 @@ simil_status make_plan(const Device *dev, const sml_knn_args *a, Plan *p)
 {
     p->kk = fast_candidates(a->k);
     p->qg = 1;
+    const int dim = (int)a->dim;
+    const bool mma = use_mma(dim) && tensor_cores.load();
     const int cap = group_cap(p->kk);
-    while (p->qg < a->nq && p->qg < cap && scan_smem((int)a->dim, 2 * p->qg, p->kk) <= kSmemCap)
+    while (p->qg < a->nq && p->qg < cap && scan_smem(dim, 2 * p->qg, p->kk, mma) <= kSmemCap)
         p->qg *= 2;
     p->groups = (int)((a->nq + p->qg - 1) / p->qg);
-    p->smem = scan_smem((int)a->dim, p->qg, p->kk);
-    p->scan = scan_kernel(p->qg, p->kk);
-    if (p->smem > 48 * 1024)
-        SML_CUDA_TRY(cudaFuncSetAttribute(p->scan, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          (int)p->smem));
+    p->smem = scan_smem(dim, p->qg, p->kk, mma);
+    p->scan = mma ? scan_kernel<true>(p->qg, p->kk) : scan_kernel<false>(p->qg, p->kk);
+    // Over 48 KB of shared memory, static and dynamic together, needs the
+    // opt-in; it is per device, so every call sets it, always to kSmemCap so
+    // that no call lowers it under another's launch.
+    SML_CUDA_TRY(cudaFuncSetAttribute(p->scan, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)kSmemCap));
     int per_sm = 0;
     SML_TRY(blocks_per_sm(p->scan, p->smem, &per_sm));
     SML_RETURN_IF(per_sm < 1, SIMIL_ERR_INTERNAL,
@@ -506,7 +618,7 @@ bool knn_small_takes(const sml_knn_args *a)
 {
     return a->base_shadow != nullptr && a->n >= 1 && a->nq >= 1 &&
            a->nq <= max_queries.load() && fast_candidates(a->k) <= kMaxCandidates &&
-           scan_smem((int)a->dim, 1, kMaxCandidates) <= kSmemCap &&
+           scan_smem((int)a->dim, 1, kMaxCandidates, false) <= kSmemCap &&
            (a->metric == SIMIL_METRIC_L2 || a->metric == SIMIL_METRIC_IP);
 }
 
@@ -570,3 +682,5 @@ extern "C" void sml_cuda_knn_small_max(long long nq)
 {
     sml::max_queries.store(nq < 0 ? sml::kDefaultMaxQueries : nq);
 }
+
+extern "C" void sml_cuda_knn_small_tensor(int on) { sml::tensor_cores.store(on != 0); }

@@ -3,7 +3,8 @@
  * backend and the GPU's own batch path: batch sizes 1 to 64 around the
  * query groups (1, 2, 4, 8 per block), k around the candidate queues (k <= 4
  * keeps 32, then 2k rounded up to 64, 128, 256; k = 129 leaves the path),
- * dims of every load width (1, 3, 6, 100, 96, 785), bases shorter than one
+ * dims of every load width (1, 3, 6, 100, 785) and of tensor cores (16, 48,
+ * 80, 96, 784, 2048; also on CUDA cores), bases shorter than one
  * slice, k > n, slices with a short last one, queries whose candidates fail
  * the bound (redone in fp32), and queries and results in GPU memory. */
 #include <cuda_runtime.h>
@@ -19,14 +20,16 @@ static const double rel_tol = 1e-4;
 
 /* Search on the small path (the default limit) and on the batch path (the
  * limit at 0); the small path checked against the float64 reference.  Where
- * no query fell back to fp32 on either path, both give the same bits. */
-static void check_paths(int64_t n, int64_t nq, int64_t dim, int64_t k, simil_metric metric,
-                        uint64_t seed)
+ * no query fell back to fp32 on either path, both give the same bits.  The
+ * small path runs on tensor cores where 16 divides dim, else on CUDA cores;
+ * tensor says which (0: CUDA cores for every dim). */
+static void check_paths_on(int64_t n, int64_t nq, int64_t dim, int64_t k, simil_metric metric,
+                           uint64_t seed, int tensor)
 {
     char context[160];
-    snprintf(context, sizeof context, "small %s n=%lld nq=%lld dim=%lld k=%lld seed=%llu",
+    snprintf(context, sizeof context, "small %s n=%lld nq=%lld dim=%lld k=%lld seed=%llu %s",
              simil_metric_name(metric), (long long)n, (long long)nq, (long long)dim,
-             (long long)k, (unsigned long long)seed);
+             (long long)k, (unsigned long long)seed, tensor ? "tensor" : "cuda-cores");
     float *base = sml_test_malloc(sizeof(float) * (size_t)(n * dim + 1));
     float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim + 1));
     sml_test_fill_uniform(base, n * dim, seed, -1, 1);
@@ -37,8 +40,10 @@ static void check_paths(int64_t n, int64_t nq, int64_t dim, int64_t k, simil_met
     int64_t *l = sml_test_malloc(sizeof(int64_t) * out);
     int64_t *l2 = sml_test_malloc(sizeof(int64_t) * out);
     sml_cuda_knn_small_max(-1);
+    sml_cuda_knn_small_tensor(tensor);
     long long before = sml_cuda_fallback_queries();
     SML_ASSERT_OK(simil_index_search(index, nq, q, k, NULL, d, l));
+    sml_cuda_knn_small_tensor(1);
     sml_cuda_knn_small_max(0);
     SML_ASSERT_OK(simil_index_search(index, nq, q, k, NULL, d2, l2));
     sml_cuda_knn_small_max(-1);
@@ -63,6 +68,14 @@ static void check_paths(int64_t n, int64_t nq, int64_t dim, int64_t k, simil_met
     free(q);
 }
 
+/* Both kinds of cores where the dimension allows tensor cores. */
+static void check_paths(int64_t n, int64_t nq, int64_t dim, int64_t k, simil_metric metric,
+                        uint64_t seed)
+{
+    check_paths_on(n, nq, dim, k, metric, seed, 1);
+    if (dim % 16 == 0) check_paths_on(n, nq, dim, k, metric, seed, 0);
+}
+
 static void test_batch_sizes_and_k(void **state)
 {
     (void)state;
@@ -79,12 +92,13 @@ static void test_batch_sizes_and_k(void **state)
     }
 }
 
-/* Every load width (8, 4, 2 and 1 halves) and dims past one shared-memory
- * query group. */
+/* Every load width of CUDA cores (8, 4, 2 and 1 halves), dims past one
+ * shared-memory query group, and on tensor cores dims of whole 32s and with
+ * a last 16. */
 static void test_dims(void **state)
 {
     (void)state;
-    const int64_t dims[] = {1, 3, 6, 8, 96, 100, 785, 2048};
+    const int64_t dims[] = {1, 3, 6, 8, 16, 48, 80, 96, 100, 784, 785, 2048};
     uint64_t seed = 100;
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         check_paths(5000, 1, dims[i], 10, SIMIL_METRIC_L2, seed++);
@@ -210,6 +224,44 @@ static void test_device_memory(void **state)
     free(q);
 }
 
+/* The small path alone, on both kinds of cores, against the CPU: no batch
+ * path runs, so this test function can go under racecheck (which stops on
+ * the batch path's fp16 GEMM, docs/reliability.md). */
+static void test_small_path_alone(void **state)
+{
+    (void)state;
+    const int64_t n = 9000, dims[] = {16, 48, 96, 100, 784}, nqs[] = {1, 8, 13}, k = 10;
+    uint64_t seed = 600;
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        const int64_t dim = dims[i];
+        float *base = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+        float *q = sml_test_malloc(sizeof(float) * (size_t)(13 * dim));
+        sml_test_fill_uniform(base, n * dim, seed++, -1, 1);
+        sml_test_fill_uniform(q, 13 * dim, seed++, -1, 1);
+        simil_index *gpu = sml_test_flat_index("gpu", dim, SIMIL_METRIC_L2, n, base);
+        simil_index *cpu = sml_test_flat_index("cpu", dim, SIMIL_METRIC_L2, n, base);
+        for (size_t j = 0; j < sizeof nqs / sizeof nqs[0]; j++)
+            for (int tensor = 1; tensor >= 0; tensor--) {
+                const int64_t nq = nqs[j];
+                char context[96];
+                snprintf(context, sizeof context, "small path alone dim=%lld nq=%lld %s",
+                         (long long)dim, (long long)nq, tensor ? "tensor" : "cuda-cores");
+                float dg[13 * 10], dc[13 * 10];
+                int64_t lg[13 * 10], lc[13 * 10];
+                sml_cuda_knn_small_tensor(tensor);
+                SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, NULL, dg, lg));
+                sml_cuda_knn_small_tensor(1);
+                SML_ASSERT_OK(simil_index_search(cpu, nq, q, k, NULL, dc, lc));
+                sml_test_check_same(context, base, n, q, nq, dim, k, SIMIL_METRIC_L2, dg, lg, dc,
+                                    lc, rel_tol);
+            }
+        simil_index_destroy(gpu);
+        simil_index_destroy(cpu);
+        free(base);
+        free(q);
+    }
+}
+
 int main(void)
 {
     sml_test_require_gpu();
@@ -217,6 +269,7 @@ int main(void)
         cmocka_unit_test(test_batch_sizes_and_k), cmocka_unit_test(test_dims),
         cmocka_unit_test(test_tiny_bases),        cmocka_unit_test(test_many_slices),
         cmocka_unit_test(test_bound_failures),    cmocka_unit_test(test_device_memory),
+        cmocka_unit_test(test_small_path_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
