@@ -57,6 +57,17 @@ void sml_sgesdd(const char *jobz, const int *m, const int *n, float *a, const in
 /* openblas_get_parallel(): 1 for the pthread build, 2 for the OpenMP one. */
 int sml_blas_parallel(void);
 
+/* The kernels OpenBLAS runs (openblas_get_corename(), e.g. "SkylakeX"), or
+ * NULL where it does not say.  Where OpenBLAS mistakes a CPU with AVX2 or
+ * AVX-512 for an older one, the load reopens it with the kernels of those
+ * instruction sets ("SkylakeX", "Haswell"), unless OPENBLAS_CORETYPE is
+ * set. */
+const char *sml_blas_corename(void);
+
+/* 1 when the kernels in use are those the CPU deserves by the rule above
+ * (or the user chose them with OPENBLAS_CORETYPE): for tests. */
+int sml_blas_core_wanted(void);
+
 #ifdef __cplusplus
 }
 #endif
