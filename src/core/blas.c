@@ -101,26 +101,26 @@ static int sml_blas_core_is_modern(const char *core)
     return 0;
 }
 
-/* Open OpenBLAS; where it does not know this CPU and falls back to old
- * kernels, open it again with the kernels the CPU deserves.  Debian 12's
- * OpenBLAS 0.3.21 takes the CPU of the development machine (an AVX-512
- * Xeon its tables do not name) for a Prescott, whose SSE3 GEMM ran
- * Fashion-MNIST's exact search at 425 QPS against 2,000 with SkylakeX's.
- * OPENBLAS_CORETYPE, read by its load-time constructor, is the only way
- * to choose: set for the second load and removed after, never when the
- * user set it.  (setenv races with getenv in other threads; this runs once,
- * at the first operation that needs OpenBLAS.) */
+/* Open OpenBLAS with the kernels this CPU's instruction sets call for.
+ * Debian 12's OpenBLAS 0.3.21 took the CPU of the development machine (an
+ * AVX-512 Xeon that names itself "Intel(R) Xeon(R) Processor") for a
+ * Prescott, whose SSE3 GEMM ran Fashion-MNIST's exact search at 425 QPS
+ * against 2,298 with SkylakeX's.  OPENBLAS_CORETYPE, read by its load-time
+ * constructor, is the only way to choose, and what OpenBLAS detects is
+ * known only once it is loaded; closing it to load it again unloads the
+ * libgomp it brought (ThreadSanitizer fails on that, LeakSanitizer finds
+ * libgomp's blocks lost).  So the variable is set for the load, when the
+ * user has not set it and the CPU has AVX2 and FMA or AVX-512, and removed
+ * after.  On such CPUs OpenBLAS itself picks these kernels or their kin
+ * (Zen runs Haswell's, Cooper Lake SkylakeX's sgemm).  (setenv races with
+ * getenv in other threads; this runs once, at the first operation that
+ * needs OpenBLAS.) */
 static void *sml_blas_open(void)
 {
+    const char *want = getenv("OPENBLAS_CORETYPE") == NULL ? sml_blas_deserved() : NULL;
+    if (want != NULL) setenv("OPENBLAS_CORETYPE", want, 0);
     void *h = dlopen(SIMIL_OPENBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL || getenv("OPENBLAS_CORETYPE") != NULL) return h;
-    char *(*corename)(void) = (char *(*)(void))dlsym(h, "openblas_get_corename");
-    const char *want = sml_blas_deserved();
-    if (corename == NULL || want == NULL || sml_blas_core_is_modern(corename())) return h;
-    dlclose(h);
-    setenv("OPENBLAS_CORETYPE", want, 0);
-    h = dlopen(SIMIL_OPENBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
-    unsetenv("OPENBLAS_CORETYPE");
+    if (want != NULL) unsetenv("OPENBLAS_CORETYPE");
     return h;
 }
 

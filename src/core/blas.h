@@ -58,10 +58,10 @@ void sml_sgesdd(const char *jobz, const int *m, const int *n, float *a, const in
 int sml_blas_parallel(void);
 
 /* The kernels OpenBLAS runs (openblas_get_corename(), e.g. "SkylakeX"), or
- * NULL where it does not say.  Where OpenBLAS mistakes a CPU with AVX2 or
- * AVX-512 for an older one, the load reopens it with the kernels of those
- * instruction sets ("SkylakeX", "Haswell"), unless OPENBLAS_CORETYPE is
- * set. */
+ * NULL where it does not say.  On a CPU with AVX2 and FMA or AVX-512, simil
+ * loads it with those instruction sets' kernels ("Haswell", "SkylakeX"),
+ * unless OPENBLAS_CORETYPE is set: OpenBLAS 0.3.21 took one such CPU for a
+ * Prescott. */
 const char *sml_blas_corename(void);
 
 /* 1 when the kernels in use are those the CPU deserves by the rule above
