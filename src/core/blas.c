@@ -78,15 +78,17 @@ static simil_status sml_blas_no_room(uint64_t left, uint64_t need, const char *w
 }
 
 /* The kernels this CPU deserves, by its instruction sets: "SkylakeX" with
- * AVX-512, "Haswell" with AVX2 and FMA, NULL otherwise (OpenBLAS's own
- * choice stands). */
+ * AVX-512, "Haswell" with AVX2 and FMA, NULL otherwise and off x86 (these
+ * are x86 kernels; OpenBLAS's own choice stands). */
 static const char *sml_blas_deserved(void)
 {
+#if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
         return "SkylakeX";
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
     return NULL;
 }
 

@@ -296,8 +296,8 @@ __global__ void __launch_bounds__(kThreads, 2) small_scan_kernel(const __grid_co
         if constexpr (MMA)
             dot_rows_mma<QG>(a.rows, a.dim, first, r1, qh, qstride, sums[warp], acc);
         if (valid) {
-            const __half *row = a.rows + j * a.dim;
             if constexpr (!MMA) {
+                const __half *row = a.rows + j * a.dim;
                 switch (a.width) {
                 case 8: dot_row<QG, 8>(row, qs, a.dim, acc); break;
                 case 4: dot_row<QG, 4>(row, qs, a.dim, acc); break;
