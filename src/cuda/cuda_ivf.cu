@@ -307,7 +307,9 @@ simil_status scan_rows_allowed(Device *dev, const sml_ivf_scan_args &a, const ui
         if (a.lists.size[l] > 0 && a.lists.offset[l] + a.lists.size[l] > rows)
             rows = a.lists.offset[l] + a.lists.size[l];
     void *unused;
-    return rows_allowed(dev, a.filter, a.lists.ids, rows, 0, bits, &unused);
+    SML_TRY(rows_allowed(dev, a.filter, a.lists.ids, rows, 0, bits, &unused));
+    trace_mark(dev->stream[0], "ivf: filter upload and rows allowed");
+    return SIMIL_OK;
 }
 
 simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, const PairPlan &dev,
@@ -359,7 +361,7 @@ simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, cons
 
 // A list's runs of pairs: kTileQueries at a time; the last run of a list
 // (or its only one) may have few.
-long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max,
+long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count, const TileShape &shape,
                       long long *thin)
 {
     long long tiles = 0;
@@ -367,8 +369,8 @@ long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count, int th
     for (int64_t l = 0; l < a.lists.nlist; ++l) {
         const long long pairs = count.of(l), size = a.lists.size[l];
         if (pairs == 0) continue;
-        const long long chunks = (size + kTileVectors - 1) / kTileVectors;
-        const bool last_thin = (pairs - 1) % kTileQueries + 1 <= thin_max;
+        const long long chunks = (size + shape.wide_rows - 1) / shape.wide_rows;
+        const bool last_thin = (pairs - 1) % kTileQueries + 1 <= shape.thin_max;
         tiles += (pairs - 1) / kTileQueries * chunks;
         if (last_thin) {
             const long long thin_chunks = (size + kThinRows - 1) / kThinRows;
@@ -381,10 +383,11 @@ long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count, int th
     return tiles;
 }
 
-size_t carve_tile_plan(void *base, int nq, long long npairs, long long ntiles, TilePlan *p)
+size_t carve_tile_plan(void *base, int nq, long long npairs, long long ntiles, bool with_lists,
+                       TilePlan *p)
 {
     Carve c(base);
-    carve_pair_plan(c, nq, npairs, false, false, &p->pairs);
+    carve_pair_plan(c, nq, npairs, with_lists, false, &p->pairs);
     p->tiles = c.take<ScanTile>((size_t)(ntiles + 1));
     p->ntiles = ntiles;
     return c.used();
@@ -392,7 +395,8 @@ size_t carve_tile_plan(void *base, int nq, long long npairs, long long ntiles, T
 
 // List l's pairs end at count.by_list[l] after the placing pass.  Thin
 // tiles first, then the others, each in list order.
-void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max, TilePlan *p)
+void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, const TileShape &shape,
+                TilePlan *p)
 {
     long long thin = 0, wide = p->nthin;
     for (int64_t l = 0; l < a.lists.nlist; ++l) {
@@ -400,8 +404,9 @@ void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max
         const int size = (int)a.lists.size[l];
         for (long long i = first; i < end; i += kTileQueries) {
             const int n = (int)(end - i < kTileQueries ? end - i : kTileQueries);
-            long long &t = n <= thin_max ? thin : wide;
-            const int rows = n <= thin_max ? kThinRows : kTileVectors;
+            const bool is_thin = n <= shape.thin_max;
+            long long &t = is_thin ? thin : wide;
+            const int rows = is_thin ? kThinRows : shape.wide_rows;
             for (int v = 0; v < size; v += rows)
                 p->tiles[t++] = ScanTile{a.lists.offset[l], (int)l, size, (int)i, n, v};
         }

@@ -530,72 +530,116 @@ struct TilePlan {
     long long nthin;  // tiles [0, nthin) have at most thin_max pairs
 };
 
-// Tiles: each list's pairs in runs of up to kTileQueries, times chunks of
-// kTileVectors of its rows (from the counting pass); *thin of them have at
-// most thin_max pairs.
-long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max,
+// How a code type's kernels cut a batch into tiles: runs of up to
+// kTileQueries pairs of a list, times chunks of its rows: kThinRows rows for
+// runs of at most thin_max pairs (thin tiles), wide_rows for the others.
+// with_lists: the plan holds each pair's list; per_query and per_pair:
+// floats of device scratch the code type asks for each query and each pair
+// of a batch (TileLaunch::extra).
+struct TileShape {
+    int thin_max;
+    int wide_rows;
+    bool with_lists;
+    size_t per_query;
+    size_t per_pair;
+};
+
+// The tiles of a batch (from the counting pass); *thin of them thin.
+long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count, const TileShape &shape,
                       long long *thin);
 
-// Take the plan's arrays from the block at base (nullptr: only measure);
-// returns its bytes.
-size_t carve_tile_plan(void *base, int nq, long long npairs, long long ntiles, TilePlan *p);
+// Take the plan's arrays from the block at base (nullptr: only measure), with
+// each pair's list where with_lists; returns its bytes.
+size_t carve_tile_plan(void *base, int nq, long long npairs, long long ntiles, bool with_lists,
+                       TilePlan *p);
 
-// After the placing pass (fill_pair_plan): the tiles, those of at most
-// thin_max pairs first (p->nthin of them).
-void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, int thin_max, TilePlan *p);
+// After the placing pass (fill_pair_plan): the tiles, the thin ones first
+// (p->nthin of them).
+void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, const TileShape &shape,
+                TilePlan *p);
 
-// Queries [q0, q0 + nq) of a (device queries, host probes): plan, keys of
-// tile_distance_kernel over rows, selection of the rows allowed
-// (scan_rows_allowed; null: all), results.  Caller holds the device
-// (ivf_locked, scan_planned).
-template <typename Rows>
-simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
-                         const Rows &rows, const uint32_t *allowed)
+// What a code type's tile kernels get besides TileArgs: the device plan (its
+// pairs, with their lists where asked), the tiles' count and how many are
+// thin, and the scratch TileShape asked for (the batch's queries' floats,
+// then its pairs').
+struct TileLaunch {
+    const PairPlan *plan;
+    long long ntiles;
+    long long nthin;
+    float *extra;
+    cudaStream_t st;
+};
+
+// Queries [q0, q0 + nq) of a (device queries, host probes): plan (tiles cut
+// as shape says), keys by launch(g, how) over the tiles, selection of the
+// rows allowed (scan_rows_allowed; null: all), results.  Caller holds the
+// device (ivf_locked, scan_planned).
+template <typename Launch>
+simil_status tiled_batch_by(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
+                            const TileShape &shape, const uint32_t *allowed, Launch launch)
 {
     cudaStream_t st = dev->stream[0];
     PairCount count;
     SML_TRY(count_pairs(a, q0, nq, kPairShape, &count));
-    const int thin_max = tile_thin_fits(a.dim) ? kThinQueries : 0;
     long long nthin;
-    const long long ntiles = count_tiles(a, count, thin_max, &nthin);
+    const long long ntiles = count_tiles(a, count, shape, &nthin);
     TilePlan hp;
-    const size_t host_bytes = carve_tile_plan(nullptr, nq, count.pairs, ntiles, &hp);
+    const size_t host_bytes =
+        carve_tile_plan(nullptr, nq, count.pairs, ntiles, shape.with_lists, &hp);
     char *host;
     SML_TRY(device_pinned(dev, host_bytes, reinterpret_cast<void **>(&host)));
-    carve_tile_plan(host, nq, count.pairs, ntiles, &hp);
+    carve_tile_plan(host, nq, count.pairs, ntiles, shape.with_lists, &hp);
     hp.nthin = nthin;
     fill_pair_plan(a, q0, nq, &count, &hp.pairs);
-    fill_tiles(a, count, thin_max, &hp);
+    fill_tiles(a, count, shape, &hp);
     PairScratch sc;
     PairPlan dp;
     char *ws;
-    float *unused;
-    SML_TRY(pair_workspace(dev, a, host, host_bytes, hp.pairs, 0, &ws, &unused, &sc, &dp));
+    float *extra;
+    const size_t extra_floats =
+        (size_t)nq * shape.per_query + (size_t)count.pairs * shape.per_pair;
+    SML_TRY(pair_workspace(dev, a, host, host_bytes, hp.pairs, extra_floats, &ws, &extra, &sc,
+                           &dp));
     trace_mark(st, "ivf: tiled plan and upload");
-    const bool l2 = a.metric == SIMIL_METRIC_L2;
-    TileArgs g{mirror(ws, host, hp.tiles), dp.pair_query, dp.pair_out,
-               a.queries + q0 * a.dim, (int)a.dim, sc.distances, sc.rows};
-    if (nthin > 0) {
-        const size_t smem = sizeof(float) * kThinQueries * (size_t)a.dim;
-        if (l2)
-            thin_tile_kernel<true><<<(int)nthin, kThinThreads, smem, st>>>(g, rows);
-        else
-            thin_tile_kernel<false><<<(int)nthin, kThinThreads, smem, st>>>(g, rows);
-        SML_LAUNCH_TRY("thin_tile_kernel");
-    }
-    g.tiles += nthin;
-    if (ntiles > nthin) {
-        if (l2)
-            tile_distance_kernel<true><<<(int)(ntiles - nthin), 128, 0, st>>>(g, rows);
-        else
-            tile_distance_kernel<false><<<(int)(ntiles - nthin), 128, 0, st>>>(g, rows);
-        SML_LAUNCH_TRY("tile_distance_kernel");
-    }
+    const TileArgs g{mirror(ws, host, hp.tiles), dp.pair_query, dp.pair_out,
+                     a.queries + q0 * a.dim, (int)a.dim, sc.distances, sc.rows};
+    SML_TRY(launch(g, TileLaunch{&dp, ntiles, nthin, extra, st}));
     trace_mark(st, "ivf: tiled distances");
     SML_TRY(select_pairs(a, hp.pairs, dp, sc, allowed, st));
     trace_mark(st, "ivf: pair selection");
     return finish_to_host(dev, a, q0, nq, sc.final_keys, sc.final_idx, sc.out_dist,
                           sc.out_labels);
+}
+
+// tiled_batch_by with tile_distance_kernel and thin_tile_kernel over rows.
+template <typename Rows>
+simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
+                         const Rows &rows, const uint32_t *allowed)
+{
+    const TileShape shape{tile_thin_fits(a.dim) ? kThinQueries : 0, kTileVectors, false, 0, 0};
+    const bool l2 = a.metric == SIMIL_METRIC_L2;
+    return tiled_batch_by(
+        dev, a, q0, nq, shape, allowed, [&](TileArgs g, const TileLaunch &how) {
+            if (how.nthin > 0) {
+                const size_t smem = sizeof(float) * kThinQueries * (size_t)a.dim;
+                if (l2)
+                    thin_tile_kernel<true><<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
+                else
+                    thin_tile_kernel<false>
+                        <<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
+                SML_LAUNCH_TRY("thin_tile_kernel");
+            }
+            g.tiles += how.nthin;
+            if (how.ntiles > how.nthin) {
+                const int wide = (int)(how.ntiles - how.nthin);
+                if (l2)
+                    tile_distance_kernel<true><<<wide, 128, 0, how.st>>>(g, rows);
+                else
+                    tile_distance_kernel<false><<<wide, 128, 0, how.st>>>(g, rows);
+                SML_LAUNCH_TRY("tile_distance_kernel");
+            }
+            return SIMIL_OK;
+        });
 }
 
 }  // namespace sml
