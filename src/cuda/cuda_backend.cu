@@ -37,6 +37,9 @@ void device_release(Device *dev)
         if (dev->stream[i]) cudaStreamDestroy(dev->stream[i]);
     }
     if (dev->caller) cudaEventDestroy(dev->caller);
+    if (dev->sent.copied) cudaEventDestroy(dev->sent.copied);
+    device_free(dev->sent.device);
+    pinned_free(dev->sent.host);
     device_free(dev->workspace);
     device_free(dev->io);
     device_free(dev->filter);
@@ -75,6 +78,9 @@ simil_status device_create(int gpu, Device **out)
     if (s == SIMIL_OK)
         s = cuda_status(cudaEventCreateWithFlags(&dev->caller, cudaEventDisableTiming),
                         "cudaEventCreate", __FILE__, __LINE__);
+    if (s == SIMIL_OK)
+        s = cuda_status(cudaEventCreateWithFlags(&dev->sent.copied, cudaEventDisableTiming),
+                        "cudaEventCreate", __FILE__, __LINE__);
     if (s != SIMIL_OK) {
         device_release(dev);
         return s;
@@ -102,6 +108,10 @@ void backend_close(sml_backend *b)
         device_free(dev->filter);
         pinned_free(dev->pinned);
         pinned_free(dev->results);
+        device_free(dev->sent.device);
+        pinned_free(dev->sent.host);
+        dev->sent.device = dev->sent.host = nullptr;
+        dev->sent.device_bytes = dev->sent.host_bytes = dev->sent.held = 0;
         dev->workspace = dev->io = dev->filter = dev->pinned = dev->results = nullptr;
         dev->workspace_bytes = dev->io_bytes = dev->filter_bytes = dev->pinned_bytes =
             dev->results_bytes = 0;

@@ -15,6 +15,21 @@
 
 namespace sml {
 
+// The caller's filter (core/id_filter.h) as the last filtered search
+// uploaded it: on the device, and its pinned host copy to compare the next
+// filter with, so that a filter sent again is not uploaded again.  held: its
+// bytes (0: none); kind and count tell a bitset of nbits from a list of n.
+struct FilterCopy {
+    void *device;
+    size_t device_bytes;
+    void *host;
+    size_t host_bytes;
+    cudaEvent_t copied;  // the upload from host ends
+    size_t held;
+    bool bits;
+    long long count;
+};
+
 struct Device {
     int gpu;
     int refs;  // backends open on it; at 0 its buffers are freed, the rest kept
@@ -34,6 +49,7 @@ struct Device {
     size_t io_bytes;
     void *filter;  // a filtered search's allowed rows (cuda_filter.cuh)
     size_t filter_bytes;
+    FilterCopy sent;  // the last filter uploaded (cuda_filter.cuh)
     pthread_mutex_t lock;
 };
 

@@ -1,6 +1,7 @@
 // cuda_filter.cu: the rows a filtered search may rank (cuda_filter.cuh).
 #include <assert.h>
 #include <math.h>
+#include <string.h>
 
 #include "cuda/cuda_filter.cuh"
 #include "cuda/cuda_util.cuh"
@@ -66,6 +67,59 @@ __global__ void mask_pairs_kernel(const long long *pair_out, const int *pair_col
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
+// The largest filter kept on the host as well as on the device (a bitset of
+// 512M ids).
+constexpr size_t kFilterCopyMax = (size_t)64 << 20;
+
+// f's bytes on the device (*out): those of the last upload where they are
+// the same (a service that filters many searches alike sends one filter
+// again and again), else uploaded through the pinned copy, which then holds
+// them.  A failure forgets the last upload.
+simil_status send_filter(Device *dev, const sml_id_filter *f, const void **out)
+{
+    FilterCopy &c = dev->sent;
+    const bool bits = f->bits != nullptr;
+    const long long count = bits ? f->nbits : f->n;
+    const void *from = bits ? (const void *)f->bits : (const void *)f->ids;
+    const size_t bytes = bits ? sizeof(uint64_t) * (size_t)((f->nbits + 63) / 64)
+                              : sizeof(int64_t) * (size_t)f->n;
+    *out = c.device;
+    if (bytes == 0 ||
+        (c.held == bytes && c.bits == bits && c.count == count && memcmp(c.host, from, bytes) == 0))
+        return SIMIL_OK;
+    c.held = 0;
+    if (bytes > c.device_bytes) {  // cudaFree waits for the kernels that read it
+        device_free(c.device);
+        c.device = nullptr;
+        c.device_bytes = 0;
+        SML_CUDA_TRY(device_malloc(&c.device, bytes));
+        c.device_bytes = bytes;
+    }
+    *out = c.device;
+    cudaStream_t st = dev->stream[0];
+    if (bytes > kFilterCopyMax) {
+        // not kept twice: from the caller's pageable copy, which the driver
+        // stages; the kernel after it on the stream sees it whole
+        SML_CUDA_TRY(cudaMemcpyAsync(c.device, from, bytes, cudaMemcpyHostToDevice, st));
+        return SIMIL_OK;
+    }
+    SML_CUDA_TRY(cudaEventSynchronize(c.copied));  // the last upload may still read the copy
+    if (bytes > c.host_bytes) {
+        pinned_free(c.host);
+        c.host = nullptr;
+        c.host_bytes = 0;
+        SML_CUDA_TRY(pinned_malloc(&c.host, bytes));
+        c.host_bytes = bytes;
+    }
+    memcpy(c.host, from, bytes);
+    SML_CUDA_TRY(cudaMemcpyAsync(c.device, c.host, bytes, cudaMemcpyHostToDevice, st));
+    SML_CUDA_TRY(cudaEventRecord(c.copied, st));
+    c.held = bytes;
+    c.bits = bits;
+    c.count = count;
+    return SIMIL_OK;
+}
+
 }  // namespace
 
 simil_status rows_allowed(Device *dev, const sml_id_filter *f, const int64_t *ids, long long n,
@@ -76,20 +130,14 @@ simil_status rows_allowed(Device *dev, const sml_id_filter *f, const int64_t *id
     if (f == nullptr) return SIMIL_OK;
     assert(n >= 0);
     const size_t bit_bytes = align256(sizeof(uint32_t) * (size_t)((n + 31) / 32));
-    const size_t input_bytes = f->bits ? sizeof(uint64_t) * (size_t)((f->nbits + 63) / 64)
-                                       : sizeof(int64_t) * (size_t)f->n;
     char *buf;
-    SML_TRY(device_filter(dev, bit_bytes + align256(extra_bytes) + input_bytes + 8,
+    SML_TRY(device_filter(dev, bit_bytes + align256(extra_bytes) + 8,
                           reinterpret_cast<void **>(&buf)));
-    char *input = buf + bit_bytes + align256(extra_bytes);
+    const void *input;
+    SML_TRY(send_filter(dev, f, &input));
     cudaStream_t st = dev->stream[0];
-    // from the caller's pageable copy: the driver stages it, and the kernel
-    // after it on the stream sees it whole
-    if (input_bytes > 0)
-        SML_CUDA_TRY(cudaMemcpyAsync(input, f->bits ? (const void *)f->bits : (const void *)f->ids,
-                                     input_bytes, cudaMemcpyHostToDevice, st));
-    DeviceFilter df{f->bits ? reinterpret_cast<const uint64_t *>(input) : nullptr, f->nbits,
-                    f->bits ? nullptr : reinterpret_cast<const int64_t *>(input), f->n};
+    DeviceFilter df{f->bits ? static_cast<const uint64_t *>(input) : nullptr, f->nbits,
+                    f->bits ? nullptr : static_cast<const int64_t *>(input), f->n};
     uint32_t *out = reinterpret_cast<uint32_t *>(buf);
     if (n > 0) {
         rows_allowed_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(df, ids, n, out);

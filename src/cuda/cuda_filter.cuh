@@ -32,7 +32,9 @@ __device__ __forceinline__ bool row_allowed(const uint32_t *bits, long long r)
 // (device), into *bits (device, (n + 31) / 32 words; null where f is null),
 // with extra_bytes more device bytes, 16-aligned, at *extra for the caller
 // (the Flat scan's column terms).  Queued on dev's first stream; the memory
-// is dev's filter buffer, which stays until the next filtered call.  Caller
+// is dev's filter buffer, which stays until the next filtered call.  f goes
+// to the device once: a call with the same filter as the last reads it
+// there (Device::sent) once its bytes compare equal on the host.  Caller
 // holds dev->lock.
 simil_status rows_allowed(Device *dev, const sml_id_filter *f, const int64_t *ids, long long n,
                           size_t extra_bytes, const uint32_t **bits, void **extra);

@@ -191,6 +191,57 @@ static void test_flat_paths(void **state)
     }
 }
 
+/* The GPU keeps the last filter it was sent and reads it again when the next
+ * one is the same: filters of one size sent in turn (A, A, B, A, B as a
+ * list, then a copy of A in other memory) each give their own results. */
+static void test_filter_sent_again(void **state)
+{
+    (void)state;
+    const char *descs[] = {"IVF16,Flat", "Flat"}, *settings[] = {"nprobe=16", ""};
+    const int64_t nq = 10, k = 20, nk = nq * k;
+    for (int t = 0; t < 2; t++) {
+        simil_index *cpu, *gpu;
+        SML_ASSERT_OK(simil_index_create(&cpu, DIM, descs[t], SIMIL_METRIC_L2, "cpu"));
+        SML_ASSERT_OK(simil_index_train(cpu, N, x_));
+        SML_ASSERT_OK(simil_index_add(cpu, N, x_, ids_));
+        const char *path = sml_test_path("filter_again.simil");
+        SML_ASSERT_OK(simil_index_save(cpu, path));
+        SML_ASSERT_OK(simil_index_load(&gpu, path, "gpu"));
+        remove(path);
+        unsigned char *allowed[2] = {random_allowed(10, 101), random_allowed(10, 102)};
+        simil_search_params *bits[3], *list[3];
+        for (int f = 0; f < 3; f++)
+            sml_test_allow_params(allowed[f == 1], 3 * N + 1, settings[t], &bits[f], &list[f]);
+        float *d = sml_test_malloc(sizeof(float) * nk), *rd = sml_test_malloc(sizeof(float) * nk);
+        int64_t *l = sml_test_malloc(sizeof(int64_t) * nk);
+        int64_t *rl = sml_test_malloc(sizeof(int64_t) * nk);
+        /* which filter (0 or 1: A or B; 2: A's copy), and as a list */
+        const int order[][2] = {{0, 0}, {0, 0}, {1, 0}, {0, 0}, {1, 1}, {2, 0}, {2, 1}};
+        for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+            const int f = order[i][0];
+            const simil_search_params *p = order[i][1] ? list[f] : bits[f];
+            char what[96];
+            snprintf(what, sizeof what, "%s, search %zu (filter %c%s)", descs[t], i,
+                     "ABA"[f], order[i][1] ? " as a list" : "");
+            SML_ASSERT_OK(simil_index_search(gpu, nq, q_, k, p, d, l));
+            SML_ASSERT_OK(simil_index_search(cpu, nq, q_, k, p, rd, rl));
+            check_against_cpu(what, nq, k, d, l, rd, rl, allowed[f == 1]);
+        }
+        for (int f = 0; f < 3; f++) {
+            simil_search_params_destroy(bits[f]);
+            simil_search_params_destroy(list[f]);
+        }
+        free(allowed[0]);
+        free(allowed[1]);
+        free(d);
+        free(rd);
+        free(l);
+        free(rl);
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+    }
+}
+
 /* Ids no row has change nothing; an empty list gives only empty slots. */
 static void test_edges(void **state)
 {
@@ -220,6 +271,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_type),
         cmocka_unit_test(test_flat_paths),
+        cmocka_unit_test(test_filter_sent_again),
         cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
