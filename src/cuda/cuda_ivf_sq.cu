@@ -12,12 +12,15 @@
 // vdiff_j / 255, code_j in 0..255), so <q, y> = <q, c> + <q, a> + <q * s,
 // code>: the last term is a dot product of the row's bytes with the query's
 // weights w = q * s.  Each query's w is rounded to integers W = w / scale,
-// |W| <= 32512 (relative error 2^-16 of its largest weight, far below the
-// codes' own 2^-9 steps), written as two signed bytes W = 256 hi + lo, and
-// mma.m16n8k32 (u8 x s8, int32 sums) computes both byte products exactly: a
-// key is the same for a pair whichever tile or batch holds it.  L2 adds
-// ||q||^2 and ||y||^2 (from the row's bytes in the same registers).  The
-// keys equal the CPU's (fp32 on decoded floats) up to the weights' rounding.
+// |W| <= 127 * 2^16 (relative error 2^-23 of its largest weight, far below
+// the codes' own 2^-9 steps; two bytes, 2^-15, put keys 1.3e-4 off the
+// CPU's), written as three signed bytes W = 2^16 d2 + 2^8 d1 + d0, and
+// mma.m16n8k32 (u8 x s8, int32 sums) computes the three byte products
+// exactly: a key is the same for a pair whichever tile or batch holds it.
+// L2 adds ||q||^2 and ||y||^2 (from the row's bytes in the same registers).
+// The keys equal the CPU's (fp32 on decoded floats) up to the weights'
+// rounding.  Where a tile's digits would not fit in shared memory (dim past
+// about 1,650), SQ8 takes the decoding path of SQfp16.
 #include <assert.h>
 
 #include "core/sq_code.h"
