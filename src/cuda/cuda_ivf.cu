@@ -17,6 +17,7 @@
 // also writes each candidate's arena row, and radix selection picks the k
 // best of each query's whole segment run.
 #include <assert.h>
+#include <omp.h>
 #include <string.h>
 
 #include "core/vectors.h"
@@ -175,6 +176,22 @@ int plan_batch_queries(const sml_ivf_scan_args &a, long long q0, SegmentShape sh
         ++n;
     }
     return n;
+}
+
+int plan_threads(const sml_ivf_scan_args &a, long long items)
+{
+    long long t = items / 8192;
+    const long long most = a.threads > 0 ? a.threads : omp_get_max_threads();
+    t = t < most ? t : most;
+    return t < kPlanThreads ? (t > 1 ? (int)t : 1) : kPlanThreads;
+}
+
+int place_threads(const sml_ivf_scan_args &a, long long pairs, long long nlist)
+{
+    // each thread zeroes and sums a count per list: keep them few beside the pairs
+    const long long per_list = pairs / (nlist > 0 ? nlist : 1);
+    const int t = plan_threads(a, pairs);
+    return per_list < t ? (per_list > 1 ? (int)per_list : 1) : t;
 }
 
 simil_status count_pairs(const sml_ivf_scan_args &a, long long q0, int nq, SegmentShape shape,
@@ -361,24 +378,51 @@ simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, cons
 
 // A list's runs of pairs: kTileQueries at a time; the last run of a list
 // (or its only one) may have few.
+namespace {
+
+// List l's tiles: thin (its last run of pairs, where that has at most
+// thin_max) and wide (the other runs).
+void tiles_of_list(const sml_ivf_scan_args &a, long long pairs, int64_t l, const TileShape &shape,
+                   long long *thin, long long *wide)
+{
+    *thin = *wide = 0;
+    if (pairs == 0) return;
+    const long long size = a.lists.size[l];
+    const long long chunks = (size + shape.wide_rows - 1) / shape.wide_rows;
+    *wide = (pairs - 1) / kTileQueries * chunks;
+    if ((pairs - 1) % kTileQueries + 1 <= shape.thin_max)
+        *thin = (size + kThinRows - 1) / kThinRows;
+    else
+        *wide += chunks;
+}
+
+// List l's tiles from thin and wide on; its pairs are [first, end).
+void fill_list_tiles(const sml_ivf_scan_args &a, int64_t l, long long first, long long end,
+                     const TileShape &shape, long long thin, long long wide, ScanTile *tiles)
+{
+    const int size = (int)a.lists.size[l];
+    for (long long i = first; i < end; i += kTileQueries) {
+        const int n = (int)(end - i < kTileQueries ? end - i : kTileQueries);
+        const bool is_thin = n <= shape.thin_max;
+        long long &t = is_thin ? thin : wide;
+        const int rows = is_thin ? kThinRows : shape.wide_rows;
+        for (int v = 0; v < size; v += rows)
+            tiles[t++] = ScanTile{a.lists.offset[l], (int)l, size, (int)i, n, v};
+    }
+}
+
+}  // namespace
+
 long long count_tiles(const sml_ivf_scan_args &a, const PairCount &count, const TileShape &shape,
                       long long *thin)
 {
     long long tiles = 0;
     *thin = 0;
     for (int64_t l = 0; l < a.lists.nlist; ++l) {
-        const long long pairs = count.of(l), size = a.lists.size[l];
-        if (pairs == 0) continue;
-        const long long chunks = (size + shape.wide_rows - 1) / shape.wide_rows;
-        const bool last_thin = (pairs - 1) % kTileQueries + 1 <= shape.thin_max;
-        tiles += (pairs - 1) / kTileQueries * chunks;
-        if (last_thin) {
-            const long long thin_chunks = (size + kThinRows - 1) / kThinRows;
-            tiles += thin_chunks;
-            *thin += thin_chunks;
-        } else {
-            tiles += chunks;
-        }
+        long long t, w;
+        tiles_of_list(a, count.of(l), l, shape, &t, &w);
+        *thin += t;
+        tiles += t + w;
     }
     return tiles;
 }
@@ -394,24 +438,39 @@ size_t carve_tile_plan(void *base, int nq, long long npairs, long long ntiles, b
 }
 
 // List l's pairs end at count.by_list[l] after the placing pass.  Thin
-// tiles first, then the others, each in list order.
+// tiles first, then the others, each in list order; many tiles (10,000
+// queries at nprobe 6 make 40,000 of 256 rows) are written by several
+// threads, a share of the lists each, from where their lists' tiles start.
 void fill_tiles(const sml_ivf_scan_args &a, const PairCount &count, const TileShape &shape,
                 TilePlan *p)
 {
+    const long long nlist = a.lists.nlist;
+    const auto first = [&](int64_t l) { return l > 0 ? count.by_list[l - 1] : 0; };
+    const int threads = plan_threads(a, p->ntiles);
+    // with threads: each list's first thin and wide tile, then filled apart
+    long long *at = threads > 1 ? static_cast<long long *>(malloc(sizeof(long long) * 2 *
+                                                                  (size_t)nlist))
+                                : nullptr;
     long long thin = 0, wide = p->nthin;
-    for (int64_t l = 0; l < a.lists.nlist; ++l) {
-        const long long first = l > 0 ? count.by_list[l - 1] : 0, end = count.by_list[l];
-        const int size = (int)a.lists.size[l];
-        for (long long i = first; i < end; i += kTileQueries) {
-            const int n = (int)(end - i < kTileQueries ? end - i : kTileQueries);
-            const bool is_thin = n <= shape.thin_max;
-            long long &t = is_thin ? thin : wide;
-            const int rows = is_thin ? kThinRows : shape.wide_rows;
-            for (int v = 0; v < size; v += rows)
-                p->tiles[t++] = ScanTile{a.lists.offset[l], (int)l, size, (int)i, n, v};
+    for (int64_t l = 0; l < nlist; ++l) {
+        long long t, w;
+        tiles_of_list(a, count.by_list[l] - first(l), l, shape, &t, &w);
+        if (at != nullptr) {
+            at[2 * l] = thin;
+            at[2 * l + 1] = wide;
+        } else {
+            fill_list_tiles(a, l, first(l), count.by_list[l], shape, thin, wide, p->tiles);
         }
+        thin += t;
+        wide += w;
     }
     assert(thin == p->nthin && wide == p->ntiles);
+    if (at == nullptr) return;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
+    for (long long l = 0; l < nlist; ++l)
+        fill_list_tiles(a, l, first(l), count.by_list[l], shape, at[2 * l], at[2 * l + 1],
+                        p->tiles);
+    free(at);
 }
 
 // ---- selection and results ----------------------------------------------
