@@ -9,8 +9,9 @@
  * <x, a> (IP: -<x, y> = -(<x, a> + sum w_j code_j)), or u_j = x_j - a_j and
  * s (L2: sum (u_j - s_j code_j)^2), and each row is one vectorized pass over
  * its bytes.  The keys are those of the decoded floats up to rounding.
- * SQfp16 and SQbf16 decode each row into a per-thread buffer and key it with
- * the SIMD loops of cpu_knn.c. */
+ * SQfp16 and SQbf16 rows are converted 16 components at a time in registers
+ * with AVX-512, else decoded into a per-thread buffer and keyed with the SIMD
+ * loops of cpu_knn.c. */
 #include <assert.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -95,6 +96,52 @@ static void sml_cpu_sq_decode(const sml_sq_scan_args *a, const uint8_t *code, fl
         out[j] = sml_sq_decode(t, code, j, a->vmin, a->vdiff);
 }
 
+#if SML_SQ_X86
+/* sum x_j y_j (IP) or sum (x_j - y_j)^2 (L2) over a row of SQfp16 or SQbf16
+ * codes, 16 at a time converted in registers (AVX-512): both conversions are
+ * exact, so y is what sml_sq_decode gives. */
+__attribute__((target("avx512f"))) static float sml_sq16_row_avx512(const sml_sq_scan_args *a,
+                                                                    bool l2, const float *x,
+                                                                    const uint8_t *code,
+                                                                    int64_t dim)
+{
+    const bool fp16 = a->type == SML_SQ_FP16;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= dim; j += 16) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(code + 2 * j));
+        const __m512 y = fp16 ? _mm512_cvtph_ps(h)
+                              : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        const __m512 xv = _mm512_loadu_ps(x + j);
+        if (l2) {
+            const __m512 t = _mm512_sub_ps(xv, y);
+            acc = _mm512_fmadd_ps(t, t, acc);
+        } else {
+            acc = _mm512_fmadd_ps(xv, y, acc);
+        }
+    }
+    float sum = _mm512_reduce_add_ps(acc);
+    for (; j < dim; j++) {
+        const float y = sml_sq_decode((sml_sq_type)a->type, code, j, NULL, NULL);
+        sum += l2 ? (x[j] - y) * (x[j] - y) : x[j] * y;
+    }
+    return sum;
+}
+#endif
+
+/* The key sum of a row of SQfp16 or SQbf16 codes against x; y: dim floats of
+ * the thread for the decoded row where no AVX-512. */
+static float sml_sq16_key_sum(const sml_sq_scan_args *a, bool l2, const float *x,
+                              const uint8_t *code, float *y)
+{
+    const int64_t dim = a->scan.dim;
+#if SML_SQ_X86
+    if (__builtin_cpu_supports("avx512f")) return sml_sq16_row_avx512(a, l2, x, code, dim);
+#endif
+    sml_cpu_sq_decode(a, code, y);
+    return l2 ? sml_cpu_l2sq(x, y, dim) : sml_cpu_dot(x, y, dim);
+}
+
 /* Query q's keys over list l into t; buf: 3 x dim floats of the thread. */
 static void sml_cpu_sq_list(const sml_sq_scan_args *a, const float *x, int64_t l, float *buf,
                             sml_topk *t)
@@ -131,15 +178,9 @@ static void sml_cpu_sq_list(const sml_sq_scan_args *a, const float *x, int64_t l
     for (int64_t i = s->lists.offset[l]; i < end; i++) {
         if (!sml_id_allowed(s->filter, s->lists.ids[i])) continue;
         const uint8_t *code = codes + (size_t)i * s->lists.code_stride;
-        float key;
-        if (sq8) {
-            const float sum = sml_sq8_key_sum(l2, y, step, code, dim);
-            key = l2 ? sum : -(base + sum);
-        } else {
-            sml_cpu_sq_decode(a, code, y);
-            key = l2 ? sml_cpu_l2sq(xq, y, dim) : -(base + sml_cpu_dot(xq, y, dim));
-        }
-        sml_topk_push(t, key, s->lists.ids[i]);
+        const float sum = sq8 ? sml_sq8_key_sum(l2, y, step, code, dim)
+                              : sml_sq16_key_sum(a, l2, xq, code, y);
+        sml_topk_push(t, l2 ? sum : -(base + sum), s->lists.ids[i]);
     }
 }
 
