@@ -21,6 +21,7 @@
 #include "core/sq_code.h"
 #include "cpu/cpu_ivf.h"
 #include "cpu/cpu_knn.h"
+#include "cpu/cpu_sq.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SML_SQ_X86 1
@@ -80,32 +81,35 @@ __attribute__((target("avx512f"))) static float sml_sq8_row_avx512(bool l2, cons
 }
 #endif
 
-static float sml_sq8_key_sum(bool l2, const float *w, const float *s, const uint8_t *code,
-                             int64_t dim)
+static inline bool sml_sq_avx512(sml_sq_impl impl)
 {
 #if SML_SQ_X86
-    if (__builtin_cpu_supports("avx512f")) return sml_sq8_row_avx512(l2, w, s, code, dim);
+    return impl == SML_SQ_IMPL_AUTO && __builtin_cpu_supports("avx512f");
+#else
+    (void)impl;
+    return false;
 #endif
-    return sml_sq8_row(l2, w, s, code, dim);
 }
 
-static void sml_cpu_sq_decode(const sml_sq_scan_args *a, const uint8_t *code, float *out)
+float sml_cpu_sq8_row(sml_sq_impl impl, bool l2, const float *w, const float *s,
+                      const uint8_t *code, int64_t dim)
 {
-    const sml_sq_type t = (sml_sq_type)a->type;
-    for (int64_t j = 0; j < a->scan.dim; j++)
-        out[j] = sml_sq_decode(t, code, j, a->vmin, a->vdiff);
+#if SML_SQ_X86
+    if (sml_sq_avx512(impl)) return sml_sq8_row_avx512(l2, w, s, code, dim);
+#endif
+    return sml_sq8_row(l2, w, s, code, dim);
 }
 
 #if SML_SQ_X86
 /* sum x_j y_j (IP) or sum (x_j - y_j)^2 (L2) over a row of SQfp16 or SQbf16
  * codes, 16 at a time converted in registers (AVX-512): both conversions are
  * exact, so y is what sml_sq_decode gives. */
-__attribute__((target("avx512f"))) static float sml_sq16_row_avx512(const sml_sq_scan_args *a,
-                                                                    bool l2, const float *x,
+__attribute__((target("avx512f"))) static float sml_sq16_row_avx512(sml_sq_type type, bool l2,
+                                                                    const float *x,
                                                                     const uint8_t *code,
                                                                     int64_t dim)
 {
-    const bool fp16 = a->type == SML_SQ_FP16;
+    const bool fp16 = type == SML_SQ_FP16;
     __m512 acc = _mm512_setzero_ps();
     int64_t j = 0;
     for (; j + 16 <= dim; j += 16) {
@@ -122,24 +126,22 @@ __attribute__((target("avx512f"))) static float sml_sq16_row_avx512(const sml_sq
     }
     float sum = _mm512_reduce_add_ps(acc);
     for (; j < dim; j++) {
-        const float y = sml_sq_decode((sml_sq_type)a->type, code, j, NULL, NULL);
+        const float y = sml_sq_decode(type, code, j, NULL, NULL);
         sum += l2 ? (x[j] - y) * (x[j] - y) : x[j] * y;
     }
     return sum;
 }
 #endif
 
-/* The key sum of a row of SQfp16 or SQbf16 codes against x; y: dim floats of
- * the thread for the decoded row where no AVX-512. */
-static float sml_sq16_key_sum(const sml_sq_scan_args *a, bool l2, const float *x,
-                              const uint8_t *code, float *y)
+float sml_cpu_sq16_row(sml_sq_impl impl, int type, bool l2, const float *x, const uint8_t *code,
+                       int64_t dim, float *buf)
 {
-    const int64_t dim = a->scan.dim;
+    assert(type == SML_SQ_FP16 || type == SML_SQ_BF16);
 #if SML_SQ_X86
-    if (__builtin_cpu_supports("avx512f")) return sml_sq16_row_avx512(a, l2, x, code, dim);
+    if (sml_sq_avx512(impl)) return sml_sq16_row_avx512((sml_sq_type)type, l2, x, code, dim);
 #endif
-    sml_cpu_sq_decode(a, code, y);
-    return l2 ? sml_cpu_l2sq(x, y, dim) : sml_cpu_dot(x, y, dim);
+    for (int64_t j = 0; j < dim; j++) buf[j] = sml_sq_decode((sml_sq_type)type, code, j, NULL, NULL);
+    return l2 ? sml_cpu_l2sq(x, buf, dim) : sml_cpu_dot(x, buf, dim);
 }
 
 /* Query q's keys over list l into t; buf: 3 x dim floats of the thread. */
@@ -178,8 +180,8 @@ static void sml_cpu_sq_list(const sml_sq_scan_args *a, const float *x, int64_t l
     for (int64_t i = s->lists.offset[l]; i < end; i++) {
         if (!sml_id_allowed(s->filter, s->lists.ids[i])) continue;
         const uint8_t *code = codes + (size_t)i * s->lists.code_stride;
-        const float sum = sq8 ? sml_sq8_key_sum(l2, y, step, code, dim)
-                              : sml_sq16_key_sum(a, l2, xq, code, y);
+        const float sum = sq8 ? sml_cpu_sq8_row(SML_SQ_IMPL_AUTO, l2, y, step, code, dim)
+                              : sml_cpu_sq16_row(SML_SQ_IMPL_AUTO, a->type, l2, xq, code, dim, y);
         sml_topk_push(t, l2 ? sum : -(base + sum), s->lists.ids[i]);
     }
 }

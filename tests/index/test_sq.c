@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "algo/sq.h"
+#include "cpu/cpu_sq.h"
 #include "util/test_util.h"
 
 static const char *const types[] = {"SQ8", "SQfp16", "SQbf16"};
@@ -47,6 +48,63 @@ static void test_element_codes(void **state)
 
 /* Results are the exact k-NN of the queries among the decoded vectors
  * (reconstruct), for every type, metric, flat and IVF at nprobe = nlist. */
+/* The CPU scan's row sums, AVX-512 (where present) and portable, against a
+ * double-precision sum over the decoded components, at lengths around the
+ * 16-wide steps. */
+static void test_row_sums(void **state)
+{
+    (void)state;
+    const int64_t dims[] = {1, 3, 15, 16, 17, 36, 96, 784};
+    enum { MAXD = 784 };
+    float w[MAXD], st[MAXD], x[MAXD], buf[MAXD];
+    uint8_t code8[MAXD], code16[2 * MAXD];
+    uint64_t r = 99;
+    for (size_t c = 0; c < sizeof dims / sizeof dims[0]; c++) {
+        const int64_t dim = dims[c];
+        for (int64_t j = 0; j < dim; j++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            w[j] = (float)((int64_t)(r >> 40) % 2001 - 1000) / 700.0f;
+            st[j] = (float)((r >> 20) % 1000 + 1) / 50000.0f;
+            x[j] = (float)((int64_t)(r >> 8) % 4001 - 2000) / 1300.0f;
+            code8[j] = (uint8_t)(r >> 56);
+        }
+        for (int type = 0; type < 3; type++) {
+            for (int l2 = 0; l2 < 2; l2++) {
+                double ref = 0, mag = 0;
+                if (type == 0) {
+                    for (int64_t j = 0; j < dim; j++) {
+                        const double t = l2 ? w[j] - (double)st[j] * code8[j] : w[j] * (double)code8[j];
+                        ref += l2 ? t * t : t;
+                        mag += l2 ? t * t : fabs(t);
+                    }
+                } else {
+                    const sml_sq_type t16 = type == 1 ? SML_SQ_FP16 : SML_SQ_BF16;
+                    for (int64_t j = 0; j < dim; j++) {
+                        const uint16_t h = t16 == SML_SQ_FP16 ? sml_sq_fp16_encode(w[j])
+                                                              : sml_sq_bf16_encode(w[j]);
+                        memcpy(code16 + 2 * j, &h, 2);
+                        const double y = sml_sq_decode(t16, code16, j, NULL, NULL);
+                        const double t = l2 ? x[j] - y : x[j] * y;
+                        ref += l2 ? t * t : t;
+                        mag += l2 ? t * t : fabs(t);
+                    }
+                }
+                const sml_sq_impl impls[] = {SML_SQ_IMPL_AUTO, SML_SQ_IMPL_PORTABLE};
+                for (int i = 0; i < 2; i++) {
+                    const float got =
+                        type == 0 ? sml_cpu_sq8_row(impls[i], l2, w, st, code8, dim)
+                                  : sml_cpu_sq16_row(impls[i], type == 1 ? SML_SQ_FP16 : SML_SQ_BF16,
+                                                     l2, x, code16, dim, buf);
+                    if (fabs(got - ref) > 1e-5 * mag + 1e-30)
+                        fail_msg("%s %s dim=%lld impl=%d: %.9g, reference %.9g",
+                                 type == 0 ? "SQ8" : type == 1 ? "SQfp16" : "SQbf16",
+                                 l2 ? "L2" : "IP", (long long)dim, i, got, ref);
+                }
+            }
+        }
+    }
+}
+
 static void test_exact_over_decoded(void **state)
 {
     (void)state;
@@ -240,6 +298,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_element_codes),
+        cmocka_unit_test(test_row_sums),
         cmocka_unit_test(test_exact_over_decoded),
         cmocka_unit_test(test_reconstruction_error),
         cmocka_unit_test(test_recall),
