@@ -20,7 +20,7 @@
 // L2 adds ||q||^2 and ||y||^2 (from the row's bytes in the same registers).
 // The keys equal the CPU's (fp32 on decoded floats) up to the weights'
 // rounding.  Where a tile's digits would not fit in shared memory (dim past
-// about 1,650), SQ8 takes the decoding path of SQfp16.
+// 1,568), SQ8 takes the decoding path of SQfp16.
 #include <assert.h>
 
 #include "core/sq_code.h"
@@ -62,6 +62,9 @@ constexpr int kSq8Threads = 128;         // four warps; a warp takes 16 rows at 
 constexpr int kSq8WideRows = 256;        // rows of a tile of more than 8 pairs
 constexpr int kSq8Digits = 3;            // signed bytes per weight
 constexpr int kWeightMax = 127 * 65536;  // the top digit stays within a signed byte
+// The most shared memory an SQ8 tile may take, well inside the 227 KB a
+// Hopper block may opt into; past it (dim above 1,568) SQ8 decodes
+// instead.  At 96 dimensions a tile takes 10.5 KB.
 constexpr size_t kSq8MaxShared = 160 << 10;
 
 // Per query of a batch: the weights' scale, <q, a>, ||q||^2; its digits are
