@@ -34,6 +34,8 @@
  *   --wait-us W        also run the callers with this batching wait
  *   --small-max Q      GPU exact search: largest batch of the small-batch
  *                      path (default: the library's; 0 turns it off)
+ *   --ivf-small-max Q  GPU IVF search: largest batch that keeps its probes on
+ *                      the device (default: the library's; 0 turns it off)
  *   --small-cores C    GPU exact search: the small-batch path's dot products
  *                      on tensor cores (tensor, the default, where 16 divides
  *                      the dimension) or CUDA cores (cuda)
@@ -122,7 +124,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench_latency [--n N] [--metric cosine|l2|ip] [--device gpu|cpu] [--k K]\n"
             "                     [--batch 1,4,...] [--reps R] [--threads T] [--seconds S]\n"
-            "                     [--wait-us W] [--small-max Q] [--small-cores tensor|cuda]\n"
+            "                     [--wait-us W] [--small-max Q] [--ivf-small-max Q]\n"
+            "                     [--small-cores tensor|cuda]\n"
             "                     [--csv FILE]\n"
             "                     [--write-fvecs DIR] INDEX[@NPROBE] ...\n"
             "(see the comment at the top of bench/bench_latency.c)\n");
@@ -454,6 +457,7 @@ int main(int argc, char **argv)
         else if (!strcmp(arg, "--seconds")) o.seconds = atof(val);
         else if (!strcmp(arg, "--wait-us")) o.wait_us = atoll(val);
         else if (!strcmp(arg, "--small-max")) o.small_max = atoll(val);
+        else if (!strcmp(arg, "--ivf-small-max")) sml_cuda_ivf_small_max(atoll(val));
         else if (!strcmp(arg, "--small-cores")) {
             if (strcmp(val, "tensor") && strcmp(val, "cuda")) usage();
             sml_cuda_knn_small_tensor(!strcmp(val, "tensor"));

@@ -68,6 +68,12 @@ size_t sml_cuda_select_rows_workspace(int design, int64_t rows, int64_t cols, in
  * concurrent use. */
 void sml_cuda_knn_small_max(long long nq);
 
+/* Tests and benchmarks: the largest batch that an IVF search on the GPU
+ * runs with its probes on the device (cuda_ivf.cuh, "small batches"); 0
+ * sends every batch to the batch path, a negative value restores the default
+ * (64).  Not for concurrent use. */
+void sml_cuda_ivf_small_max(long long nq);
+
 /* Whether the small-batch path computes its approximate dot products on
  * tensor cores where the dimension allows (a multiple of 16; the default,
  * on) or on CUDA cores (0): for benchmarks and tests that compare the two.

@@ -44,9 +44,11 @@ struct InputLayout {
     float *queries;
     int64_t *probes;
     float *keys;
+    float *coarse;  // the coarse keys of launch_coarse
 };
 
-size_t carve_inputs(void *base, size_t nlist, size_t q_floats, size_t pairs, InputLayout *l)
+size_t carve_inputs(void *base, size_t nlist, size_t q_floats, size_t pairs, size_t coarse,
+                    InputLayout *l)
 {
     Carve c(base);
     l->list_offset = c.take<int64_t>(nlist);
@@ -54,6 +56,7 @@ size_t carve_inputs(void *base, size_t nlist, size_t q_floats, size_t pairs, Inp
     l->queries = c.take<float>(q_floats);
     l->probes = c.take<int64_t>(pairs);
     l->keys = c.take<float>(pairs);
+    l->coarse = c.take<float>(coarse);
     return c.used();
 }
 
@@ -61,10 +64,13 @@ size_t carve_inputs(void *base, size_t nlist, size_t q_floats, size_t pairs, Inp
 
 int input_batch(const sml_ivf_scan_args *a, long long q0, bool host_queries, bool device_probes)
 {
-    const size_t per_query = (host_queries ? 4 * (size_t)a->dim : 0) +
-                             (device_probes ? 12 * (size_t)a->probes.nprobe : 0) + 1;
-    const long long fit = (long long)(kInputBudget / per_query);
     long long n = a->nq - q0;
+    // a small batch's coarse keys (launch_coarse) go in the input buffer too
+    const bool coarse = device_probes && n <= ivf_small_max();
+    const size_t per_query = (host_queries ? 4 * (size_t)a->dim : 0) +
+                             (device_probes ? 12 * (size_t)a->probes.nprobe : 0) +
+                             (coarse ? 4 * (size_t)a->lists.nlist : 0) + 1;
+    const long long fit = (long long)(kInputBudget / per_query);
     if (n > kMaxBatchQueries) n = kMaxBatchQueries;
     if (n > fit) n = fit > 0 ? fit : 1;
     return (int)n;
@@ -83,14 +89,17 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     const size_t nlist = device_probes ? (size_t)a->lists.nlist : 0;
     const size_t pairs = device_probes ? (size_t)nq * np : 0;
     const size_t q_floats = host_queries ? (size_t)nq * a->dim : 0;
+    const bool on_device = device_probes && coarse_on_device(*a, nq);
+    const size_t coarse = on_device ? (size_t)nq * a->lists.nlist : 0;
     InputLayout lay, h{};
-    const size_t total = carve_inputs(nullptr, nlist, q_floats, pairs, &lay);
-    // what goes through the pinned buffer: given probes and keys come last
-    const size_t staged = given ? total : carve_inputs(nullptr, nlist, q_floats, 0, &h);
+    const size_t total = carve_inputs(nullptr, nlist, q_floats, pairs, coarse, &lay);
+    // what goes through the pinned buffer: given probes and keys come after
+    const size_t staged = given ? carve_inputs(nullptr, nlist, q_floats, pairs, 0, &h)
+                                : carve_inputs(nullptr, nlist, q_floats, 0, 0, &h);
     char *io, *host = nullptr;
     SML_TRY(device_io(dev, total, reinterpret_cast<void **>(&io)));
     if (staged > 0) SML_TRY(device_pinned(dev, staged, reinterpret_cast<void **>(&host)));
-    if (host != nullptr) carve_inputs(host, nlist, q_floats, given ? pairs : 0, &h);
+    if (host != nullptr) carve_inputs(host, nlist, q_floats, given ? pairs : 0, 0, &h);
     if (device_probes) {
         sml_copy_parallel(h.list_offset, a->lists.offset, 8 * nlist);
         sml_copy_parallel(h.list_size, a->lists.size, 8 * nlist);
@@ -108,7 +117,7 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
         // away.  (A pinned buffer that grows waits for its copies itself.)
         if (given && !device_probes) SML_CUDA_TRY(cudaStreamSynchronize(st));
     }
-    carve_inputs(io, nlist, q_floats, pairs, &lay);
+    carve_inputs(io, nlist, q_floats, pairs, coarse, &lay);
     in->queries = host_queries ? lay.queries : a->queries + q0 * a->dim;
     in->list_offset = lay.list_offset;
     in->list_size = lay.list_size;
@@ -116,9 +125,11 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     in->keys = lay.keys;
     in->key_sign = 1.0f;
     if (given || !device_probes) return SIMIL_OK;
+    in->key_sign = a->probes.coarse_search.metric == SIMIL_METRIC_L2 ? 1.0f : -1.0f;
+    if (on_device)
+        return launch_coarse(*a, in->queries, nq, lay.coarse, lay.probes, lay.keys, st);
     const sml_knn_args knn =
         sml_knn_of(a->probes.coarse_search, in->queries, nq, np, lay.keys, lay.probes);
-    in->key_sign = knn.metric == SIMIL_METRIC_L2 ? 1.0f : -1.0f;  // similarity to key
     return knn_locked(dev, &knn);
 }
 

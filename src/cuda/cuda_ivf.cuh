@@ -399,6 +399,40 @@ simil_status pair_workspace(Device *dev, const sml_ivf_scan_args &a, const void 
 simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, const PairPlan &dev,
                           const PairScratch &s, const uint32_t *allowed, cudaStream_t st);
 
+// ---- small batches (cuda_ivf_small.cu) -----------------------------------
+//
+// A batch of at most ivf_small_max() queries (sml_cuda_ivf_small_max; 64 by
+// default) keeps its probes on the device: stage_inputs finds them with
+// launch_coarse (no wait, nothing back to the host), and the code type's
+// scan splits each query's work over several blocks, each keeping its k
+// best (a part), which merge_parts folds into the query's k best.  Every
+// step ranks (key, row) pairs as the batch path does, so a query gets the
+// same bits on either path.
+
+long long ivf_small_max();
+
+// The coarse search of launch_coarse: up to this many probes.
+constexpr int kCoarseMaxProbes = 256;
+
+// Whether a batch of nq queries of a finds its probes with launch_coarse.
+bool coarse_on_device(const sml_ivf_scan_args &a, int nq);
+
+// The nprobe nearest centroids of nq device queries, as the coarse search
+// (a.probes.coarse_search) reports them: list numbers into probes and its
+// distances into distances (nq x nprobe each, device); scratch: nq x nlist
+// floats of device memory.  Queued on st.
+simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int nq,
+                           float *scratch, int64_t *probes, float *distances, cudaStream_t st);
+
+// Per query, the k best (key, row) pairs of its parts (parts x k pairs each,
+// rows -1 where empty) into out_keys and out_idx (nq x k).
+simil_status merge_parts(int nq, int parts, int k, const float *part_keys, const int *part_idx,
+                         float *out_keys, int *out_idx, cudaStream_t st);
+
+// How many blocks to split each of `blocks` units of work into: about four
+// blocks per SM in all, at most `most`, at least 1.
+int small_splits(const Device *dev, long long blocks, long long most);
+
 // ---- selection and results ----------------------------------------------
 
 // A ragged row per query: rows keys (4-aligned starts offsets[r], cols[r]

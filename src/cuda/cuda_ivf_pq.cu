@@ -20,6 +20,8 @@ namespace {
 
 constexpr size_t kCandidateBudget = (size_t)2 << 30;  // bytes of distances per batch
 constexpr int kMaxBatch = 65536;
+// Blocks per query of a small batch at most: each builds the query's table.
+constexpr int kPqMaxSplits = 64;
 
 // The table by codeword (fp32, m a power of two from 4 to 64, k <= 64).
 bool pq_swizzled(const sml_ivf_pq_scan_args *a)
@@ -44,12 +46,17 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     const bool swizzled = pq_swizzled(a);
     const size_t nk = (size_t)nq * sc.k;
     PqQueryScan scan{};
-    float *dist;
+    // a small batch splits each query over several blocks (cuda_ivf.cuh)
+    scan.splits = nq <= ivf_small_max() ? small_splits(dev, nq, kPqMaxSplits) : 1;
+    float *dist, *keys;
+    int *rows;
     int64_t *labels;
     const auto carve = [&](void *base) {
         Carve c(base);
-        scan.out_keys = c.take<float>(nk);
-        scan.out_idx = c.take<int>(nk);
+        keys = c.take<float>(nk);
+        rows = c.take<int>(nk);
+        scan.out_keys = scan.splits > 1 ? c.take<float>(nk * scan.splits) : keys;
+        scan.out_idx = scan.splits > 1 ? c.take<int>(nk * scan.splits) : rows;
         dist = c.take<float>(nk);
         labels = c.take<int64_t>(nk);
         scan.codebooks_by_codeword =
@@ -79,8 +86,11 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     scan.allowed = allowed;
     trace_mark(st, "ivf-pq: workspace");
     SML_TRY(launch_pq_fused(scan, a->lut_fp16 != 0, swizzled, nq, st));
+    if (scan.splits > 1)
+        SML_TRY(merge_parts(nq, scan.splits, (int)sc.k, scan.out_keys, scan.out_idx, keys, rows,
+                            st));
     trace_mark(st, "ivf-pq: fused scan");
-    return finish_to_host(dev, sc, q0, nq, scan.out_keys, scan.out_idx, dist, labels);
+    return finish_to_host(dev, sc, q0, nq, keys, rows, dist, labels);
 }
 
 // ---- the pair scan ------------------------------------------------------

@@ -196,8 +196,9 @@ struct PqQueryScan {
     int nprobe;
     const int64_t *list_offset;  // as the search has them (sml_ivf_lists)
     const int64_t *list_size;
-    float *out_keys;             // nq x k, ascending
-    int *out_idx;                // nq x k arena rows, -1 past the candidates
+    int splits;                  // blocks per query (each scans a share of every list)
+    float *out_keys;             // nq x splits x k, ascending per part
+    int *out_idx;                // nq x splits x k arena rows, -1 past the candidates
     int dim;
     const float *codebooks;
     int m, ksub, dsub;

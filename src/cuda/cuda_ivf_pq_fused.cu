@@ -102,8 +102,10 @@ __host__ __device__ __forceinline__ int query_table_bytes(int entries, bool fp16
     return (entries * (fp16 ? 2 : 4) + 15) / 16 * 16;
 }
 
-// Fused scan: one block per query; out_keys / out_idx get its k best keys
-// and arena rows (-1 past the candidates).  Each warp takes 32 rows at a
+// Fused scan: one block per query, or a.splits (gridDim.y) blocks per query
+// for a small batch, block s taking every splits-th run of 256 rows of each
+// list from run s; out_keys / out_idx get each block's k best keys and arena
+// rows (-1 past the candidates), splits parts per query.  Each warp takes 32 rows at a
 // time, and each lane adds up its own row, reading its code words where
 // they lie: the 32 rows are contiguous in the arena, so a warp's loads stay
 // within 32 x code_size bytes that L1 keeps between them.  The kernel is
@@ -129,7 +131,7 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
     static_assert(SWZ == 0 || !FP16, "the table by codeword is fp32");
     extern __shared__ float pq_smem[];  // the table, then the warps' queues
     __shared__ float reduce[32];
-    const int q = blockIdx.x;
+    const int q = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
     const float *x = a.queries + (long long)q * a.dim;
     const int m = a.m, ksub = a.ksub, dsub = a.dsub;
     const auto term3 = [&](int e) {
@@ -151,7 +153,7 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
         const long long first = a.list_offset[l];
         const float base = a.probe_key_sign * a.probe_keys[(long long)q * a.nprobe + p] + offset;
         // every lane of a warp takes the same trips: need_merge is warp-wide
-        for (int r0 = warp * 32; r0 < cols; r0 += kPqThreads) {
+        for (int r0 = (split * kPqWarps + warp) * 32; r0 < cols; r0 += kPqThreads * splits) {
             float key = INFINITY;
             int idx = kEmptyIdx;
             // a row the filter refuses is offered as no row (cuda_filter.cuh)
@@ -186,7 +188,8 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
         if (ws.need_merge()) merge_queue<SWZ>(ws);
     }
     merge_queue<SWZ>(ws);
-    ws.write(a.out_keys + (long long)q * a.k, a.out_idx + (long long)q * a.k);
+    const long long out = ((long long)q * splits + split) * a.k;
+    ws.write(a.out_keys + out, a.out_idx + out);
 }
 
 template <int K, bool FP16, int SWZ>
@@ -199,7 +202,7 @@ simil_status launch_query(const PqQueryScan &a, int nq, cudaStream_t st)
     const auto kernel = pq_query_kernel<K, FP16, SWZ>;
     SML_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)smem));
-    kernel<<<nq, kPqThreads, smem, st>>>(a);
+    kernel<<<dim3((unsigned)nq, (unsigned)a.splits), kPqThreads, smem, st>>>(a);
     SML_LAUNCH_TRY("pq_query_kernel");
     return SIMIL_OK;
 }

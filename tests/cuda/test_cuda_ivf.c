@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cuda/cuda_backend.h"
 #include "util/test_util.h"
 
 static const double rel_tol = 1e-4;
@@ -449,6 +450,91 @@ static void test_ivf_pq_fashion_56_bytes(void **state)
     free(lt);
 }
 
+/* A GPU search of nq queries on the small-batch path (probes on the device)
+ * and on the batch path: the same bits. */
+static void small_same_as_batch(const char *what, const simil_index *gpu,
+                                const simil_search_params *p, int64_t nq, const float *q,
+                                int64_t k)
+{
+    const size_t out = (size_t)(nq * k);
+    float *ds = sml_test_malloc(4 * out), *db = sml_test_malloc(4 * out);
+    int64_t *ls = sml_test_malloc(8 * out), *lb = sml_test_malloc(8 * out);
+    sml_cuda_ivf_small_max(-1);
+    SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, ds, ls));
+    sml_cuda_ivf_small_max(0);
+    SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, db, lb));
+    sml_cuda_ivf_small_max(-1);
+    for (size_t e = 0; e < out; e++)
+        if (ls[e] != lb[e] || memcmp(&ds[e], &db[e], 4) != 0)
+            fail_msg("%s nq=%lld k=%lld: query %lld rank %lld: small path id %lld dist %.9g, "
+                     "batch path id %lld dist %.9g",
+                     what, (long long)nq, (long long)k, (long long)(e / (size_t)k),
+                     (long long)(e % (size_t)k), (long long)ls[e], ds[e], (long long)lb[e],
+                     db[e]);
+    free(ds);
+    free(db);
+    free(ls);
+    free(lb);
+}
+
+/* Batches of up to 64 queries find their probes on the device and split
+ * each query's lists over several blocks (cuda_ivf.cuh, "small batches"):
+ * IVF-Flat against the CPU and, bit for bit, against the batch path, with
+ * and without a filter; IVF-PQ's fused scan split the same way against its
+ * batch path. */
+static void test_small_batches(void **state)
+{
+    (void)state;
+    const int64_t n = 20000, dim = 48, nq = 64;
+    float *x = sml_test_malloc(4 * n * dim), *q = sml_test_malloc(4 * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 71, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 72, q));
+    const int64_t nqs[] = {1, 5, 64}, probes[] = {1, 7, 64}, ks[] = {1, 10, 100};
+    unsigned char *allowed = sml_test_random_allowed(n, 10, 73);
+    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP};
+    for (int m = 0; m < 2; m++) {
+        simil_index *cpu, *gpu;
+        twin("IVF64,Flat", dim, metrics[m], n, x, &cpu, &gpu);
+        for (size_t a = 0; a < 3; a++)
+            for (size_t b = 0; b < 3; b++)
+                for (size_t c = 0; c < 3; c++) {
+                    char what[96];
+                    snprintf(what, sizeof what, "IVF64,Flat metric %d nq=%lld", (int)metrics[m],
+                             (long long)nqs[a]);
+                    compare(what, cpu, gpu, x, n, q, nqs[a], dim, ks[c], probes[b], metrics[m]);
+                    simil_search_params *p = sml_test_params("");
+                    SML_ASSERT_OK(simil_search_params_set_int(p, "nprobe", probes[b]));
+                    small_same_as_batch(what, gpu, p, nqs[a], q, ks[c]);
+                    simil_search_params_destroy(p);
+                }
+        simil_search_params *bits, *list;
+        sml_test_allow_params(allowed, n, "nprobe=7", &bits, &list);
+        small_same_as_batch("IVF64,Flat filtered", gpu, bits, 5, q, 10);
+        simil_search_params_destroy(bits);
+        simil_search_params_destroy(list);
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+        twin("IVF32,PQ8", dim, metrics[m], n, x, &cpu, &gpu);
+        const char *luts[] = {"fp32", "fp16"};
+        for (int t = 0; t < 2; t++)
+            for (size_t a = 0; a < 3; a++)
+                for (size_t c = 0; c < 3; c++) {
+                    simil_search_params *p = sml_test_params("nprobe=9,precomputed_tables=1");
+                    SML_ASSERT_OK(simil_search_params_set(p, "lut", luts[t]));
+                    char what[96];
+                    snprintf(what, sizeof what, "IVF32,PQ8 metric %d lut %s", (int)metrics[m],
+                             luts[t]);
+                    small_same_as_batch(what, gpu, p, nqs[a], q, ks[c]);
+                    simil_search_params_destroy(p);
+                }
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+    }
+    free(allowed);
+    free(x);
+    free(q);
+}
+
 int main(void)
 {
     sml_test_require_gpu();
@@ -462,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_ivf_pq_fused_layouts),
         cmocka_unit_test(test_ivf_pq_gpu_encoder_matches_cpu),
         cmocka_unit_test(test_ivf_pq_fashion_56_bytes),
+        cmocka_unit_test(test_small_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
