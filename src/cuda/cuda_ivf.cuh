@@ -53,13 +53,17 @@ namespace sml {
 // scan(dev) on b's GPU under its lock, after the caller's pending work; after
 // a failure the stream is waited for, so that nothing still runs on the
 // shared buffers when the lock is released.
+// The caller's pending work matters only where the scan reads its memory on
+// the GPU: a scan whose queries are host memory (everything else it reads
+// from the caller is too) skips the join, an event and two waits per call.
 template <typename Scan>
-simil_status ivf_locked(sml_backend *b, Scan scan)
+simil_status ivf_locked(sml_backend *b, const sml_ivf_scan_args &a, Scan scan)
 {
     Device *dev = device_of(b);
+    const bool join = is_device_pointer(a.queries);
     pthread_mutex_lock(&dev->lock);
     simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
-    if (s == SIMIL_OK) s = device_join_caller(dev);
+    if (s == SIMIL_OK && join) s = device_join_caller(dev);
     if (s == SIMIL_OK) s = scan(dev);
     if (s != SIMIL_OK) cudaStreamSynchronize(dev->stream[0]);
     pthread_mutex_unlock(&dev->lock);
@@ -405,9 +409,9 @@ simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, cons
 // default) keeps its probes on the device: stage_inputs finds them with
 // launch_coarse (no wait, nothing back to the host), and the code type's
 // scan splits each query's work over several blocks, each keeping its k
-// best (a part), which merge_parts folds into the query's k best.  Every
-// step ranks (key, row) pairs as the batch path does, so a query gets the
-// same bits on either path.
+// best (a part), which finish_parts_to_host folds into the query's k best.
+// Every step ranks (key, row) pairs as the batch path does, so a query gets
+// the same bits on either path.
 
 long long ivf_small_max();
 
@@ -424,10 +428,17 @@ bool coarse_on_device(const sml_ivf_scan_args &a, int nq);
 simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int nq,
                            float *scratch, int64_t *probes, float *distances, cudaStream_t st);
 
-// Per query, the k best (key, row) pairs of its parts (parts x k pairs each,
-// rows -1 where empty) into out_keys and out_idx (nq x k).
-simil_status merge_parts(int nq, int parts, int k, const float *part_keys, const int *part_idx,
-                         float *out_keys, int *out_idx, cudaStream_t st);
+// The largest k of a small batch's split scans (finish_parts_to_host).
+constexpr int kSmallMaxK = 128;
+
+// Results of queries [q0, q0 + nq) of a from their parts (parts x k (key,
+// arena row) pairs per query, rows -1 where empty): one kernel merges them
+// and writes labels and distances as finish_to_host does into scratch
+// (12 nq k bytes of device memory), one copy takes them to the host; waits
+// for the stream.  k <= kSmallMaxK.
+simil_status finish_parts_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
+                                  int parts, const float *part_keys, const int *part_idx,
+                                  void *scratch);
 
 // How many blocks to split each of `blocks` units of work into: about four
 // blocks per SM in all, at most `most`, at least 1.

@@ -31,13 +31,13 @@ struct FloatRows {
 // A batch of at most ivf_small_max() queries keeps its probes on the device
 // (cuda_ivf.cuh, "small batches"): block (s, j, q) of probe_scan_kernel reads
 // query q's j-th list from row 32 (4 s + w) in runs of 32 rows per warp w,
-// every splits-th run, and keeps the k best (key, row) pairs; merge_parts
-// then folds a query's nprobe x splits parts into its k best.  A key is the
+// every splits-th run, and keeps the k best (key, row) pairs; one kernel
+// (finish_parts_to_host) then folds a query's nprobe x splits parts into its
+// k best.  A key is the
 // thin tiles' arithmetic (tile_term over the dimensions in order), so that
 // each query gets the bits of the batch path.
 constexpr int kProbeThreads = 128;
 constexpr int kProbeWarps = kProbeThreads / 32;
-constexpr int kProbeMaxK = 128;
 constexpr size_t kProbeQueryBytes = (size_t)32 << 10;
 
 struct ProbeScan {
@@ -120,7 +120,7 @@ simil_status launch_probe_scan(const ProbeScan &p, int nq, cudaStream_t st)
 
 bool small_fits(const sml_ivf_scan_args &a, long long nq)
 {
-    return nq <= ivf_small_max() && a.k <= kProbeMaxK && a.dim % 4 == 0 &&
+    return nq <= ivf_small_max() && a.k <= kSmallMaxK && a.dim % 4 == 0 &&
            sizeof(float) * (size_t)a.dim <= kProbeQueryBytes &&
            (a.probes.lists != nullptr || coarse_on_device(a, (int)nq));
 }
@@ -139,17 +139,12 @@ simil_status small_batch(Device *dev, const sml_ivf_scan_args &a, const Inputs &
                 small_splits(dev, (long long)nq * np, runs > 1 ? runs : 1), k, allowed,
                 nullptr, nullptr};
     const size_t parts = (size_t)nq * np * p.splits * k, nk = (size_t)nq * k;
-    float *keys, *dist;
-    int *rows;
-    int64_t *labels;
+    void *results;
     const auto carve = [&](void *base) {
         Carve c(base);
         p.part_keys = c.take<float>(parts);
         p.part_idx = c.take<int>(parts);
-        keys = c.take<float>(nk);
-        rows = c.take<int>(nk);
-        dist = c.take<float>(nk);
-        labels = c.take<int64_t>(nk);
+        results = c.take<char>(12 * nk);
         return c.used();
     };
     char *ws;
@@ -162,13 +157,11 @@ simil_status small_batch(Device *dev, const sml_ivf_scan_args &a, const Inputs &
     else if (k <= 64)
         s = l2 ? launch_probe_scan<true, 64>(p, nq, st) : launch_probe_scan<false, 64>(p, nq, st);
     else
-        s = l2 ? launch_probe_scan<true, kProbeMaxK>(p, nq, st)
-               : launch_probe_scan<false, kProbeMaxK>(p, nq, st);
+        s = l2 ? launch_probe_scan<true, kSmallMaxK>(p, nq, st)
+               : launch_probe_scan<false, kSmallMaxK>(p, nq, st);
     SML_TRY(s);
     trace_mark(st, "ivf: probe scan");
-    SML_TRY(merge_parts(nq, np * p.splits, k, p.part_keys, p.part_idx, keys, rows, st));
-    trace_mark(st, "ivf: parts merged");
-    return finish_to_host(dev, a, q0, nq, keys, rows, dist, labels);
+    return finish_parts_to_host(dev, a, q0, nq, np * p.splits, p.part_keys, p.part_idx, results);
 }
 
 }  // namespace
@@ -182,13 +175,13 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
     const BatchLimits limits{kPairShape, a->k > kMaxWarpSelectK ? (size_t)8 : (size_t)4,
                              kCandidateBudget, kMaxBatch};
     const FloatRows rows{static_cast<const float *>(a->lists.codes), (int)a->dim};
-    return ivf_locked(b, [&](Device *dev) {
+    return ivf_locked(b, *a, [&](Device *dev) {
         const uint32_t *allowed;
         SML_TRY(scan_rows_allowed(dev, *a, &allowed));
         if (small_fits(*a, a->nq)) {
-            long long rows = 0;
-            for (int64_t l = 0; l < a->lists.nlist; ++l) rows += a->lists.size[l];
-            const long long mean_rows = rows / a->lists.nlist;
+            long long total = 0;
+            for (int64_t l = 0; l < a->lists.nlist; ++l) total += a->lists.size[l];
+            const long long mean_rows = total / a->lists.nlist;
             const bool host_queries = !is_device_pointer(a->queries);
             for (long long q0 = 0; q0 < a->nq;) {
                 const int n = input_batch(a, q0, host_queries, true);

@@ -47,18 +47,19 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     const size_t nk = (size_t)nq * sc.k;
     PqQueryScan scan{};
     // a small batch splits each query over several blocks (cuda_ivf.cuh)
-    scan.splits = nq <= ivf_small_max() ? small_splits(dev, nq, kPqMaxSplits) : 1;
-    float *dist, *keys;
-    int *rows;
+    scan.splits = nq <= ivf_small_max() && sc.k <= kSmallMaxK
+                      ? small_splits(dev, nq, kPqMaxSplits) : 1;
+    float *dist;
     int64_t *labels;
+    void *results;
+    const size_t parts = scan.splits > 1 ? nk * scan.splits : nk;
     const auto carve = [&](void *base) {
         Carve c(base);
-        keys = c.take<float>(nk);
-        rows = c.take<int>(nk);
-        scan.out_keys = scan.splits > 1 ? c.take<float>(nk * scan.splits) : keys;
-        scan.out_idx = scan.splits > 1 ? c.take<int>(nk * scan.splits) : rows;
+        scan.out_keys = c.take<float>(parts);
+        scan.out_idx = c.take<int>(parts);
         dist = c.take<float>(nk);
         labels = c.take<int64_t>(nk);
+        results = c.take<char>(scan.splits > 1 ? 12 * nk : 0);
         scan.codebooks_by_codeword =
             c.take<float>(swizzled ? (size_t)(a->m * a->ksub * a->dsub) : 0);
         return c.used();
@@ -86,11 +87,11 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     scan.allowed = allowed;
     trace_mark(st, "ivf-pq: workspace");
     SML_TRY(launch_pq_fused(scan, a->lut_fp16 != 0, swizzled, nq, st));
-    if (scan.splits > 1)
-        SML_TRY(merge_parts(nq, scan.splits, (int)sc.k, scan.out_keys, scan.out_idx, keys, rows,
-                            st));
     trace_mark(st, "ivf-pq: fused scan");
-    return finish_to_host(dev, sc, q0, nq, keys, rows, dist, labels);
+    if (scan.splits > 1)
+        return finish_parts_to_host(dev, sc, q0, nq, scan.splits, scan.out_keys, scan.out_idx,
+                                    results);
+    return finish_to_host(dev, sc, q0, nq, scan.out_keys, scan.out_idx, dist, labels);
 }
 
 // ---- the pair scan ------------------------------------------------------
@@ -171,7 +172,7 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
     const sml_ivf_scan_args *sc = &a->scan;
     SML_RETURN_IF(sc->k >= INT32_MAX || sc->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
                   "IVF scan on the GPU: k and dim must be below 2^31");
-    return ivf_locked(b, [&](Device *dev) -> simil_status {
+    return ivf_locked(b, *sc, [&](Device *dev) -> simil_status {
         const uint32_t *allowed;
         SML_TRY(scan_rows_allowed(dev, *sc, &allowed));
         if (!pq_fused(a)) {

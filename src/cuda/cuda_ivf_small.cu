@@ -1,6 +1,6 @@
 // cuda_ivf_small.cu: what the IVF scans' small batches share (cuda_ivf.cuh,
 // "small batches"): the coarse search on the device, and the merge of the
-// parts that a split scan leaves per query.
+// parts that a split scan leaves per query into the results.
 //
 // A batch of a few queries spends most of its time outside the scan: the
 // coarse search as a general exact search (fp16 candidates, their check
@@ -12,12 +12,16 @@
 //       probes and their keys are the bits the general coarse search gives;
 //   selection (coarse_select_kernel, one block per query): the nprobe
 //       smallest (key, centroid) pairs in order, as that search ranks them.
-// Nothing comes back to the host until the results do.
+// The code type's scan then splits each query over several blocks, and one
+// kernel merges their parts into the results (merge_finish_kernel).
+// Nothing comes back to the host until the results do, in one copy.
+#include <assert.h>
+#include <string.h>
+
 #include <atomic>
 
 #include "cuda/cuda_ivf.cuh"
 #include "cuda/knn_device.cuh"
-#include "cuda/select.cuh"
 #include "cuda/warp_select.cuh"
 
 namespace sml {
@@ -91,6 +95,49 @@ coarse_select_kernel(const float *keys, int n, int np, bool l2, const int64_t *i
     }
 }
 
+// Query q's k best of its parts (parts x k pairs, rows -1 where empty), as
+// the batch path's selection (select_rows) and finish_kernel give them:
+// labels and distances of finish_row.
+template <int K>
+__global__ void __launch_bounds__(kSelectThreads)
+merge_finish_kernel(const float *part_keys, const int *part_idx, int parts, int k, bool l2,
+                    const int64_t *ids, int64_t *labels, float *distances)
+{
+    __shared__ float slot_k[kSelectWarps][32];
+    __shared__ int slot_v[kSelectWarps][32];
+    __shared__ float list_k[kSelectWarps][K];
+    __shared__ int list_v[kSelectWarps][K];
+    const int q = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int total = parts * k;
+    const long long row = (long long)q * total;
+    BufferedWarpSelect<K> ws;
+    ws.init(k, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
+    for (int e0 = warp * 32; e0 < total; e0 += kSelectThreads) {
+        const int e = e0 + lane;
+        const int i = e < total ? part_idx[row + e] : -1;
+        ws.offer(i < 0 ? INFINITY : part_keys[row + e], i < 0 ? kEmptyIdx : i);
+    }
+    ws.flush();
+    ws.q.write(list_k[warp], list_v[warp]);
+    __syncthreads();
+    if (warp != 0) return;
+    BufferedWarpSelect<K> m;
+    m.init(k, INFINITY, kEmptyIdx, slot_k[0], slot_v[0]);
+    for (int e0 = 0; e0 < kSelectWarps * k; e0 += 32) {
+        const int e = e0 + lane;
+        const int w = e / k, i = e - w * k;
+        const int r = e < kSelectWarps * k ? list_v[w][i] : -1;
+        m.offer(r < 0 ? INFINITY : list_k[w][i], r < 0 ? kEmptyIdx : r);
+    }
+    m.flush();
+    __syncwarp();
+    m.q.write(list_k[0], list_v[0]);
+    __syncwarp();
+    if (lane == 0)
+        finish_row(k, list_k[0], list_v[0], l2, nullptr, ids, distances + (long long)q * k,
+                   labels + (long long)q * k);
+}
+
 template <int K>
 void launch_select(const float *keys, int nq, int n, int np, bool l2, const int64_t *ids,
                    int64_t *probes, float *distances, cudaStream_t st)
@@ -135,22 +182,37 @@ simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int
     return SIMIL_OK;
 }
 
-simil_status merge_parts(int nq, int parts, int k, const float *part_keys, const int *part_idx,
-                         float *out_keys, int *out_idx, cudaStream_t st)
+simil_status finish_parts_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
+                                  int parts, const float *part_keys, const int *part_idx,
+                                  void *scratch)
 {
-    if (nq == 0) return SIMIL_OK;
-    SelectJob job{};
-    job.scores = part_keys;
-    job.ld = (long long)parts * k;
-    job.row_scale_const = 1.0f;
-    job.in_idx = part_idx;
-    job.rows = nq;
-    job.cols = parts * k;
-    job.k = k;
-    job.out_keys = out_keys;
-    job.out_idx = out_idx;
-    job.out_ld = k;
-    return select_rows(job, ScoreType::f32, st);
+    assert(a.k <= kSmallMaxK);
+    cudaStream_t st = dev->stream[0];
+    const int k = (int)a.k;
+    const size_t nk = (size_t)nq * k;
+    int64_t *labels = static_cast<int64_t *>(scratch);
+    float *dist = reinterpret_cast<float *>(labels + nk);
+    const bool l2 = a.metric == SIMIL_METRIC_L2;
+    const auto launch = [&](auto kernel) {
+        kernel<<<nq, kSelectThreads, 0, st>>>(part_keys, part_idx, parts, k, l2, a.lists.ids,
+                                              labels, dist);
+    };
+    if (k <= 32)
+        launch(merge_finish_kernel<32>);
+    else if (k <= 64)
+        launch(merge_finish_kernel<64>);
+    else
+        launch(merge_finish_kernel<kSmallMaxK>);
+    SML_LAUNCH_TRY("merge_finish_kernel");
+    // one copy through pinned memory, laid out as the scratch
+    char *host;
+    SML_TRY(device_results(dev, 12 * nk, reinterpret_cast<void **>(&host)));
+    SML_CUDA_TRY(cudaMemcpyAsync(host, scratch, 12 * nk, cudaMemcpyDeviceToHost, st));
+    SML_CUDA_TRY(cudaStreamSynchronize(st));
+    trace_mark(st, "ivf: parts merged, results to pinned memory");
+    memcpy(a.labels + q0 * k, host, 8 * nk);
+    memcpy(a.distances + q0 * k, host + 8 * nk, 4 * nk);
+    return SIMIL_OK;
 }
 
 int small_splits(const Device *dev, long long blocks, long long most)

@@ -357,7 +357,7 @@ simil_status sq_scan(sml_backend *b, const sml_sq_scan_args *a)
                              kCandidateBudget, kMaxBatch};
     const SqRows<T> rows{static_cast<const uint8_t *>(s->lists.codes), s->lists.code_stride,
                          a->vmin, a->vdiff, a->coarse, (int)s->dim};
-    return ivf_locked(b, [&](Device *dev) {
+    return ivf_locked(b, *s, [&](Device *dev) {
         const uint32_t *allowed;
         SML_TRY(scan_rows_allowed(dev, *s, &allowed));
         return scan_planned(dev, s, limits,
