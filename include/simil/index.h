@@ -117,13 +117,16 @@ SIMIL_API int simil_index_uses_search_param(const simil_index *index, const char
  * parameters then run together as one batch, in one pass over the data.
  * Each caller gets exactly the results it would get alone; a lone caller
  * pays only a lock.  On by default for Flat, IVFn,Flat, IVFn,PQm and XFBQ
- * indexes, with max_wait_us = 0.
+ * indexes, with max_wait_us = 100.
  * enabled: 0 runs every search on its own (concurrent searches of a GPU
  *   index then take turns on the device).
  * max_wait_us: how long a batch may wait, after its first search arrived, for
- *   others to join before it starts (>= 0; at most 10^7).  0 waits for no
- *   one: only the searches that queued while the previous batch ran join.
- *   A wait raises the throughput of many callers and the latency of each.
+ *   others to join before it starts (>= 0; at most 10^7).  It waits only
+ *   until as many searches have queued as the previous batch held (the
+ *   first batch after this call: until it is full), so a lone caller pays the
+ *   wait once, and callers that search in a loop all join the next batch.
+ *   0 waits for no one: only the searches that queued while the previous
+ *   batch ran join.
  * Batches hold at most 1024 queries on a GPU and 16 on the CPU (where larger
  * batches would change method and rounding); a search of more queries, or of
  * queries or results in GPU memory, runs on its own.  Other index types

@@ -566,18 +566,19 @@ class Index:
         """Remove every vector; training is kept."""
         self._core.reset()
 
-    def set_batching(self, enabled, max_wait_us=0):
+    def set_batching(self, enabled, max_wait_us=100):
         """Combine the searches that threads make at the same time.
 
         While one search runs, the searches other threads start wait, and
         those with the same k and parameters then run as one batch.  Each
         caller gets exactly the results it would get alone.  On by default
-        for Flat, IVFn,Flat, IVFn,PQm and XFBQ indexes, with max_wait_us=0.
+        for Flat, IVFn,Flat, IVFn,PQm and XFBQ indexes, with max_wait_us=100.
 
         enabled: False runs every search on its own.
         max_wait_us: how long a batch may wait after its first search for
-            others to join (0 to 10,000,000 microseconds); more raises the
-            throughput of many threads and the latency of each.
+            others to join (0 to 10,000,000 microseconds).  It waits only
+            until as many searches have come as the last batch held, so a
+            lone thread pays it once; 0 never waits.
         Other index types accept enabled=False only (UnsupportedError).
         """
         self._core.set_batching(bool(enabled), operator.index(max_wait_us))

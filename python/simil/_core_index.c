@@ -465,7 +465,7 @@ static PyObject *index_set_batching(IndexObject *self, PyObject *args, PyObject 
 {
     static char *kwlist[] = {"enabled", "max_wait_us", NULL};
     int enabled;
-    long long wait_us = 0;
+    long long wait_us = 100; /* simil.Index.set_batching's default */
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "p|L:set_batching", kwlist, &enabled, &wait_us))
         return NULL;
     simil_status s;
@@ -601,7 +601,7 @@ static PyMethodDef index_methods[] = {
      "reconstruct_batch(ids) -> float32 n x dim"},
     {"reset", (PyCFunction)index_reset, METH_NOARGS, "reset(): remove every vector"},
     {"set_batching", PYSIMIL_KW_METHOD(index_set_batching), METH_VARARGS | METH_KEYWORDS,
-     "set_batching(enabled, max_wait_us=0): combine concurrent searches"},
+     "set_batching(enabled, max_wait_us=100): combine concurrent searches"},
     {"save", (PyCFunction)index_save, METH_O, "save(path): write the index atomically"},
     {"save_faiss", (PyCFunction)index_save_faiss, METH_O,
      "save_faiss(path): write the index as a Faiss index file, atomically"},

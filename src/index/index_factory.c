@@ -70,7 +70,7 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
         sml_free(index);
         return s;
     }
-    if (index->vt->batchable) sml_batcher_set(index->batcher, 1, 0);
+    if (index->vt->batchable) sml_batcher_set(index->batcher, 1, SML_BATCH_DEFAULT_WAIT_US);
     *out = index;
     return SIMIL_OK;
 }

@@ -8,8 +8,9 @@
  * running leads the next one: it copies the queries side by side, runs one
  * search of the index type, and copies each caller's rows back.  Before it
  * starts, a batch may wait up to max_wait_us after its oldest search arrived
- * for more to come (0: no waiting; only what queued while the last batch ran
- * is combined).  Backend-independent: the CPU backend runs it too. */
+ * for as many searches as the last batch held (the first batch: until it is
+ * full); 0: no waiting, only what queued while the last batch ran is
+ * combined.  Backend-independent: the CPU backend runs it too. */
 #ifndef SML_SEARCH_BATCH_H
 #define SML_SEARCH_BATCH_H
 
@@ -24,6 +25,9 @@ typedef struct sml_batcher sml_batcher;
 simil_status sml_batcher_create(sml_batcher **batcher);
 /* No search may be in it.  NULL does nothing. */
 void sml_batcher_destroy(sml_batcher *batcher);
+
+/* The wait a batchable index starts with (simil_index_set_batching). */
+#define SML_BATCH_DEFAULT_WAIT_US 100
 
 /* Turn batching on or off and set the wait (microseconds, >= 0).  Needs the
  * index alone, as add does. */

@@ -11,12 +11,14 @@
  * counters must show that searches were combined.  Calls larger than a batch
  * run alone; a batch that fails gives every caller the failure in its own
  * thread; and the setting's arguments are checked.  On the CPU, two searches
- * of the same k and parameters but different allowed ids must not join. */
+ * of the same k and parameters but different allowed ids must not join.
+ * A lone caller pays a batch's wait on its first call only. */
 #define _GNU_SOURCE /* pthread_barrier_t */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "index/index_internal.h"
@@ -163,6 +165,42 @@ static void test_flat(void **state)
     check_type("Flat", 0);
 }
 
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A batch waits for as many searches as the last one held: a lone caller
+ * pays the wait on its first call only. */
+static void test_lone_caller_waits_once(void **state)
+{
+    (void)state;
+    enum { N = 500, CALLS = 5 };
+    float *base = sml_test_malloc(sizeof(float) * N * DIM);
+    sml_test_fill_uniform(base, N * DIM, 14, 0, 1);
+    simil_index *index;
+    SML_ASSERT_OK(simil_index_create(&index, DIM, "Flat", SIMIL_METRIC_L2, device()));
+    SML_ASSERT_OK(simil_index_add(index, N, base, NULL));
+    SML_ASSERT_OK(simil_index_set_batching(index, 1, 1000000));
+    float d[10];
+    int64_t l[10];
+    double t = seconds_now();
+    SML_ASSERT_OK(simil_index_search(index, 1, base, 10, NULL, d, l));
+    const double first = seconds_now() - t;
+    t = seconds_now();
+    for (int i = 0; i < CALLS; i++)
+        SML_ASSERT_OK(simil_index_search(index, 1, base + i * DIM, 10, NULL, d, l));
+    const double rest = seconds_now() - t;
+    printf("lone caller, 1 s wait: first call %.3f s, next %d calls %.3f s\n", first, CALLS, rest);
+    assert_true(first >= 0.99);     /* nothing known yet: it waited for companions */
+    assert_true(rest < 0.9);        /* then never: CALLS s if each had waited */
+    assert_int_equal(l[0], CALLS - 1);
+    simil_index_destroy(index);
+    free(base);
+}
+
 /* Searches with different allowed ids run apart (filters are CPU-only). */
 static void test_filters_apart(void **state)
 {
@@ -274,6 +312,8 @@ static void test_failed_batch(void **state)
     }
     float d[10];
     int64_t l[10];
+    /* the last batch held 4 searches: without this, a lone one waits 5 s for 3 more */
+    SML_ASSERT_OK(simil_index_set_batching(index, 1, 0));
     SML_ASSERT_OK(simil_index_search(index, 1, base, 10, NULL, d, l));
     assert_int_equal(l[0], 0);
     simil_index_destroy(index);
@@ -286,7 +326,7 @@ static void test_setting(void **state)
     simil_index *flat, *opq;
     SML_ASSERT_OK(simil_index_create(&flat, 8, "Flat", SIMIL_METRIC_L2, "cpu"));
     assert_true(sml_batcher_enabled(flat->batcher));
-    assert_int_equal(sml_batcher_wait_us(flat->batcher), 0);
+    assert_int_equal(sml_batcher_wait_us(flat->batcher), SML_BATCH_DEFAULT_WAIT_US);
     SML_ASSERT_OK(simil_index_set_batching(flat, 1, 250));
     assert_int_equal(sml_batcher_wait_us(flat->batcher), 250);
     SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT, simil_index_set_batching(flat, 1, -1));
@@ -309,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_ivf_flat), cmocka_unit_test(test_ivf_pq),
         cmocka_unit_test(test_xfbq),     cmocka_unit_test(test_large_calls_run_alone),
         cmocka_unit_test(test_failed_batch), cmocka_unit_test(test_filters_apart),
+        cmocka_unit_test(test_lone_caller_waits_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
