@@ -44,6 +44,9 @@
  *                      DIR/queries-B.fvecs (B of --batch) of exactly the
  *                      vectors searched (normalized for cosine), for
  *                      bench/torch_latency.py and bench/faiss_latency.cpp
+ * With SIMIL_BENCH_PROFILE set in the environment, only the timed calls of
+ * each batch size are in the profiler's range, for
+ *   ncu --profile-from-start off --metrics gpu__time_duration.sum ...
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -56,6 +59,8 @@
 #include <time.h>
 
 #ifdef SIMIL_HAVE_CUDA
+#include <cuda_profiler_api.h>
+
 #include "bench_cuda.h"
 #endif
 
@@ -232,6 +237,23 @@ static void write_files(const options *o, const float *base, const float *train,
 
 /* ---- one call at a time ---- */
 
+/* With SIMIL_BENCH_PROFILE set, the timed calls of each batch size (not
+ * the fixed-cost ones) are the profiler's range (ncu --profile-from-start
+ * off), and nothing else: index building and warm-up stay out of a kernel
+ * profile. */
+static void profile_calls(int on)
+{
+#ifdef SIMIL_HAVE_CUDA
+    static int wanted = -1;
+    if (wanted < 0) wanted = getenv("SIMIL_BENCH_PROFILE") != NULL;
+    if (!wanted) return;
+    if (on) cudaProfilerStart();
+    else cudaProfilerStop();
+#else
+    (void)on;
+#endif
+}
+
 static void sweep_batches(const options *o, simil_index *index, const char *name,
                           const simil_search_params *p, const char *params, const float *q,
                           const char *mode, FILE *csv)
@@ -250,12 +272,14 @@ static void sweep_batches(const options *o, simil_index *index, const char *name
         for (int w = 0; w < 2; w++)
             if (simil_index_search(index, size, batch_queries(q, size, w, scratch), k, p, d, l))
                 die("search");
+        profile_calls(!strcmp(mode, "call"));
         for (int64_t r = 0; r < reps; r++) {
             const float *qb = batch_queries(q, size, r, scratch);
             const double t0 = now();
             if (simil_index_search(index, size, qb, k, p, d, l)) die("search");
             ms[r] = 1e3 * (now() - t0);
         }
+        profile_calls(0);
         qsort(ms, (size_t)reps, sizeof *ms, cmp_double);
         const double p50 = percentile(ms, reps, 50), p99 = percentile(ms, reps, 99);
         printf("  %-18s %-10s batch %6" PRId64 ": p50 %9.3f ms  p99 %9.3f ms  %11.0f QPS"
