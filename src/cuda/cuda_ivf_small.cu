@@ -66,12 +66,11 @@ coarse_select_kernel(const float *keys, int n, int np, bool l2, const int64_t *i
     const float *row = keys + (long long)q * n;
     BufferedWarpSelect<K> ws;
     ws.init(np, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
-    for (int c0 = warp * 32; c0 < n; c0 += kSelectThreads) {
-        const int c = c0 + lane;
-        float key = c < n ? row[c] : INFINITY;
+    offer_ahead<16>(ws, warp * 32, kSelectThreads, n, [&](int c, float &key, int &idx) {
+        key = c < n ? row[c] : INFINITY;
         if (key != key) key = INFINITY;  // NaN ranks last, as in the exact search
-        ws.offer(key, c < n ? c : kEmptyIdx);
-    }
+        idx = c < n ? c : kEmptyIdx;
+    });
     ws.flush();
     ws.q.write(list_k[warp], list_v[warp]);
     __syncthreads();
@@ -97,7 +96,7 @@ coarse_select_kernel(const float *keys, int n, int np, bool l2, const int64_t *i
 
 // Query q's k best of its parts (parts x k pairs, rows -1 where empty), as
 // the batch path's selection (select_rows) and finish_kernel give them:
-// labels and distances of finish_row.
+// labels and distances of finish_row (finish_row_warp).
 template <int K>
 __global__ void __launch_bounds__(kSelectThreads)
 merge_finish_kernel(const float *part_keys, const int *part_idx, int parts, int k, bool l2,
@@ -112,11 +111,11 @@ merge_finish_kernel(const float *part_keys, const int *part_idx, int parts, int 
     const long long row = (long long)q * total;
     BufferedWarpSelect<K> ws;
     ws.init(k, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
-    for (int e0 = warp * 32; e0 < total; e0 += kSelectThreads) {
-        const int e = e0 + lane;
+    offer_ahead<8>(ws, warp * 32, kSelectThreads, total, [&](int e, float &key, int &idx) {
         const int i = e < total ? part_idx[row + e] : -1;
-        ws.offer(i < 0 ? INFINITY : part_keys[row + e], i < 0 ? kEmptyIdx : i);
-    }
+        key = i < 0 ? INFINITY : part_keys[row + e];
+        idx = i < 0 ? kEmptyIdx : i;
+    });
     ws.flush();
     ws.q.write(list_k[warp], list_v[warp]);
     __syncthreads();
@@ -133,9 +132,8 @@ merge_finish_kernel(const float *part_keys, const int *part_idx, int parts, int 
     __syncwarp();
     m.q.write(list_k[0], list_v[0]);
     __syncwarp();
-    if (lane == 0)
-        finish_row(k, list_k[0], list_v[0], l2, nullptr, ids, distances + (long long)q * k,
-                   labels + (long long)q * k);
+    finish_row_warp(k, list_k[0], list_v[0], l2, nullptr, ids, distances + (long long)q * k,
+                    labels + (long long)q * k);
 }
 
 template <int K>

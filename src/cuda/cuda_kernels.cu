@@ -69,17 +69,27 @@ __global__ void rerank_kernel(int dim, const float *queries, const float *base, 
     }
 }
 
-// One thread per query row (finish_row).
+// One thread per query row (finish_row), or with Warp one warp per row
+// (finish_row_warp): for a few rows, a thread's k steps one after the other
+// are the whole kernel's time; for many, threads on consecutive rows read
+// and write more of each memory sector.
+template <bool Warp>
 __global__ void finish_kernel(int nq, int k, const float *keys, const int *pos, bool l2,
                               const float *query_norms, const int64_t *ids, float *distances,
                               int64_t *labels)
 {
-    const int q = blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= nq) return;
+    const int q = (blockIdx.x * blockDim.x + threadIdx.x) >> (Warp ? 5 : 0);
+    if (q >= nq) return;  // with Warp, the whole warp leaves together
     const long long o = (long long)q * k;
-    finish_row(k, keys + o, pos + o, l2, query_norms ? query_norms + q : nullptr, ids,
-               distances + o, labels + o);
+    const float *qn = query_norms ? query_norms + q : nullptr;
+    if (Warp)
+        finish_row_warp(k, keys + o, pos + o, l2, qn, ids, distances + o, labels + o);
+    else
+        finish_row(k, keys + o, pos + o, l2, qn, ids, distances + o, labels + o);
 }
+
+// Rows up to which finish_kernel takes a warp per row.
+constexpr int kFinishWarpRows = 1024;
 
 unsigned blocks_for(long long threads, int per_block)
 {
@@ -137,8 +147,14 @@ simil_status launch_finish(int nq, int k, const float *keys, const int *pos, boo
                            int64_t *labels, cudaStream_t s)
 {
     if (nq == 0) return SIMIL_OK;
-    finish_kernel<<<blocks_for(nq, 128), 128, 0, s>>>(nq, k, keys, pos, l2, query_norms, ids,
-                                                      distances, labels);
+    if (nq <= kFinishWarpRows)
+        finish_kernel<true><<<blocks_for(32LL * nq, 128), 128, 0, s>>>(nq, k, keys, pos, l2,
+                                                                        query_norms, ids,
+                                                                        distances, labels);
+    else
+        finish_kernel<false><<<blocks_for(nq, 128), 128, 0, s>>>(nq, k, keys, pos, l2,
+                                                                  query_norms, ids, distances,
+                                                                  labels);
     SML_LAUNCH_TRY("finish_kernel");
     return SIMIL_OK;
 }

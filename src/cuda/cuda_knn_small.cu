@@ -29,7 +29,7 @@
 //       lists into the kk best approximate candidates, checks the bound (the
 //       kk-th must exceed the k-th by more than 2E), re-ranks the candidates
 //       with exact fp32 keys (exact_key, as the batch path's rerank) and
-//       writes the k best as final rows (finish_row).
+//       writes the k best as final rows (finish_row_warp).
 //
 // A query whose candidates fail the bound is searched again on the fp32
 // path, as in the batch path.  Every surviving result is computed by the same
@@ -389,11 +389,11 @@ __global__ void __launch_bounds__(kThreads) small_finish_kernel(const __grid_con
     const int total = a.slices * K;
     BufferedWarpSelect<K> ws;
     ws.init(K, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
-    for (int e0 = warp * 32; e0 < total; e0 += kThreads) {
-        const int e = e0 + lane;
+    offer_ahead<8>(ws, warp * 32, kThreads, total, [&](int e, float &key, int &idx) {
         const int i = e < total ? a.part_idx[row + e] : -1;
-        ws.offer(i < 0 ? INFINITY : a.part_keys[row + e], i < 0 ? kEmptyIdx : i);
-    }
+        key = i < 0 ? INFINITY : a.part_keys[row + e];
+        idx = i < 0 ? kEmptyIdx : i;
+    });
     ws.flush();
     ws.q.write(list_k[warp], list_v[warp]);
     __syncthreads();
@@ -435,9 +435,8 @@ __global__ void __launch_bounds__(kThreads) small_finish_kernel(const __grid_con
     __syncwarp();
     f.q.write(cand_k, cand_v);
     __syncwarp();
-    if (lane == 0)
-        finish_row(a.k, cand_k, cand_v, a.l2, nullptr, a.ids, a.distances + (long long)q * a.k,
-                   a.labels + (long long)q * a.k);
+    finish_row_warp(a.k, cand_k, cand_v, a.l2, nullptr, a.ids, a.distances + (long long)q * a.k,
+                    a.labels + (long long)q * a.k);
 }
 
 using ScanKernel = void (*)(const ScanArgs);

@@ -478,6 +478,27 @@ struct BufferedWarpSelect {
     }
 };
 
+// Offers ws the pairs e = e0 + m * step + lane (m = 0, 1, ... while the
+// warp's e0 + m * step < total; load(e, key, idx) gives a pair, and must give
+// (+inf, kEmptyIdx) for e >= total), in that order, A pairs' loads issued
+// before their offers: a loop that offered each pair as it came waited a
+// memory latency per pair (a small batch's merges spent most of their time
+// so).  The order is the plain loop's, and the result does not depend on it.
+template <int A, typename Select, typename Load>
+__device__ __forceinline__ void offer_ahead(Select &ws, int e0, int step, int total, Load load)
+{
+    const int lane = lane_id();
+    for (; e0 < total; e0 += A * step) {
+        float key[A];
+        int idx[A];
+#pragma unroll
+        for (int i = 0; i < A; ++i) load(e0 + i * step + lane, key[i], idx[i]);
+#pragma unroll
+        for (int i = 0; i < A; ++i)
+            if (e0 + i * step < total) ws.offer(key[i], idx[i]);
+    }
+}
+
 // WarpSelect over rows: one warp per row, 4 rows per block of 128 threads.
 template <int K, typename S, bool Vec>
 __global__ void __launch_bounds__(128) warp_select_kernel(const __grid_constant__ SelectJob job)
