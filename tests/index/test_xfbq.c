@@ -143,10 +143,29 @@ static void check_identity(int64_t dim, int qbits, int bbits, uint64_t seed)
     snprintf(what, sizeof what, "XFBQ%dx%d dim %lld seed %llu", qbits, bbits, (long long)dim,
              (unsigned long long)seed);
     check_code(what, &q, qbits, xq, qc, mq);
-    for (int impl = 1; impl <= 2; impl++) {
+    /* the batched loop: the query 6 times in one block (four at a time, then
+     * two alone), each copy checked */
+    enum { COPIES = 6 };
+    const int batched = sml_cpu_xfbq_has_vnni() && sml_cpu_xfbq_batch_fits(qbits, bbits, q.words);
+    uint32_t *dist2 = sml_test_malloc(sizeof(uint32_t) * (size_t)(COPIES * n));
+    if (batched) {
+        const size_t code = sizeof(uint64_t) * (size_t)(qbits * q.words);
+        uint64_t *copies = sml_test_malloc(COPIES * code);
+        for (int c = 0; c < COPIES; c++) memcpy((char *)copies + c * code, qc, code);
+        void *scratch = sml_test_malloc(sml_cpu_xfbq_batch_scratch(COPIES, q.words));
+        sml_cpu_xfbq_distances_batch(copies, COPIES, qbits, rows, q.row_size, bbits, q.words, n,
+                                     dist2, n, scratch);
+        free(scratch);
+        free(copies);
+    }
+    for (int impl = 1; impl <= 2 + COPIES; impl++) {
         if (impl == 2 && !sml_cpu_xfbq_has_avx512()) continue;
-        sml_cpu_xfbq_distances((sml_xfbq_impl)impl, qc, qbits, rows, q.row_size, bbits, q.words, n,
-                               dist);
+        if (impl >= 3 && !batched) continue;
+        if (impl <= 2)
+            sml_cpu_xfbq_distances((sml_xfbq_impl)impl, qc, qbits, rows, q.row_size, bbits,
+                                   q.words, n, dist);
+        else
+            memcpy(dist, dist2 + (impl - 3) * n, sizeof(uint32_t) * (size_t)n);
         for (int64_t r = 0; r < n; r++) {
             const uint8_t *row = rows + (size_t)r * q.row_size;
             check_code(what, &q, bbits, xb + r * dim, (const uint64_t *)row, mb);
@@ -158,8 +177,9 @@ static void check_identity(int64_t dim, int qbits, int bbits, uint64_t seed)
             const int64_t want = (int64_t)sml_xfbq_dmax(&q) - 2 * (int64_t)dist[r];
             if (ip != want)
                 fail_msg("%s row %lld (%s loop): 2^(Q+B) <x^, y^> = %lld, from D=%u: %lld", what,
-                         (long long)r, impl == 1 ? "scalar" : "AVX-512", (long long)ip, dist[r],
-                         (long long)want);
+                         (long long)r,
+                         impl == 1 ? "scalar" : impl == 2 ? "AVX-512" : "batched VNNI",
+                         (long long)ip, dist[r], (long long)want);
         }
     }
     free(xq);
@@ -169,12 +189,14 @@ static void check_identity(int64_t dim, int qbits, int bbits, uint64_t seed)
     free(mq);
     free(mb);
     free(dist);
+    free(dist2);
 }
 
 static void test_code_identity(void **state)
 {
     (void)state;
     printf("AVX-512 VPOPCNTDQ loop: %s\n", sml_cpu_xfbq_has_avx512() ? "tested" : "absent");
+    printf("batched AVX-512 VNNI loop: %s\n", sml_cpu_xfbq_has_vnni() ? "tested" : "absent");
     const int64_t dims[] = {1, 3, 63, 64, 65, 100, 128, 785};
     const int bits[][2] = {{4, 3}, {1, 1}, {8, 8}, {2, 5}, {3, 4}, {8, 1}};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
