@@ -136,39 +136,27 @@ static void sml_xfbq_unpack_avx512(const uint64_t *code, int bits, int64_t words
     *sum = (int32_t)_mm512_reduce_add_epi64(s);
 }
 
+/* D from the sums of the bytes (sa, sb) and their dot product. */
+static inline uint32_t sml_xfbq_d_of(int qbits, int bbits, int32_t sa, int32_t sb, int32_t dot)
+{
+    return (uint32_t)(((1 << bbits) - 1) * sa + ((1 << qbits) - 1) * sb - 2 * dot);
+}
+
 /* D of one query (bytes a, sum sa) against rows [0, n) of a tile of bytes
- * (words x 64 a row), four rows at a time (the rows past a multiple of four,
- * and the queries past one of four, of sml_xfbq_tile4_avx512). */
+ * (words x 64 a row), a row at a time: the queries and rows past a multiple
+ * of four, which sml_xfbq_tile4_avx512 leaves. */
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 static void sml_xfbq_tile_avx512(const uint8_t *a, int32_t sa, const uint8_t *tile,
                                  const int32_t *sb, int64_t words, int64_t n, int qbits, int bbits,
                                  uint32_t *out)
 {
-    const int64_t stride = 64 * words;
-    const int32_t wa = (1 << bbits) - 1, wb = (1 << qbits) - 1;
-    int64_t r = 0;
-    for (; r + 4 <= n; r += 4) {
-        const uint8_t *y = tile + r * stride;
-        __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0;
-        for (int64_t w = 0; w < words; w++) {
-            const __m512i x = _mm512_loadu_si512(a + 64 * w);
-            c0 = _mm512_dpbusd_epi32(c0, x, _mm512_loadu_si512(y + 64 * w));
-            c1 = _mm512_dpbusd_epi32(c1, x, _mm512_loadu_si512(y + stride + 64 * w));
-            c2 = _mm512_dpbusd_epi32(c2, x, _mm512_loadu_si512(y + 2 * stride + 64 * w));
-            c3 = _mm512_dpbusd_epi32(c3, x, _mm512_loadu_si512(y + 3 * stride + 64 * w));
-        }
-        out[r] = (uint32_t)(wa * sa + wb * sb[r] - 2 * _mm512_reduce_add_epi32(c0));
-        out[r + 1] = (uint32_t)(wa * sa + wb * sb[r + 1] - 2 * _mm512_reduce_add_epi32(c1));
-        out[r + 2] = (uint32_t)(wa * sa + wb * sb[r + 2] - 2 * _mm512_reduce_add_epi32(c2));
-        out[r + 3] = (uint32_t)(wa * sa + wb * sb[r + 3] - 2 * _mm512_reduce_add_epi32(c3));
-    }
-    for (; r < n; r++) {
-        const uint8_t *y = tile + r * stride;
+    for (int64_t r = 0; r < n; r++) {
+        const uint8_t *y = tile + r * 64 * words;
         __m512i c = _mm512_setzero_si512();
         for (int64_t w = 0; w < words; w++)
             c = _mm512_dpbusd_epi32(c, _mm512_loadu_si512(a + 64 * w),
                                     _mm512_loadu_si512(y + 64 * w));
-        out[r] = (uint32_t)(wa * sa + wb * sb[r] - 2 * _mm512_reduce_add_epi32(c));
+        out[r] = sml_xfbq_d_of(qbits, bbits, sa, sb[r], _mm512_reduce_add_epi32(c));
     }
 }
 
@@ -183,7 +171,6 @@ static void sml_xfbq_tile4_avx512(const uint8_t *a, const int32_t *sa, const uin
                                   int bbits, uint32_t *out, int64_t out_stride)
 {
     const int64_t stride = 64 * words;
-    const int32_t wa = (1 << bbits) - 1, wb = (1 << qbits) - 1;
     int64_t r = 0;
     for (; r + 4 <= n; r += 4) {
         const uint8_t *y = tile + r * stride;
@@ -222,8 +209,8 @@ static void sml_xfbq_tile4_avx512(const uint8_t *a, const int32_t *sa, const uin
                                  {c20, c21, c22, c23}, {c30, c31, c32, c33}};
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 4; j++)
-                out[i * out_stride + r + j] =
-                    (uint32_t)(wa * sa[i] + wb * sb[r + j] - 2 * _mm512_reduce_add_epi32(c[i][j]));
+                out[i * out_stride + r + j] = sml_xfbq_d_of(qbits, bbits, sa[i], sb[r + j],
+                                                            _mm512_reduce_add_epi32(c[i][j]));
     }
     if (r < n)
         for (int i = 0; i < 4; i++)

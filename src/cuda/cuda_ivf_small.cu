@@ -36,6 +36,34 @@ constexpr int kCentroidsPerWarp = 8;
 constexpr int kSelectThreads = 256;
 constexpr int kSelectWarps = kSelectThreads / 32;
 
+// The end of a block's selection: each warp's queue (its kk best) goes to
+// shared memory, and warp 0 merges them into list_k[0], list_v[0], the kk
+// best of the block in order; false in the other warps, which are done.
+template <int K>
+__device__ __forceinline__ bool block_merge(BufferedWarpSelect<K> &ws, int kk,
+                                            float (*list_k)[K], int (*list_v)[K],
+                                            float (*slot_k)[32], int (*slot_v)[32])
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    ws.flush();
+    ws.q.write(list_k[warp], list_v[warp]);
+    __syncthreads();
+    if (warp != 0) return false;
+    BufferedWarpSelect<K> m;
+    m.init(kk, INFINITY, kEmptyIdx, slot_k[0], slot_v[0]);
+    for (int e0 = 0; e0 < kSelectWarps * kk; e0 += 32) {
+        const int e = e0 + lane;
+        const int w = e / kk, i = e - w * kk;
+        const int r = e < kSelectWarps * kk ? list_v[w][i] : -1;
+        m.offer(r < 0 ? INFINITY : list_k[w][i], r < 0 ? kEmptyIdx : r);
+    }
+    m.flush();
+    __syncwarp();
+    m.q.write(list_k[0], list_v[0]);
+    __syncwarp();
+    return true;
+}
+
 // keys[q * n + c]: exact key of query q against centroid c.
 __global__ void __launch_bounds__(kKeyThreads)
 coarse_keys_kernel(const float *queries, const float *centroids, int n, int dim, bool l2,
@@ -71,22 +99,7 @@ coarse_select_kernel(const float *keys, int n, int np, bool l2, const int64_t *i
         if (key != key) key = INFINITY;  // NaN ranks last, as in the exact search
         idx = c < n ? c : kEmptyIdx;
     });
-    ws.flush();
-    ws.q.write(list_k[warp], list_v[warp]);
-    __syncthreads();
-    if (warp != 0) return;
-    BufferedWarpSelect<K> m;
-    m.init(np, INFINITY, kEmptyIdx, slot_k[0], slot_v[0]);
-    for (int e0 = 0; e0 < kSelectWarps * np; e0 += 32) {
-        const int e = e0 + lane;
-        const int w = e / np, i = e - w * np;
-        const int c = e < kSelectWarps * np ? list_v[w][i] : -1;
-        m.offer(c < 0 ? INFINITY : list_k[w][i], c < 0 ? kEmptyIdx : c);
-    }
-    m.flush();
-    __syncwarp();
-    m.q.write(list_k[0], list_v[0]);
-    __syncwarp();
+    if (!block_merge(ws, np, list_k, list_v, slot_k, slot_v)) return;
     for (int j = lane; j < np; j += 32) {
         const int c = list_v[0][j];
         probes[(long long)q * np + j] = c < 0 ? -1 : ids ? ids[c] : c;
@@ -106,7 +119,7 @@ merge_finish_kernel(const float *part_keys, const int *part_idx, int parts, int 
     __shared__ int slot_v[kSelectWarps][32];
     __shared__ float list_k[kSelectWarps][K];
     __shared__ int list_v[kSelectWarps][K];
-    const int q = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int q = blockIdx.x, warp = threadIdx.x >> 5;
     const int total = parts * k;
     const long long row = (long long)q * total;
     BufferedWarpSelect<K> ws;
@@ -116,22 +129,7 @@ merge_finish_kernel(const float *part_keys, const int *part_idx, int parts, int 
         key = i < 0 ? INFINITY : part_keys[row + e];
         idx = i < 0 ? kEmptyIdx : i;
     });
-    ws.flush();
-    ws.q.write(list_k[warp], list_v[warp]);
-    __syncthreads();
-    if (warp != 0) return;
-    BufferedWarpSelect<K> m;
-    m.init(k, INFINITY, kEmptyIdx, slot_k[0], slot_v[0]);
-    for (int e0 = 0; e0 < kSelectWarps * k; e0 += 32) {
-        const int e = e0 + lane;
-        const int w = e / k, i = e - w * k;
-        const int r = e < kSelectWarps * k ? list_v[w][i] : -1;
-        m.offer(r < 0 ? INFINITY : list_k[w][i], r < 0 ? kEmptyIdx : r);
-    }
-    m.flush();
-    __syncwarp();
-    m.q.write(list_k[0], list_v[0]);
-    __syncwarp();
+    if (!block_merge(ws, k, list_k, list_v, slot_k, slot_v)) return;
     finish_row_warp(k, list_k[0], list_v[0], l2, nullptr, ids, distances + (long long)q * k,
                     labels + (long long)q * k);
 }
