@@ -127,9 +127,10 @@ static void sml_xfbq_unpack_avx512(const uint64_t *code, int bits, int64_t words
     __m512i s = zero;
     for (int64_t w = 0; w < words; w++) {
         __m512i v = zero;
-        for (int i = 0; i < bits; i++)
-            v = _mm512_add_epi8(v, _mm512_maskz_mov_epi8((__mmask64)code[i * words + w],
-                                                         _mm512_set1_epi8((char)(1 << (bits - 1 - i)))));
+        for (int i = 0; i < bits; i++) {
+            const __m512i weight = _mm512_set1_epi8((char)(1 << (bits - 1 - i)));
+            v = _mm512_add_epi8(v, _mm512_maskz_mov_epi8((__mmask64)code[i * words + w], weight));
+        }
         _mm512_storeu_si512(out + 64 * w, v);
         s = _mm512_add_epi64(s, _mm512_sad_epu8(v, zero));
     }
@@ -462,12 +463,14 @@ simil_status sml_cpu_xfbq_scan(sml_backend *b, const sml_xfbq_scan_args *a)
     const int threads = sc->threads > 0 ? sc->threads : omp_get_max_threads();
     const int64_t most = sml_cpu_ivf_most(sc, &probes), kept = sml_cpu_ivf_kept(sc->k, most);
     const int64_t cap = sml_topk_capacity(kept);
-    /* per thread: D of a block of queries (one query: block 1), the
-     * histogram, and the batched loop's bytes */
+    /* Threads take blocks of queries: the batched loop's (block > 0) or one
+     * query each.  Per thread: D of a block, the histogram, and the batched
+     * loop's bytes. */
     const int64_t block = sml_xfbq_block(a, &probes, threads), rows = most > 0 ? most : 1;
+    const int64_t per_block = block > 0 ? block : 1;
     const size_t bytes_scratch =
         block > 0 ? sml_cpu_xfbq_batch_scratch(block, a->words) / sizeof(uint32_t) + 1 : 0;
-    const int64_t per_thread = (block > 0 ? block : 1) * rows + a->nbins + (int64_t)bytes_scratch;
+    const int64_t per_thread = per_block * rows + a->nbins + (int64_t)bytes_scratch;
     sml_topk_pair *storage = NULL;
     uint32_t *scratch = NULL;
     simil_status s = sml_alloc((void **)&storage, (size_t)(threads * cap), sizeof *storage,
@@ -480,36 +483,30 @@ simil_status sml_cpu_xfbq_scan(sml_backend *b, const sml_xfbq_scan_args *a)
         sml_cpu_ivf_probes_free(sc, &probes);
         return s;
     }
-    if (block > 0) {
-        const int64_t l = probes.lists[0], n = sc->lists.size[l];
-        const uint8_t *codes =
-            (const uint8_t *)sc->lists.codes + (size_t)sc->lists.offset[l] * sc->lists.code_stride;
-        const int64_t blocks = (sc->nq + block - 1) / block;
+    const int64_t blocks = (sc->nq + per_block - 1) / per_block;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-        for (int64_t i = 0; i < blocks; i++) {
-            const int me = omp_get_thread_num();
-            uint32_t *dist = scratch + (size_t)me * (size_t)per_thread;
-            uint32_t *hist = dist + block * rows, *bytes = hist + a->nbins;
-            const int64_t q0 = i * block, nb = sc->nq - q0 < block ? sc->nq - q0 : block;
-            sml_cpu_xfbq_distances_batch(a->query_codes + q0 * a->query_bits * a->words, nb,
-                                         a->query_bits, codes, sc->lists.code_stride,
-                                         a->base_bits, a->words, n, dist, rows, bytes);
-            for (int64_t q = q0; q < q0 + nb; q++) {
-                sml_topk t;
-                sml_topk_reset(&t, storage + me * cap, kept);
-                sml_xfbq_query(a, &probes, q, dist + (q - q0) * rows, n, hist, &t);
-                sml_cpu_ivf_finish(sc, q, kept, &t);
-            }
+    for (int64_t i = 0; i < blocks; i++) {
+        const int me = omp_get_thread_num();
+        uint32_t *dist = scratch + (size_t)me * (size_t)per_thread;
+        uint32_t *hist = dist + per_block * rows, *bytes = hist + a->nbins;
+        const int64_t q0 = i * per_block;
+        const int64_t nb = sc->nq - q0 < per_block ? sc->nq - q0 : per_block;
+        int64_t n = 0; /* with the batched loop, every query's rows: its one list */
+        if (block > 0) {
+            const int64_t l = probes.lists[0];
+            const size_t stride = sc->lists.code_stride;
+            n = sc->lists.size[l];
+            sml_cpu_xfbq_distances_batch(
+                a->query_codes + q0 * a->query_bits * a->words, nb, a->query_bits,
+                (const uint8_t *)sc->lists.codes + (size_t)sc->lists.offset[l] * stride, stride,
+                a->base_bits, a->words, n, dist, rows, bytes);
         }
-    } else {
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-        for (int64_t q = 0; q < sc->nq; q++) {
-            const int me = omp_get_thread_num();
-            uint32_t *dist = scratch + (size_t)me * (size_t)per_thread;
+        for (int64_t q = q0; q < q0 + nb; q++) {
+            uint32_t *d = dist + (q - q0) * rows;
+            const int64_t pos = block > 0 ? n : sml_xfbq_query_distances(a, &probes, q, d);
             sml_topk t;
             sml_topk_reset(&t, storage + me * cap, kept);
-            const int64_t pos = sml_xfbq_query_distances(a, &probes, q, dist);
-            sml_xfbq_query(a, &probes, q, dist, pos, dist + rows, &t);
+            sml_xfbq_query(a, &probes, q, d, pos, hist, &t);
             sml_cpu_ivf_finish(sc, q, kept, &t);
         }
     }

@@ -180,9 +180,7 @@ static void test_lone_caller_waits_once(void **state)
     enum { N = 500, CALLS = 5 };
     float *base = sml_test_malloc(sizeof(float) * N * DIM);
     sml_test_fill_uniform(base, N * DIM, 14, 0, 1);
-    simil_index *index;
-    SML_ASSERT_OK(simil_index_create(&index, DIM, "Flat", SIMIL_METRIC_L2, device()));
-    SML_ASSERT_OK(simil_index_add(index, N, base, NULL));
+    simil_index *index = sml_test_flat_index(device(), DIM, SIMIL_METRIC_L2, N, base);
     SML_ASSERT_OK(simil_index_set_batching(index, 1, 1000000));
     float d[10];
     int64_t l[10];
@@ -239,9 +237,7 @@ static void test_large_calls_run_alone(void **state)
     float *q = sml_test_malloc(sizeof(float) * Q * DIM);
     sml_test_fill_uniform(base, N * DIM, 11, 0, 1);
     sml_test_fill_uniform(q, Q * DIM, 12, 0, 1);
-    simil_index *index;
-    SML_ASSERT_OK(simil_index_create(&index, DIM, "Flat", SIMIL_METRIC_L2, device()));
-    SML_ASSERT_OK(simil_index_add(index, N, base, NULL));
+    simil_index *index = sml_test_flat_index(device(), DIM, SIMIL_METRIC_L2, N, base);
     float *d1 = sml_test_malloc(sizeof(float) * Q * K), *d2 = sml_test_malloc(sizeof(float) * Q * K);
     int64_t *l1 = sml_test_malloc(sizeof(int64_t) * Q * K);
     int64_t *l2 = sml_test_malloc(sizeof(int64_t) * Q * K);
@@ -287,9 +283,7 @@ static void test_failed_batch(void **state)
     enum { N = 2000, CALLERS = 4 };
     float *base = sml_test_malloc(sizeof(float) * N * DIM);
     sml_test_fill_uniform(base, N * DIM, 13, 0, 1);
-    simil_index *index;
-    SML_ASSERT_OK(simil_index_create(&index, DIM, "Flat", SIMIL_METRIC_L2, "cpu"));
-    SML_ASSERT_OK(simil_index_add(index, N, base, NULL));
+    simil_index *index = sml_test_flat_index("cpu", DIM, SIMIL_METRIC_L2, N, base);
     /* the batch starts once the 4 x 4 queries (a full CPU batch) are in */
     SML_ASSERT_OK(simil_index_set_batching(index, 1, 5000000));
     pthread_barrier_t start;
