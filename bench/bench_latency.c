@@ -32,6 +32,9 @@
  *   --threads T        concurrent callers (default 16; 0 skips)
  *   --seconds S        per concurrent run (default 1)
  *   --wait-us W        also run the callers with this batching wait
+ *   --lanes LIST       GPU: run the callers with each number of lanes, the
+ *                      small batches that may run side by side (e.g. 1,2,4,8;
+ *                      default: the library's, once)
  *   --small-max Q      GPU exact search: largest batch of the small-batch
  *                      path (default: the library's; 0 turns it off)
  *   --ivf-small-max Q  GPU IVF search: largest batch that keeps its probes on
@@ -65,6 +68,7 @@
 #endif
 
 #include "cuda/cuda_backend.h"
+#include "index/index_internal.h"
 #include "simil/simil.h"
 
 enum { MAX_BATCHES = 32, MAX_INDEXES = 16, NQ = 10000, DIM = 96, MAX_THREADS = 256 };
@@ -80,6 +84,8 @@ typedef struct options {
     int threads;
     double seconds;
     int64_t wait_us;  /* -1: none */
+    int lanes[8];     /* --lanes */
+    int nlanes;       /* 0: the library's */
     long long small_max;  /* -1: the library's */
     const char *csv;
     const char *fvecs_dir;
@@ -129,7 +135,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench_latency [--n N] [--metric cosine|l2|ip] [--device gpu|cpu] [--k K]\n"
             "                     [--batch 1,4,...] [--reps R] [--threads T] [--seconds S]\n"
-            "                     [--wait-us W] [--small-max Q] [--ivf-small-max Q]\n"
+            "                     [--wait-us W] [--lanes 1,2,...] [--small-max Q]\n"
+            "                     [--ivf-small-max Q]\n"
             "                     [--small-cores tensor|cuda]\n"
             "                     [--csv FILE]\n"
             "                     [--write-fvecs DIR] INDEX[@NPROBE] ...\n"
@@ -371,8 +378,9 @@ static void run_callers(const options *o, simil_index *index, const char *name,
     const double p50 = percentile(all, total, 50), p99 = percentile(all, total, 99);
     const double qps = (double)total / (elapsed > o->seconds ? elapsed : o->seconds);
     char mode[64];
-    if (!batching) snprintf(mode, sizeof mode, "threads-alone");
-    else snprintf(mode, sizeof mode, "threads-batching-wait%" PRId64, wait_us);
+    const int lanes = index->backend->batch_lanes;
+    if (!batching) snprintf(mode, sizeof mode, "threads-alone-lanes%d", lanes);
+    else snprintf(mode, sizeof mode, "threads-batching-wait%" PRId64 "-lanes%d", wait_us, lanes);
     printf("  %-18s %-10s %3d callers, %-26s %10.0f QPS  p50 %8.3f ms  p99 %8.3f ms\n", name,
            params, o->threads, mode, qps, p50, p99);
     csv_row(csv, o->device, name, params, o->k, 1, o->threads, mode, total, p50, p99, qps);
@@ -480,6 +488,15 @@ int main(int argc, char **argv)
         else if (!strcmp(arg, "--threads")) o.threads = atoi(val);
         else if (!strcmp(arg, "--seconds")) o.seconds = atof(val);
         else if (!strcmp(arg, "--wait-us")) o.wait_us = atoll(val);
+        else if (!strcmp(arg, "--lanes")) {
+            for (const char *v = val; *v && o.nlanes < 8;) {
+                char *end;
+                const long l = strtol(v, &end, 10);
+                if (end == v || l < 1 || l > 8) usage();
+                o.lanes[o.nlanes++] = (int)l;
+                v = *end == ',' ? end + 1 : end;
+            }
+        }
         else if (!strcmp(arg, "--small-max")) o.small_max = atoll(val);
         else if (!strcmp(arg, "--ivf-small-max")) sml_cuda_ivf_small_max(atoll(val));
         else if (!strcmp(arg, "--small-cores")) {
@@ -538,7 +555,12 @@ int main(int argc, char **argv)
         if (have_gt) recall_check(&o, index, desc, p, q, gt);
         sweep_batches(&o, index, desc, p, params, q, "call", csv);
         ivf_fixed_cost(&o, index, desc, params, q, csv);
-        if (o.threads > 0) {
+        for (int l = 0; o.threads > 0 && l < (o.nlanes ? o.nlanes : 1); l++) {
+            if (o.nlanes) {
+                /* the GPU's lanes, and the batcher's count of them (set at open) */
+                sml_cuda_lanes(o.lanes[l]);
+                index->backend->batch_lanes = o.lanes[l];
+            }
             run_callers(&o, index, desc, p, params, q, 1, 0, csv);
             if (o.wait_us > 0) run_callers(&o, index, desc, p, params, q, 1, o.wait_us, csv);
             run_callers(&o, index, desc, p, params, q, 0, 0, csv);

@@ -418,6 +418,11 @@ struct sml_backend {
      * depend on the rows beside a query). */
     int64_t batch_max_queries;
     int64_t batch_max_k;
+    /* Batches that may run at once, from several threads, without waiting
+     * for each other (the GPU's lanes; 1 on the CPU, whose every batch has
+     * all the cores): the batcher starts the next batch while up to
+     * batch_lanes - 1 others run. */
+    int batch_lanes;
 };
 
 /* ---- The backends' entry points ----

@@ -194,6 +194,7 @@ simil_status sml_cpu_backend_open(sml_backend **out)
     b->gpu = -1;
     b->batch_max_queries = SML_CPU_KNN_DIRECT_MAX_QUERIES;
     b->batch_max_k = SML_CPU_KNN_DIRECT_MAX_K;
+    b->batch_lanes = 1;
     int threads = omp_get_max_threads();
     snprintf(b->name, sizeof b->name, "cpu (%d thread%s)", threads, threads == 1 ? "" : "s");
     *out = b;

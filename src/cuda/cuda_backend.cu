@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <atomic>
+#include <new>
 
 #include "core/alloc.h"
 #include "core/vectors.h"
@@ -22,6 +23,10 @@ namespace sml {
 namespace {
 
 constexpr int kMaxDevices = 64;
+// Lanes per GPU unless sml_cuda_lanes says otherwise (cuda_device.cuh).
+constexpr int kDefaultLanes = 4;
+constexpr int kMaxLanes = 8;
+static_assert(sizeof(Device::lane) / sizeof(Device *) == kMaxLanes - 1, "lane 0 is the Device");
 Device *devices[kMaxDevices];
 pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -30,6 +35,7 @@ std::atomic<long long> live_blocks{0};
 
 void device_release(Device *dev)
 {
+    for (int i = 0; i < dev->lanes.load(); ++i) device_release(dev->lane[i]);
     cudaSetDevice(dev->gpu);
     for (int i = 0; i < 2; ++i) {
         blas_destroy(dev->blas[i]);
@@ -46,6 +52,7 @@ void device_release(Device *dev)
     pinned_free(dev->pinned);
     pinned_free(dev->results);
     pthread_mutex_destroy(&dev->lock);
+    pthread_mutex_destroy(&dev->lanes_lock);
     sml_free(dev);
 }
 
@@ -53,8 +60,10 @@ simil_status device_create(int gpu, Device **out)
 {
     Device *dev;
     SML_TRY(sml_calloc(reinterpret_cast<void **>(&dev), 1, sizeof *dev, "a GPU context"));
+    new (dev) Device{};
     dev->gpu = gpu;
     pthread_mutex_init(&dev->lock, nullptr);
+    pthread_mutex_init(&dev->lanes_lock, nullptr);
     simil_status s = cuda_status(cudaSetDevice(gpu), "cudaSetDevice", __FILE__, __LINE__);
     if (s == SIMIL_OK)
         s = cuda_status(cudaDeviceGetAttribute(&dev->sm_count, cudaDevAttrMultiProcessorCount, gpu),
@@ -89,6 +98,25 @@ simil_status device_create(int gpu, Device **out)
     return SIMIL_OK;
 }
 
+// A lane's buffers, after its streams' work.
+void free_buffers(Device *dev)
+{
+    cudaStreamSynchronize(dev->stream[0]);
+    cudaStreamSynchronize(dev->stream[1]);
+    device_free(dev->workspace);
+    device_free(dev->io);
+    device_free(dev->filter);
+    pinned_free(dev->pinned);
+    pinned_free(dev->results);
+    device_free(dev->sent.device);
+    pinned_free(dev->sent.host);
+    dev->sent.device = dev->sent.host = nullptr;
+    dev->sent.device_bytes = dev->sent.host_bytes = dev->sent.held = 0;
+    dev->workspace = dev->io = dev->filter = dev->pinned = dev->results = nullptr;
+    dev->workspace_bytes = dev->io_bytes = dev->filter_bytes = dev->pinned_bytes =
+        dev->results_bytes = 0;
+}
+
 void backend_close(sml_backend *b)
 {
     Device *dev = device_of(b);
@@ -101,20 +129,8 @@ void backend_close(sml_backend *b)
         // kernel, H100, 2026-11-25).  The buffers go, so that no GPU memory
         // stays held (sml_cuda_live_allocations is back to 0).
         cudaSetDevice(dev->gpu);
-        cudaStreamSynchronize(dev->stream[0]);
-        cudaStreamSynchronize(dev->stream[1]);
-        device_free(dev->workspace);
-        device_free(dev->io);
-        device_free(dev->filter);
-        pinned_free(dev->pinned);
-        pinned_free(dev->results);
-        device_free(dev->sent.device);
-        pinned_free(dev->sent.host);
-        dev->sent.device = dev->sent.host = nullptr;
-        dev->sent.device_bytes = dev->sent.host_bytes = dev->sent.held = 0;
-        dev->workspace = dev->io = dev->filter = dev->pinned = dev->results = nullptr;
-        dev->workspace_bytes = dev->io_bytes = dev->filter_bytes = dev->pinned_bytes =
-            dev->results_bytes = 0;
+        for (int i = 0; i < dev->lanes.load(); ++i) free_buffers(dev->lane[i]);
+        free_buffers(dev);
     }
     pthread_mutex_unlock(&devices_lock);
     sml_free(b);
@@ -282,6 +298,45 @@ sml_backend_ops make_ops()
 const sml_backend_ops cuda_ops = make_ops();
 
 }  // namespace
+
+// ---- lanes ----------------------------------------------------------------
+
+namespace {
+
+std::atomic<int> lanes_setting{kDefaultLanes};
+
+}  // namespace
+
+int lanes_max() { return lanes_setting.load(std::memory_order_relaxed); }
+
+Device *lane_lock(Device *dev, bool small)
+{
+    if (!small || lanes_max() <= 1) {
+        pthread_mutex_lock(&dev->lock);
+        return dev;
+    }
+    if (pthread_mutex_trylock(&dev->lock) == 0) return dev;
+    int n = dev->lanes.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i)
+        if (pthread_mutex_trylock(&dev->lane[i]->lock) == 0) return dev->lane[i];
+    pthread_mutex_lock(&dev->lanes_lock);
+    n = dev->lanes.load(std::memory_order_relaxed);
+    Device *fresh = nullptr;
+    // a lane that cannot be made (out of memory, say) is no failure: the
+    // batch waits for one that exists
+    if (n + 1 < lanes_max() && device_create(dev->gpu, &fresh) == SIMIL_OK) {
+        fresh->sm_count = dev->sm_count;
+        pthread_mutex_lock(&fresh->lock);
+        dev->lane[n] = fresh;
+        dev->lanes.store(n + 1, std::memory_order_release);
+    }
+    pthread_mutex_unlock(&dev->lanes_lock);
+    if (fresh != nullptr) return fresh;
+    const unsigned t = dev->turn.fetch_add(1, std::memory_order_relaxed) % (unsigned)(n + 1);
+    Device *lane = t == 0 ? dev : dev->lane[t - 1];
+    pthread_mutex_lock(&lane->lock);
+    return lane;
+}
 
 namespace {
 
@@ -453,6 +508,12 @@ extern "C" simil_status sml_cuda_memory_info(int gpu, size_t *free_bytes, size_t
 
 extern "C" long long sml_cuda_live_allocations(void) { return sml::live_blocks.load(); }
 
+extern "C" void sml_cuda_lanes(int lanes)
+{
+    sml::lanes_setting.store(lanes <= 0 ? sml::kDefaultLanes
+                                        : lanes > sml::kMaxLanes ? sml::kMaxLanes : lanes);
+}
+
 extern "C" int sml_cuda_pointer_is_device(const void *p) { return sml::is_device_pointer(p); }
 
 extern "C" int sml_cuda_pointer_device(const void *p)
@@ -494,6 +555,7 @@ extern "C" simil_status sml_cuda_backend_open(int gpu, sml_backend **out)
     // already a batch the GPU runs efficiently, more are not worth a wait.
     b->batch_max_queries = 1024;
     b->batch_max_k = 1024;
+    b->batch_lanes = lanes_max();
     snprintf(b->name, sizeof b->name, "cuda:%d (%s)", gpu, dev->name);
     *out = b;
     return SIMIL_OK;

@@ -74,6 +74,13 @@ void sml_cuda_knn_small_max(long long nq);
  * (64).  Not for concurrent use. */
 void sml_cuda_ivf_small_max(long long nq);
 
+/* Tests and benchmarks: how many small IVF batches (at most
+ * sml_cuda_ivf_small_max queries) may run side by side on one GPU, each on a
+ * lane of its own (streams, buffers; cuda_device.cuh), 1 to 8; 0 or less
+ * restores the default (4).  Backends opened from then on tell the search
+ * batcher (backend.h, batch_lanes).  Not for concurrent use. */
+void sml_cuda_lanes(int lanes);
+
 /* Whether the small-batch path computes its approximate dot products on
  * tensor cores where the dimension allows (a multiple of 16; the default,
  * on) or on CUDA cores (0): for benchmarks and tests that compare the two.

@@ -5,10 +5,20 @@
 // pinned host buffer.  Both buffers grow on demand, under the device lock, and
 // are reused across calls: the search paths size what they need first and
 // ask once.  A call that uses them holds the lock for its duration.
+//
+// Lanes: a small batch (an IVF search of at most ivf_small_max() queries)
+// leaves most of the GPU idle, and its call is mostly waits for launches and
+// copies, so that small batches of several threads are best run side by
+// side.  The GPU's Device is lane 0; up to lanes_max() - 1 more, each a
+// Device of its own (streams, cuBLAS handles, buffers, lock), are made the
+// first time every lane is busy, and kept with it.  lane_lock hands a small
+// batch the first free lane; everything else runs on lane 0.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <pthread.h>
+
+#include <atomic>
 
 #include "core/backend.h"
 #include "cuda/cuda_blas.cuh"
@@ -51,7 +61,21 @@ struct Device {
     size_t filter_bytes;
     FilterCopy sent;  // the last filter uploaded (cuda_filter.cuh)
     pthread_mutex_t lock;
+    // lane 0 only: the other lanes, lane[0 .. lanes - 1] (written under
+    // lanes_lock, before lanes grows; read without it)
+    Device *lane[7];
+    std::atomic<int> lanes;
+    std::atomic<unsigned> turn;  // the lane a small batch waits for when all are busy
+    pthread_mutex_t lanes_lock;
 };
+
+// Lanes a GPU may have at most (lane 0 included), 1 to 8 (sml_cuda_lanes).
+int lanes_max();
+
+// A lane of dev (lane 0), locked: for small, the first free one (a new one
+// if every lane is busy and fewer than lanes_max() exist), else dev itself.
+// The caller releases it with pthread_mutex_unlock(&lane->lock).
+Device *lane_lock(Device *dev, bool small);
 
 // Every GPU allocation of the library goes through these four (cuBLAS's own
 // do not).  They ask the test-time fault injection first

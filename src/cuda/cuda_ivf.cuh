@@ -50,18 +50,21 @@ namespace sml {
 
 // ---- the frame ----------------------------------------------------------
 
-// scan(dev) on b's GPU under its lock, after the caller's pending work; after
-// a failure the stream is waited for, so that nothing still runs on the
-// shared buffers when the lock is released.
+// Small batches: see "small batches" below.
+long long ivf_small_max();
+
+// scan(dev) on a lane of b's GPU (a small batch's own, cuda_device.cuh),
+// under its lock, after the caller's pending work; after a failure the
+// stream is waited for, so that nothing still runs on the lane's buffers
+// when the lock is released.
 // The caller's pending work matters only where the scan reads its memory on
 // the GPU: a scan whose queries are host memory (everything else it reads
 // from the caller is too) skips the join, an event and two waits per call.
 template <typename Scan>
 simil_status ivf_locked(sml_backend *b, const sml_ivf_scan_args &a, Scan scan)
 {
-    Device *dev = device_of(b);
     const bool join = is_device_pointer(a.queries);
-    pthread_mutex_lock(&dev->lock);
+    Device *dev = lane_lock(device_of(b), a.nq <= ivf_small_max());
     simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
     if (s == SIMIL_OK && join) s = device_join_caller(dev);
     if (s == SIMIL_OK) s = scan(dev);
@@ -411,9 +414,8 @@ simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, cons
 // scan splits each query's work over several blocks, each keeping its k
 // best (a part), which finish_parts_to_host folds into the query's k best.
 // Every step ranks (key, row) pairs as the batch path does, so a query gets
-// the same bits on either path.
-
-long long ivf_small_max();
+// the same bits on either path.  Small batches of several threads run side
+// by side, each on a lane of its own (ivf_locked).
 
 // The coarse search of launch_coarse: up to this many probes.
 constexpr int kCoarseMaxProbes = 256;

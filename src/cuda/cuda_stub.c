@@ -61,3 +61,5 @@ void sml_cuda_knn_small_max(long long nq) { (void)nq; }
 void sml_cuda_knn_small_tensor(int on) { (void)on; }
 
 void sml_cuda_ivf_small_max(long long nq) { (void)nq; }
+
+void sml_cuda_lanes(int lanes) { (void)lanes; }

@@ -1,15 +1,16 @@
 /* search_batch.h: dynamic batching of concurrent searches on one index.
  *
- * Threads that search one index at the same time queue here; while one batch
- * runs, the searches that arrive wait, and the next batch takes those with
+ * Threads that search one index at the same time queue here; while batches
+ * run, the searches that arrive wait, and the next batch takes those with
  * the same k and parameters as the oldest, in order of arrival, up to the
  * backend's batch_max_queries (backend.h, the limit up to which every query
- * gets the results it would get alone).  The thread that finds no batch
- * running leads the next one: it copies the queries side by side, runs one
- * search of the index type, and copies each caller's rows back.  Before it
- * starts, a batch may wait up to max_wait_us after its oldest search arrived
- * for as many searches as the last batch held (the first batch: until it is
- * full); 0: no waiting, only what queued while the last batch ran is
+ * gets the results it would get alone).  Up to the backend's batch_lanes
+ * batches run at once (1 on the CPU).  The thread that finds a batch may
+ * start leads it: it copies the queries side by side, runs one search of
+ * the index type, and copies each caller's rows back.  Before it starts, a batch may
+ * wait up to max_wait_us after its oldest search arrived for its share of
+ * the callers seen when the last batch started (the first batch: until it
+ * is full); 0: no waiting, only what queued while the last batch ran is
  * combined.  Backend-independent: the CPU backend runs it too. */
 #ifndef SML_SEARCH_BATCH_H
 #define SML_SEARCH_BATCH_H
@@ -43,8 +44,9 @@ int64_t sml_batcher_wait_us(const sml_batcher *batcher);
 simil_status sml_batcher_search(sml_batcher *batcher, const simil_index *index,
                                 const struct sml_search_call *call);
 
-/* Batches run and searches they held, since the batcher was created (for
- * tests and benchmarks). */
-void sml_batcher_counts(const sml_batcher *batcher, int64_t *batches, int64_t *searches);
+/* Batches run, searches they held, and the most batches that ran at once,
+ * since the batcher was created (for tests and benchmarks). */
+void sml_batcher_counts(const sml_batcher *batcher, int64_t *batches, int64_t *searches,
+                        int *most_at_once);
 
 #endif

@@ -7,8 +7,10 @@
  * by a search of that query alone; then 8 threads search the same queries at
  * once, in calls of 1 to 3 queries, with two values of k and two of nprobe
  * mixed (only searches of the same k and parameters may join), with and
- * without a wait; every row must equal its lone result bit for bit, and the
- * counters must show that searches were combined.  Calls larger than a batch
+ * without a wait, one batch at a time and three side by side, and without
+ * batching; every row must equal its lone result bit for bit, and the
+ * counters must show that searches were combined, and batches ran side by
+ * side.  Calls larger than a batch
  * run alone; a batch that fails gives every caller the failure in its own
  * thread; and the setting's arguments are checked.  On the CPU, two searches
  * of the same k and parameters but different allowed ids must not join.
@@ -98,10 +100,12 @@ static void lone_results(simil_index *index, const float *q, lone variants[2])
     }
 }
 
+/* wait_us < 0: batching off (on the GPU, the threads' searches then run on
+ * its lanes side by side). */
 static void run_threads(const char *desc, simil_index *index, const float *q, lone variants[2],
                         int64_t wait_us)
 {
-    SML_ASSERT_OK(simil_index_set_batching(index, 1, wait_us));
+    SML_ASSERT_OK(simil_index_set_batching(index, wait_us >= 0, wait_us >= 0 ? wait_us : 0));
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, THREADS);
     worker w[THREADS];
@@ -143,15 +147,25 @@ static void check_type(const char *desc, int filtered)
     variants[1].allow = filtered ? 2 : 0;
     lone_results(index, q, variants);
     int64_t batches0, searches0, batches1, searches1;
-    sml_batcher_counts(index->batcher, &batches0, &searches0);
-    run_threads(desc, index, q, variants, 0);
-    /* a wait: batches take what arrives within 2 ms of their first search */
-    run_threads(desc, index, q, variants, 2000);
-    sml_batcher_counts(index->batcher, &batches1, &searches1);
-    printf("%s on %s: %lld searches in %lld batches\n", desc, device(),
-           (long long)(searches1 - searches0), (long long)(batches1 - batches0));
+    int most;
+    sml_batcher_counts(index->batcher, &batches0, &searches0, &most);
+    /* one batch at a time (the CPU's lanes; the GPU's, set to one), then
+     * three side by side (on the CPU too: its searches are thread-safe) */
+    const int lanes = index->backend->batch_lanes;
+    for (int at_once = 1; at_once <= 3; at_once += 2) {
+        index->backend->batch_lanes = at_once;
+        run_threads(desc, index, q, variants, 0);
+        /* a wait: batches take what arrives within 2 ms of their first search */
+        run_threads(desc, index, q, variants, 2000);
+    }
+    index->backend->batch_lanes = lanes;
+    run_threads(desc, index, q, variants, -1);
+    sml_batcher_counts(index->batcher, &batches1, &searches1, &most);
+    printf("%s on %s: %lld searches in %lld batches, at most %d at once\n", desc, device(),
+           (long long)(searches1 - searches0), (long long)(batches1 - batches0), most);
     assert_true(searches1 - searches0 > 0);
     assert_true(batches1 - batches0 < searches1 - searches0);
+    assert_true(most >= 2);
     simil_index_destroy(index);
     for (int v = 0; v < 2; v++) simil_search_params_destroy(variants[v].params);
     free(variants);
