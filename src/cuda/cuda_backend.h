@@ -77,7 +77,7 @@ void sml_cuda_ivf_small_max(long long nq);
 /* Tests and benchmarks: how many small IVF batches (at most
  * sml_cuda_ivf_small_max queries) may run side by side on one GPU, each on a
  * lane of its own (streams, buffers; cuda_device.cuh), 1 to 8; 0 or less
- * restores the default (4).  Backends opened from then on tell the search
+ * restores the default (8).  Backends opened from then on tell the search
  * batcher (backend.h, batch_lanes).  Not for concurrent use. */
 void sml_cuda_lanes(int lanes);
 

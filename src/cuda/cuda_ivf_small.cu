@@ -32,7 +32,7 @@ std::atomic<long long> small_max{kDefaultSmallMax};
 
 constexpr int kKeyThreads = 256;
 constexpr int kKeyWarps = kKeyThreads / 32;
-constexpr int kCentroidsPerWarp = 8;
+constexpr int kCentroidsPerWarp = 2;  // 8 left one query's 4,096 centroids to 64 blocks
 constexpr int kSelectThreads = 256;
 constexpr int kSelectWarps = kSelectThreads / 32;
 
