@@ -112,19 +112,24 @@ SIMIL_API void simil_range_result_destroy(simil_range_result *result);
  * XFBQ, and so on; 0 if they ignore it, or for an unknown name. */
 SIMIL_API int simil_index_uses_search_param(const simil_index *index, const char *name);
 
-/* Dynamic batching of concurrent searches: while one search of this index
+/* Dynamic batching of concurrent searches: while a search of this index
  * runs, the searches other threads start wait, and those of the same k and
  * parameters then run together as one batch, in one pass over the data.
  * Each caller gets exactly the results it would get alone; a lone caller
- * pays only a lock.  On by default for Flat, IVFn,Flat, IVFn,PQm and XFBQ
- * indexes, with max_wait_us = 100.
- * enabled: 0 runs every search on its own (concurrent searches of a GPU
- *   index then take turns on the device).
+ * pays only a lock.  On a GPU, up to 8 small batches (IVF searches of at
+ * most 64 queries) run side by side, each on a set of streams and buffers
+ * of its own; on the CPU, one batch runs at a time.  On by default for
+ * Flat, IVFn,Flat, IVFn,PQm and XFBQ indexes, with max_wait_us = 100.
+ * enabled: 0 runs every search on its own (concurrent small IVF searches of
+ *   a GPU index then run side by side, up to 8 at once; other searches of a
+ *   GPU index take turns on the device).
  * max_wait_us: how long a batch may wait, after its first search arrived, for
  *   others to join before it starts (>= 0; at most 10^7).  It waits only
- *   until as many searches have queued as the previous batch held (the
- *   first batch after this call: until it is full), so a lone caller pays the
- *   wait once, and callers that search in a loop all join the next batch.
+ *   until its share of the callers has queued: the searches of the previous
+ *   batch, of those running beside it and of those queued when it started,
+ *   divided by the batches that may run at once (the first batch after this
+ *   call: until it is full); so a lone caller pays the wait once, and
+ *   callers that search in a loop settle into groups that take turns.
  *   0 waits for no one: only the searches that queued while the previous
  *   batch ran join.
  * Batches hold at most 1024 queries on a GPU and 16 on the CPU (where larger
