@@ -74,6 +74,14 @@ void sml_cuda_knn_small_max(long long nq);
  * (64).  Not for concurrent use. */
 void sml_cuda_ivf_small_max(long long nq);
 
+/* Tests only: the coarse selection of a small IVF batch (cuda_ivf_small.cu)
+ * on nq rows of n keys (device memory, row-major): each row's np smallest
+ * (key, column) pairs in order (key, then column; NaN as +inf), as columns
+ * into d_probes and as distances (key for l2, else -key) into d_distances
+ * (nq x np each, device memory).  np <= 256.  Synchronous. */
+simil_status sml_cuda_coarse_select(int64_t nq, int64_t n, int64_t np, int l2, const float *d_keys,
+                                    int64_t *d_probes, float *d_distances);
+
 /* Tests and benchmarks: how many small IVF batches (at most
  * sml_cuda_ivf_small_max queries) may run side by side on one GPU, each on a
  * lane of its own (streams, buffers; cuda_device.cuh), 1 to 8; 0 or less

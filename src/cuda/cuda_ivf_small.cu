@@ -36,34 +36,6 @@ constexpr int kCentroidsPerWarp = 2;  // 8 left one query's 4,096 centroids to 6
 constexpr int kSelectThreads = 256;
 constexpr int kSelectWarps = kSelectThreads / 32;
 
-// The end of a block's selection: each warp's queue (its kk best) goes to
-// shared memory, and warp 0 merges them into list_k[0], list_v[0], the kk
-// best of the block in order; false in the other warps, which are done.
-template <int K>
-__device__ __forceinline__ bool block_merge(BufferedWarpSelect<K> &ws, int kk,
-                                            float (*list_k)[K], int (*list_v)[K],
-                                            float (*slot_k)[32], int (*slot_v)[32])
-{
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    ws.flush();
-    ws.q.write(list_k[warp], list_v[warp]);
-    __syncthreads();
-    if (warp != 0) return false;
-    BufferedWarpSelect<K> m;
-    m.init(kk, INFINITY, kEmptyIdx, slot_k[0], slot_v[0]);
-    for (int e0 = 0; e0 < kSelectWarps * kk; e0 += 32) {
-        const int e = e0 + lane;
-        const int w = e / kk, i = e - w * kk;
-        const int r = e < kSelectWarps * kk ? list_v[w][i] : -1;
-        m.offer(r < 0 ? INFINITY : list_k[w][i], r < 0 ? kEmptyIdx : r);
-    }
-    m.flush();
-    __syncwarp();
-    m.q.write(list_k[0], list_v[0]);
-    __syncwarp();
-    return true;
-}
-
 // keys[q * n + c]: exact key of query q against centroid c.
 __global__ void __launch_bounds__(kKeyThreads)
 coarse_keys_kernel(const float *queries, const float *centroids, int n, int dim, bool l2,
@@ -81,29 +53,150 @@ coarse_keys_kernel(const float *queries, const float *centroids, int n, int dim,
 // Probes of query q: the np smallest (key, centroid) pairs, nearest first,
 // as list numbers (ids, or the centroid rows where null) and as the coarse
 // search reports their distances (the key for L2, -key = <x, c> for IP).
-template <int K>
+//
+// A radix select over the keys as ordered integers: four passes of a
+// 256-bin histogram, each fixing 8 bits of the np-th smallest key T; then
+// the keys below T and the ties at T of smallest centroid take their places
+// by rank.  The pairs are ordered as every selection orders them (key, then
+// centroid: kv_less, NaN as +inf), so the probes are the bits of the batch
+// path's.  (Warp queues merged by one warp, the first design, took 15-17 us
+// for one query's 4,096 keys: their sorts, one warp at a time.)  A row of at
+// most kCoarseItems * kSelectThreads keys stays in registers.
+constexpr int kCoarseItems = 16;
+
+// A key as an integer in kv_less's order of keys: -0 and +0, equal as
+// floats, become one.
+__device__ __forceinline__ unsigned coarse_order(float key)
+{
+    return to_ordered(key == 0.0f ? 0.0f : key);
+}
+
 __global__ void __launch_bounds__(kSelectThreads)
 coarse_select_kernel(const float *keys, int n, int np, bool l2, const int64_t *ids,
                      int64_t *probes, float *distances)
 {
-    __shared__ float slot_k[kSelectWarps][32];
-    __shared__ int slot_v[kSelectWarps][32];
-    __shared__ float list_k[kSelectWarps][K];
-    __shared__ int list_v[kSelectWarps][K];
-    const int q = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __shared__ unsigned hist[256];
+    __shared__ float pick_k[kCoarseMaxProbes];
+    __shared__ int pick_v[kCoarseMaxProbes];
+    __shared__ int warp_ties[kSelectWarps];
+    __shared__ unsigned s_bin, s_before, s_in_bin;
+    __shared__ int s_picked;
+    static_assert(kSelectThreads == 256 && kCoarseMaxProbes <= kSelectThreads, "one bin per thread");
+    const int q = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const float *row = keys + (long long)q * n;
-    BufferedWarpSelect<K> ws;
-    ws.init(np, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
-    offer_ahead<16>(ws, warp * 32, kSelectThreads, n, [&](int c, float &key, int &idx) {
-        key = c < n ? row[c] : INFINITY;
-        if (key != key) key = INFINITY;  // NaN ranks last, as in the exact search
-        idx = c < n ? c : kEmptyIdx;
+    const auto key_at = [&](int c) {
+        const float k = row[c];
+        return k != k ? INFINITY : k;  // NaN ranks last, as in the exact search
+    };
+    const bool cached = n <= kCoarseItems * kSelectThreads;
+    float reg[kCoarseItems];
+    if (cached) {
+#pragma unroll
+        for (int i = 0; i < kCoarseItems; ++i) {
+            const int c = tid + i * kSelectThreads;
+            reg[i] = c < n ? key_at(c) : INFINITY;
+        }
+    }
+    // f(key, c) for every c of this thread, c >= n included (every thread of
+    // the block calls f equally often)
+    const auto each = [&](auto f) {
+        if (cached) {
+#pragma unroll
+            for (int i = 0; i < kCoarseItems; ++i) f(reg[i], tid + i * kSelectThreads);
+        } else {
+            for (int c0 = 0; c0 < n; c0 += kSelectThreads) {
+                const int c = c0 + tid;
+                f(c < n ? key_at(c) : INFINITY, c);
+            }
+        }
+    };
+    // T: the np-th smallest key; want: how many of the keys equal to T are
+    // among the np (the smallest first), ties: how many keys equal T
+    unsigned prefix = 0, mask = 0, want = (unsigned)np, ties = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        hist[tid] = 0;
+        __syncthreads();
+        each([&](float k, int c) {
+            const unsigned u = coarse_order(k);
+            const bool in = c < n && (u & mask) == prefix;
+            const unsigned bin = (u >> shift) & 255u;
+            // one atomic per bin and warp: the keys of a query crowd a few bins
+            const unsigned peers = __match_any_sync(kFullMask, in ? bin : 256u);
+            if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
+        });
+        __syncthreads();
+        if (warp == 0) {
+            unsigned h[8], sum = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) sum += h[j] = hist[lane * 8 + j];
+            unsigned incl = sum;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const unsigned t = __shfl_up_sync(kFullMask, incl, o);
+                if (lane >= o) incl += t;
+            }
+            unsigned before = incl - sum;
+            if (before < want && want <= incl) {  // one lane: the bin of the want-th
+                int b = 0;
+                while (before + h[b] < want) before += h[b++];
+                s_bin = (unsigned)(lane * 8 + b);
+                s_before = before;
+                s_in_bin = h[b];
+            }
+        }
+        __syncthreads();
+        want -= s_before;
+        prefix |= s_bin << shift;
+        mask |= 255u << shift;
+        ties = s_in_bin;
+        __syncthreads();  // s_bin and the histogram are read before the next pass
+    }
+    assert(want >= 1 && want <= ties);
+    const unsigned T = prefix;
+    if (tid == 0) s_picked = 0;
+    __syncthreads();
+    const bool all_ties = want == ties;  // the usual case: T is one key's alone
+    each([&](float k, int c) {
+        const unsigned u = coarse_order(k);
+        if (c < n && (u < T || (all_ties && u == T))) {
+            const int at = atomicAdd(&s_picked, 1);
+            pick_k[at] = k;
+            pick_v[at] = c;
+        }
     });
-    if (!block_merge(ws, np, list_k, list_v, slot_k, slot_v)) return;
-    for (int j = lane; j < np; j += 32) {
-        const int c = list_v[0][j];
-        probes[(long long)q * np + j] = c < 0 ? -1 : ids ? ids[c] : c;
-        distances[(long long)q * np + j] = l2 ? list_k[0][j] : -list_k[0][j];
+    if (!all_ties) {
+        // the want ties of smallest centroid: in order, kSelectThreads at a time
+        unsigned taken = 0;
+        for (int c0 = 0; c0 < n && taken < want; c0 += kSelectThreads) {
+            const int c = c0 + tid;
+            const float k = c < n ? key_at(c) : INFINITY;
+            const bool tie = c < n && coarse_order(k) == T;
+            const unsigned m = __ballot_sync(kFullMask, tie);
+            if (lane == 0) warp_ties[warp] = __popc(m);
+            __syncthreads();
+            unsigned rank = taken + (unsigned)__popc(m & ((1u << lane) - 1)), chunk = 0;
+            for (int w = 0; w < kSelectWarps; ++w) {
+                if (w < warp) rank += warp_ties[w];
+                chunk += warp_ties[w];
+            }
+            if (tie && rank < want) {
+                const int at = atomicAdd(&s_picked, 1);
+                pick_k[at] = k;
+                pick_v[at] = c;
+            }
+            taken += chunk;
+            __syncthreads();  // warp_ties read before the next chunk
+        }
+    }
+    __syncthreads();
+    assert(s_picked == np);
+    if (tid < np) {  // each pair to its rank among the np (their centroids differ)
+        const float k = pick_k[tid];
+        const int c = pick_v[tid];
+        int rank = 0;
+        for (int j = 0; j < np; ++j) rank += kv_less(pick_k[j], pick_v[j], k, c);
+        probes[(long long)q * np + rank] = ids ? ids[c] : c;
+        distances[(long long)q * np + rank] = l2 ? k : -k;
     }
 }
 
@@ -124,22 +217,10 @@ merge_finish_kernel(const float *part_keys, const int *part_idx, int parts, int 
     const long long row = (long long)q * total;
     BufferedWarpSelect<K> ws;
     ws.init(k, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
-    offer_ahead<8>(ws, warp * 32, kSelectThreads, total, [&](int e, float &key, int &idx) {
-        const int i = e < total ? part_idx[row + e] : -1;
-        key = i < 0 ? INFINITY : part_keys[row + e];
-        idx = i < 0 ? kEmptyIdx : i;
-    });
-    if (!block_merge(ws, k, list_k, list_v, slot_k, slot_v)) return;
+    offer_parts<8>(ws, part_keys + row, part_idx + row, total, kSelectThreads);
+    if (!block_merge<K, kSelectWarps>(ws, k, list_k, list_v, slot_k, slot_v)) return;
     finish_row_warp(k, list_k[0], list_v[0], l2, nullptr, ids, distances + (long long)q * k,
                     labels + (long long)q * k);
-}
-
-template <int K>
-void launch_select(const float *keys, int nq, int n, int np, bool l2, const int64_t *ids,
-                   int64_t *probes, float *distances, cudaStream_t st)
-{
-    coarse_select_kernel<K><<<nq, kSelectThreads, 0, st>>>(keys, n, np, l2, ids, probes,
-                                                           distances);
 }
 
 }  // namespace
@@ -166,14 +247,8 @@ simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int
                     (unsigned)nq);
     coarse_keys_kernel<<<grid, kKeyThreads, 0, st>>>(queries, c.base, n, (int)c.dim, l2, scratch);
     SML_LAUNCH_TRY("coarse_keys_kernel");
-    if (np <= 32)
-        launch_select<32>(scratch, nq, n, np, l2, c.base_ids, probes, distances, st);
-    else if (np <= 64)
-        launch_select<64>(scratch, nq, n, np, l2, c.base_ids, probes, distances, st);
-    else if (np <= 128)
-        launch_select<128>(scratch, nq, n, np, l2, c.base_ids, probes, distances, st);
-    else
-        launch_select<kCoarseMaxProbes>(scratch, nq, n, np, l2, c.base_ids, probes, distances, st);
+    coarse_select_kernel<<<nq, kSelectThreads, 0, st>>>(scratch, n, np, l2, c.base_ids, probes,
+                                                        distances);
     SML_LAUNCH_TRY("coarse_select_kernel");
     return SIMIL_OK;
 }
@@ -219,6 +294,23 @@ int small_splits(const Device *dev, long long blocks, long long most)
 }
 
 }  // namespace sml
+
+extern "C" simil_status sml_cuda_coarse_select(int64_t nq, int64_t n, int64_t np, int l2,
+                                               const float *d_keys, int64_t *d_probes,
+                                               float *d_distances)
+{
+    SML_RETURN_IF(nq < 0 || n < 1 || n >= INT32_MAX || np < 1 || np > n ||
+                      np > sml::kCoarseMaxProbes,
+                  SIMIL_ERR_INVALID_ARGUMENT, "coarse select: nq=%lld n=%lld np=%lld",
+                  (long long)nq, (long long)n, (long long)np);
+    if (nq == 0) return SIMIL_OK;
+    sml::coarse_select_kernel<<<(unsigned)nq, sml::kSelectThreads>>>(d_keys, (int)n, (int)np,
+                                                                     l2 != 0, nullptr, d_probes,
+                                                                     d_distances);
+    SML_LAUNCH_TRY("coarse_select_kernel");
+    SML_CUDA_TRY(cudaDeviceSynchronize());
+    return SIMIL_OK;
+}
 
 extern "C" void sml_cuda_ivf_small_max(long long nq)
 {

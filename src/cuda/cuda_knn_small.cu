@@ -380,8 +380,6 @@ __global__ void __launch_bounds__(kThreads) small_finish_kernel(const __grid_con
     __shared__ int slot_v[kWarps][32];
     __shared__ float list_k[kWarps][K];
     __shared__ int list_v[kWarps][K];
-    __shared__ float cand_k[K];
-    __shared__ int cand_v[K];
     __shared__ float exact[K];
     const int q = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -389,24 +387,11 @@ __global__ void __launch_bounds__(kThreads) small_finish_kernel(const __grid_con
     const int total = a.slices * K;
     BufferedWarpSelect<K> ws;
     ws.init(K, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
-    offer_ahead<8>(ws, warp * 32, kThreads, total, [&](int e, float &key, int &idx) {
-        const int i = e < total ? a.part_idx[row + e] : -1;
-        key = i < 0 ? INFINITY : a.part_keys[row + e];
-        idx = i < 0 ? kEmptyIdx : i;
-    });
-    ws.flush();
-    ws.q.write(list_k[warp], list_v[warp]);
-    __syncthreads();
-    if (warp == 0) {
-        BufferedWarpSelect<K> m;
-        m.init(K, INFINITY, kEmptyIdx, slot_k[0], slot_v[0]);
-        for (int e = lane; e < kWarps * K; e += 32) {
-            const int i = list_v[e / K][e % K];
-            m.offer(i < 0 ? INFINITY : list_k[e / K][e % K], i < 0 ? kEmptyIdx : i);
-        }
-        m.flush();
-        m.q.write(cand_k, cand_v);
-    }
+    offer_parts<8>(ws, a.part_keys + row, a.part_idx + row, total, kThreads);
+    block_merge<K, kWarps>(ws, K, list_k, list_v, slot_k, slot_v);
+    // the K candidates: warp 0's merge, in its list
+    float *cand_k = list_k[0];
+    int *cand_v = list_v[0];
     __syncthreads();
     if (threadIdx.x == 0) {
         // as fast_check_kernel: every row is a candidate, or the bound holds

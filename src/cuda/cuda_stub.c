@@ -63,3 +63,10 @@ void sml_cuda_knn_small_tensor(int on) { (void)on; }
 void sml_cuda_ivf_small_max(long long nq) { (void)nq; }
 
 void sml_cuda_lanes(int lanes) { (void)lanes; }
+
+simil_status sml_cuda_coarse_select(int64_t nq, int64_t n, int64_t np, int l2, const float *d_keys,
+                                    int64_t *d_probes, float *d_distances)
+{
+    (void)nq, (void)n, (void)np, (void)l2, (void)d_keys, (void)d_probes, (void)d_distances;
+    return sml_error(SIMIL_ERR_NO_DEVICE, "this simil was built without CUDA");
+}

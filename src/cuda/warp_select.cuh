@@ -499,6 +499,49 @@ __device__ __forceinline__ void offer_ahead(Select &ws, int e0, int step, int to
     }
 }
 
+// Offers ws, a warp of a block of threads, the parts of one row: total
+// pairs (part_keys[e], part_idx[e]), an index below 0 being an empty slot;
+// the block's warps take every threads-th pair from their first (offer_ahead).
+template <int A, typename Select>
+__device__ __forceinline__ void offer_parts(Select &ws, const float *part_keys,
+                                            const int *part_idx, int total, int threads)
+{
+    offer_ahead<A>(ws, (int)(threadIdx.x & ~31u), threads, total, [&](int e, float &key, int &idx) {
+        const int i = e < total ? part_idx[e] : -1;
+        key = i < 0 ? INFINITY : part_keys[e];
+        idx = i < 0 ? kEmptyIdx : i;
+    });
+}
+
+// The end of a block's selection, Warps warps of 32 (every thread calls it):
+// each warp's queue (its kk best) goes to list_k[warp], list_v[warp], and
+// warp 0 merges them into list_k[0], list_v[0], the kk best of the block in
+// order; false in the other warps, whose part is done.
+template <int K, int Warps>
+__device__ __forceinline__ bool block_merge(BufferedWarpSelect<K> &ws, int kk,
+                                            float (*list_k)[K], int (*list_v)[K],
+                                            float (*slot_k)[32], int (*slot_v)[32])
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    ws.flush();
+    ws.q.write(list_k[warp], list_v[warp]);
+    __syncthreads();
+    if (warp != 0) return false;
+    BufferedWarpSelect<K> m;
+    m.init(kk, INFINITY, kEmptyIdx, slot_k[0], slot_v[0]);
+    for (int e0 = 0; e0 < Warps * kk; e0 += 32) {
+        const int e = e0 + lane;
+        const int w = e / kk, i = e - w * kk;
+        const int r = e < Warps * kk ? list_v[w][i] : -1;
+        m.offer(r < 0 ? INFINITY : list_k[w][i], r < 0 ? kEmptyIdx : r);
+    }
+    m.flush();
+    __syncwarp();
+    m.q.write(list_k[0], list_v[0]);
+    __syncwarp();
+    return true;
+}
+
 // WarpSelect over rows: one warp per row, 4 rows per block of 128 threads.
 template <int K, typename S, bool Vec>
 __global__ void __launch_bounds__(128) warp_select_kernel(const __grid_constant__ SelectJob job)

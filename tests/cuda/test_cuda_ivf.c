@@ -1,7 +1,10 @@
 /* test_cuda_ivf.c: IVF-Flat and k-means on the GPU against the CPU: the same
  * quantizer (trained on one, loaded on the other) gives the same results, at
  * any nprobe, k past 2048, nprobe past 2048; remove and re-add; files move
- * between backends; recall on Fashion-MNIST; k-means objectives agree. */
+ * between backends; recall on Fashion-MNIST; k-means objectives agree.  The
+ * coarse selection of small batches against a sort on the host: ties, NaN,
+ * -0 and +0, rows past those it keeps in registers. */
+#include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -535,6 +538,98 @@ static void test_small_batches(void **state)
     free(q);
 }
 
+/* ---- the coarse selection of small batches ---- */
+
+typedef struct {
+    float key;
+    int col;
+} key_col;
+
+/* kv_less's order: key (NaN as +inf; -0 equal to +0), then column */
+static int key_col_cmp(const void *a, const void *b)
+{
+    const key_col *x = a, *y = b;
+    if (x->key < y->key) return -1;
+    if (x->key > y->key) return 1;
+    return (x->col > y->col) - (x->col < y->col);
+}
+
+/* kind 0: distinct keys; 1: keys of 7 values (many ties at the np-th);
+ * 2: -0, +0 and NaN among a few values. */
+static void check_coarse_select(int64_t nq, int64_t n, int64_t np, int kind, int l2)
+{
+    float *keys = sml_test_malloc(sizeof(float) * (size_t)(nq * n));
+    sml_test_fill_uniform(keys, nq * n, (uint64_t)(n * 31 + np * 7 + kind), -4, 4);
+    for (int64_t i = 0; i < nq * n; i++) {
+        if (kind == 1) keys[i] = floorf(keys[i]) * 0.5f;
+        if (kind == 2) {
+            const int v = (int)floorf(keys[i] + 4) % 4;
+            keys[i] = v == 0 ? -0.0f : v == 1 ? 0.0f : v == 2 ? NAN : keys[i];
+        }
+    }
+    float *d_keys, *d_dist;
+    int64_t *d_probes;
+    assert_int_equal(cudaMalloc((void **)&d_keys, sizeof(float) * (size_t)(nq * n)), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&d_dist, sizeof(float) * (size_t)(nq * np)), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&d_probes, sizeof(int64_t) * (size_t)(nq * np)),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpy(d_keys, keys, sizeof(float) * (size_t)(nq * n),
+                                cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    SML_ASSERT_OK(sml_cuda_coarse_select(nq, n, np, l2, d_keys, d_probes, d_dist));
+    float *dist = sml_test_malloc(sizeof(float) * (size_t)(nq * np));
+    int64_t *probes = sml_test_malloc(sizeof(int64_t) * (size_t)(nq * np));
+    assert_int_equal(cudaMemcpy(dist, d_dist, sizeof(float) * (size_t)(nq * np),
+                                cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpy(probes, d_probes, sizeof(int64_t) * (size_t)(nq * np),
+                                cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    key_col *row = sml_test_malloc(sizeof(key_col) * (size_t)n);
+    for (int64_t q = 0; q < nq; q++) {
+        for (int64_t c = 0; c < n; c++) {
+            const float k = keys[q * n + c];
+            row[c] = (key_col){isnan(k) ? INFINITY : k, (int)c};
+        }
+        qsort(row, (size_t)n, sizeof *row, key_col_cmp);
+        for (int64_t j = 0; j < np; j++) {
+            const float want = l2 ? row[j].key : -row[j].key;
+            const float got = dist[q * np + j];
+            if (probes[q * np + j] != row[j].col || memcmp(&got, &want, sizeof got) != 0)
+                fail_msg("coarse select nq=%lld n=%lld np=%lld kind %d l2 %d: query %lld "
+                         "place %lld: column %lld key %a, the sort: %d %a",
+                         (long long)nq, (long long)n, (long long)np, kind, l2, (long long)q,
+                         (long long)j, (long long)probes[q * np + j], got, row[j].col, want);
+        }
+    }
+    cudaFree(d_keys);
+    cudaFree(d_dist);
+    cudaFree(d_probes);
+    free(keys);
+    free(dist);
+    free(probes);
+    free(row);
+}
+
+static void test_coarse_select(void **state)
+{
+    (void)state;
+    /* rows kept in registers (up to 4,096 keys) and read again per pass */
+    const int64_t ns[] = {1, 64, 1000, 4096, 4097, 9000};
+    const int64_t nps[] = {1, 16, 100, 256};
+    for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+        for (size_t b = 0; b < sizeof nps / sizeof *nps; b++)
+            for (int kind = 0; kind < 3; kind++) {
+                if (nps[b] > ns[a]) continue;
+                check_coarse_select(3, ns[a], nps[b], kind, (int)((a + b + kind) % 2));
+            }
+    /* bad arguments */
+    assert_int_equal(sml_cuda_coarse_select(1, 10, 11, 1, NULL, NULL, NULL),
+                     SIMIL_ERR_INVALID_ARGUMENT);
+    assert_int_equal(sml_cuda_coarse_select(1, 1000, 257, 1, NULL, NULL, NULL),
+                     SIMIL_ERR_INVALID_ARGUMENT);
+}
+
 int main(void)
 {
     sml_test_require_gpu();
@@ -549,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_ivf_pq_gpu_encoder_matches_cpu),
         cmocka_unit_test(test_ivf_pq_fashion_56_bytes),
         cmocka_unit_test(test_small_batches),
+        cmocka_unit_test(test_coarse_select),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
