@@ -27,12 +27,11 @@
  * callers has queued: the searches of the last batch, of those that ran
  * beside it and of those still queued when it was taken, divided by
  * batch_lanes (or until the batch is full; the first batch waits until
- * full).  A lone caller's
- * share is one search: from its second call on, it never waits.  Without
- * this, the caller that came back first led a batch of one while the others
- * queued behind it, and batches of one and of all the rest took turns; with
- * lanes, the callers settle into batch_lanes groups that take turns on the
- * GPU's lanes.
+ * full).  A lone caller's share is one search: from its second call on, it
+ * never waits.  Without this, the caller that came back first led a batch of
+ * one while the others queued behind it, and batches of one and of all the
+ * rest took turns; with lanes, the callers settle into batch_lanes groups
+ * that take turns on the GPU's lanes.
  *
  * A leader's buffers for the joined queries and results are kept from batch
  * to batch, one set per batch that may run. */

@@ -8,18 +8,6 @@
 #include "cpu/cpu_select.h"
 #include "util/test_util.h"
 
-typedef struct {
-    float key;
-    int64_t label;
-} pair;
-
-static int pair_cmp(const void *pa, const void *pb)
-{
-    const pair *a = pa, *b = pb;
-    if (a->key != b->key) return a->key < b->key ? -1 : 1;
-    return (a->label > b->label) - (a->label < b->label);
-}
-
 /* Select k of keys[0..n), labelled by position (reversed: n - 1 - position,
  * passed as a label array, so that ties break against the order of the
  * row); compare with qsort. */
@@ -42,17 +30,17 @@ static void check_select_labels(const float *keys, int64_t n, int64_t k, const c
     int64_t *got_l = sml_test_malloc(sizeof(int64_t) * (size_t)k);
     sml_topk_finish(&t, got_k, got_l);
 
-    pair *all = sml_test_malloc(sizeof *all * (size_t)(n + 1));
+    sml_test_key_pos *all = sml_test_malloc(sizeof *all * (size_t)(n + 1));
     int64_t valid = 0;
     for (int64_t i = 0; i < n; i++)
-        if (!isnan(keys[i])) all[valid++] = (pair){keys[i], labels[i]};
-    qsort(all, (size_t)valid, sizeof *all, pair_cmp);
+        if (!isnan(keys[i])) all[valid++] = (sml_test_key_pos){keys[i], labels[i]};
+    sml_test_sort_key_pos(all, valid);
     for (int64_t j = 0; j < k; j++) {
         if (j < valid) {
-            if (got_l[j] != all[j].label || got_k[j] != all[j].key)
+            if (got_l[j] != all[j].pos || got_k[j] != all[j].key)
                 fail_msg("%s n=%lld k=%lld rank %lld: got (%g,%lld) want (%g,%lld)", what,
                          (long long)n, (long long)k, (long long)j, got_k[j], (long long)got_l[j],
-                         all[j].key, (long long)all[j].label);
+                         all[j].key, (long long)all[j].pos);
         } else if (got_l[j] != -1 || !isinf(got_k[j])) {
             fail_msg("%s n=%lld k=%lld rank %lld: expected an empty slot", what, (long long)n,
                      (long long)k, (long long)j);

@@ -540,20 +540,6 @@ static void test_small_batches(void **state)
 
 /* ---- the coarse selection of small batches ---- */
 
-typedef struct {
-    float key;
-    int col;
-} key_col;
-
-/* kv_less's order: key (NaN as +inf; -0 equal to +0), then column */
-static int key_col_cmp(const void *a, const void *b)
-{
-    const key_col *x = a, *y = b;
-    if (x->key < y->key) return -1;
-    if (x->key > y->key) return 1;
-    return (x->col > y->col) - (x->col < y->col);
-}
-
 /* kind 0: distinct keys; 1: keys of 7 values (many ties at the np-th);
  * 2: -0, +0 and NaN among a few values. */
 static void check_coarse_select(int64_t nq, int64_t n, int64_t np, int kind, int l2)
@@ -585,21 +571,22 @@ static void check_coarse_select(int64_t nq, int64_t n, int64_t np, int kind, int
     assert_int_equal(cudaMemcpy(probes, d_probes, sizeof(int64_t) * (size_t)(nq * np),
                                 cudaMemcpyDeviceToHost),
                      cudaSuccess);
-    key_col *row = sml_test_malloc(sizeof(key_col) * (size_t)n);
+    sml_test_key_pos *row = sml_test_malloc(sizeof *row * (size_t)n);
     for (int64_t q = 0; q < nq; q++) {
         for (int64_t c = 0; c < n; c++) {
             const float k = keys[q * n + c];
-            row[c] = (key_col){isnan(k) ? INFINITY : k, (int)c};
+            row[c] = (sml_test_key_pos){isnan(k) ? INFINITY : k, c};
         }
-        qsort(row, (size_t)n, sizeof *row, key_col_cmp);
+        sml_test_sort_key_pos(row, n);
         for (int64_t j = 0; j < np; j++) {
             const float want = l2 ? row[j].key : -row[j].key;
             const float got = dist[q * np + j];
-            if (probes[q * np + j] != row[j].col || memcmp(&got, &want, sizeof got) != 0)
+            if (probes[q * np + j] != row[j].pos || memcmp(&got, &want, sizeof got) != 0)
                 fail_msg("coarse select nq=%lld n=%lld np=%lld kind %d l2 %d: query %lld "
-                         "place %lld: column %lld key %a, the sort: %d %a",
+                         "place %lld: column %lld key %a, the sort: %lld %a",
                          (long long)nq, (long long)n, (long long)np, kind, l2, (long long)q,
-                         (long long)j, (long long)probes[q * np + j], got, row[j].col, want);
+                         (long long)j, (long long)probes[q * np + j], got, (long long)row[j].pos,
+                         want);
         }
     }
     cudaFree(d_keys);

@@ -13,18 +13,6 @@
 #include "cuda/cuda_backend.h"
 #include "util/test_util.h"
 
-typedef struct {
-    float key;
-    int64_t idx;
-} pair;
-
-static int pair_cmp(const void *pa, const void *pb)
-{
-    const pair *a = pa, *b = pb;
-    if (a->key != b->key) return a->key < b->key ? -1 : 1;
-    return (a->idx > b->idx) - (a->idx < b->idx);
-}
-
 enum pattern { UNIFORM, FEW_VALUES, WITH_NAN, DESCENDING };
 
 static void fill(float *v, int64_t count, int64_t cols, enum pattern p, uint64_t seed)
@@ -102,18 +90,18 @@ static void check_with(int64_t rows, int64_t cols, int64_t k, int largest, enum 
             fail_msg("%s row %lld rank %lld: GPU (%g, %lld), CPU (%g, %lld)", context,
                      (long long)(o / (size_t)k), (long long)(o % (size_t)k), got[o],
                      (long long)got_i[o], cpu[o], (long long)cpu_i[o]);
-    pair *sorted = sml_test_malloc(sizeof(pair) * (size_t)(cols + 1));
+    sml_test_key_pos *sorted = sml_test_malloc(sizeof *sorted * (size_t)(cols + 1));
     for (int64_t r = 0; sorted_ref && r < rows; r++) {
         /* the reference: sort (key, index) with NaN as +inf */
         for (int64_t j = 0; j < cols; j++) {
             float key = largest ? -v[r * cols + j] : v[r * cols + j];
-            sorted[j] = (pair){isnan(key) ? INFINITY : key, j};
+            sorted[j] = (sml_test_key_pos){isnan(key) ? INFINITY : key, j};
         }
-        qsort(sorted, (size_t)cols, sizeof(pair), pair_cmp);
+        sml_test_sort_key_pos(sorted, cols);
         for (int64_t j = 0; j < k; j++) {
             float want = j < cols ? (largest ? -sorted[j].key : sorted[j].key)
                                   : (largest ? -INFINITY : INFINITY);
-            int64_t want_i = j < cols ? sorted[j].idx : -1;
+            int64_t want_i = j < cols ? sorted[j].pos : -1;
             size_t o = (size_t)(r * k + j);
             if (got_i[o] != want_i || !(got[o] == want || (isnan(got[o]) && isnan(want))))
                 fail_msg("%s row %lld rank %lld: GPU (%g, %lld), sort (%g, %lld)", context,

@@ -49,6 +49,18 @@ double sml_test_distance(const float *a, const float *b, int64_t dim, simil_metr
     return s;
 }
 
+static int sml_test_key_pos_cmp(const void *pa, const void *pb)
+{
+    const sml_test_key_pos *a = pa, *b = pb;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+void sml_test_sort_key_pos(sml_test_key_pos *pairs, int64_t n)
+{
+    qsort(pairs, (size_t)n, sizeof *pairs, sml_test_key_pos_cmp);
+}
+
 typedef struct {
     double key;
     int64_t pos;

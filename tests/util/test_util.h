@@ -20,6 +20,15 @@ void sml_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float h
 /* malloc that fails the test on NULL. */
 void *sml_test_malloc(size_t bytes);
 
+/* A (key, position) pair, and a sort of n of them in the order of every
+ * selection: key, then position (the caller maps NaN to +inf; -0 and +0 are
+ * equal). */
+typedef struct {
+    float key;
+    int64_t pos;
+} sml_test_key_pos;
+void sml_test_sort_key_pos(sml_test_key_pos *pairs, int64_t n);
+
 /* Float64 reference search: for each query the k best (distance, position)
  * pairs, sorted by distance then position, distance +-inf and label -1 past n.
  * metric is L2 or IP (cosine must be normalized by the caller). */
