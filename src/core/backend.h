@@ -110,6 +110,8 @@ typedef struct sml_join_args {
 typedef struct sml_ivf_lists {
     const int64_t *offset;       /* host: per list, its first row */
     const int64_t *size;         /* host: per list, its rows */
+    const int64_t *layout;       /* mem, or NULL: offset then size, as above, for a
+                                    scan that reads them on the device (no copy) */
     int64_t nlist;
     const void *codes;           /* mem */
     size_t code_stride;          /* bytes per row, a multiple of 4 */

@@ -86,7 +86,9 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     const bool host_queries = !is_device_pointer(a->queries);
     const bool given = a->probes.lists != nullptr;
     const int64_t np = a->probes.nprobe;
-    const size_t nlist = device_probes ? (size_t)a->lists.nlist : 0;
+    // the list layout: the index's copy in device memory, else sent with the inputs
+    const int64_t *layout = device_probes ? a->lists.layout : nullptr;
+    const size_t nlist = device_probes && layout == nullptr ? (size_t)a->lists.nlist : 0;
     const size_t pairs = device_probes ? (size_t)nq * np : 0;
     const size_t q_floats = host_queries ? (size_t)nq * a->dim : 0;
     const bool on_device = device_probes && coarse_on_device(*a, nq);
@@ -100,7 +102,7 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     SML_TRY(device_io(dev, total, reinterpret_cast<void **>(&io)));
     if (staged > 0) SML_TRY(device_pinned(dev, staged, reinterpret_cast<void **>(&host)));
     if (host != nullptr) carve_inputs(host, nlist, q_floats, given ? pairs : 0, 0, &h);
-    if (device_probes) {
+    if (nlist > 0) {
         sml_copy_parallel(h.list_offset, a->lists.offset, 8 * nlist);
         sml_copy_parallel(h.list_size, a->lists.size, 8 * nlist);
     }
@@ -119,8 +121,8 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     }
     carve_inputs(io, nlist, q_floats, pairs, coarse, &lay);
     in->queries = host_queries ? lay.queries : a->queries + q0 * a->dim;
-    in->list_offset = lay.list_offset;
-    in->list_size = lay.list_size;
+    in->list_offset = layout ? layout : lay.list_offset;
+    in->list_size = layout ? layout + a->lists.nlist : lay.list_size;
     in->probes = lay.probes;
     in->keys = lay.keys;
     in->key_sign = 1.0f;

@@ -72,6 +72,24 @@ static simil_status sml_ivf_lists_alloc(sml_ivf *ivf)
     return SIMIL_OK;
 }
 
+/* offset and size to layout_mem (sml_ivf); not on the CPU, whose scans read
+ * the host arrays.  A failure is no failure of the caller: the copy is only
+ * left out. */
+static void sml_ivf_layout_sync(sml_backend *b, sml_ivf *ivf)
+{
+    ivf->layout_ok = 0;
+    if (b->gpu < 0 || ivf->offset == NULL) return;
+    const size_t bytes = sizeof(int64_t) * (size_t)ivf->nlist;
+    if (ivf->layout_mem == NULL &&
+        b->ops->mem_alloc(b, 2 * bytes, (void **)&ivf->layout_mem) != SIMIL_OK) {
+        ivf->layout_mem = NULL;
+        return;
+    }
+    if (b->ops->mem_upload(b, ivf->layout_mem, ivf->offset, bytes) == SIMIL_OK &&
+        b->ops->mem_upload(b, ivf->layout_mem + ivf->nlist, ivf->size, bytes) == SIMIL_OK)
+        ivf->layout_ok = 1;
+}
+
 static void sml_ivf_free_arena(sml_backend *b, sml_ivf *ivf)
 {
     b->ops->mem_free(b, ivf->codes_mem);
@@ -89,6 +107,7 @@ void sml_ivf_free(sml_backend *b, sml_ivf *ivf)
     b->ops->mem_free(b, ivf->centroids_mem);
     b->ops->mem_free(b, ivf->centroid_norms_mem);
     b->ops->mem_free(b, ivf->centroid_ids_mem);
+    b->ops->mem_free(b, ivf->layout_mem);
     if (ivf->centroid_shadow != NULL) b->ops->shadow_free(b, ivf->centroid_shadow);
     sml_free(ivf->centroids);
     sml_free(ivf->offset);
@@ -184,6 +203,7 @@ void sml_ivf_swap_quantizer(sml_ivf *ivf, sml_ivf *other)
         ivf->size = other->size;
         ivf->cap = other->cap;
         other->offset = other->size = other->cap = NULL;
+        ivf->layout_ok = other->layout_ok = 0;
     }
     const sml_ivf t = *ivf;
     ivf->centroids = other->centroids;
@@ -251,6 +271,7 @@ sml_ivf_lists sml_ivf_lists_of(const sml_ivf *ivf)
     return (sml_ivf_lists){
         .offset = ivf->offset,
         .size = ivf->size,
+        .layout = ivf->layout_ok ? ivf->layout_mem : NULL,
         .nlist = ivf->nlist,
         .codes = ivf->codes_mem,
         .code_stride = ivf->code_size,
@@ -396,6 +417,7 @@ static void sml_ivf_arena_commit(sml_backend *b, sml_ivf *ivf, sml_ivf_arena *a,
     ivf->ids_mem = a->ids_mem;
     ivf->host_ids = a->host_ids;
     ivf->capacity = a->capacity;
+    ivf->layout_ok = 0;
     memcpy(ivf->offset, a->offset, sizeof(int64_t) * (size_t)ivf->nlist);
     memcpy(ivf->cap, new_cap, sizeof(int64_t) * (size_t)ivf->nlist);
     sml_free(a->offset);
@@ -449,6 +471,7 @@ simil_status sml_ivf_append(sml_backend *b, sml_ivf *ivf, int64_t n, const int64
         for (int64_t i = 0; i < n; i++) ivf->host_ids[pos[i]] = ids[i];
         for (int64_t l = 0; l < nlist; l++) ivf->size[l] += add[l];
         sml_ivf_check(ivf);
+        sml_ivf_layout_sync(b, ivf);
     } else {
         sml_ivf_arena_discard(b, &arena);
     }
@@ -471,13 +494,17 @@ simil_status sml_ivf_reserve(sml_backend *b, sml_ivf *ivf, const int64_t *extra)
     }
     sml_ivf_arena arena = {0};
     simil_status s = grow ? sml_ivf_relayout(b, ivf, new_cap, &arena) : SIMIL_OK;
-    if (s == SIMIL_OK && grow) sml_ivf_arena_commit(b, ivf, &arena, new_cap);
+    if (s == SIMIL_OK && grow) {
+        sml_ivf_arena_commit(b, ivf, &arena, new_cap);
+        sml_ivf_layout_sync(b, ivf);
+    }
     sml_free(new_cap);
     return s;
 }
 
 void sml_ivf_truncate(sml_ivf *ivf, const int64_t *sizes)
 {
+    ivf->layout_ok = 0;  /* scans send the host arrays until a mutator copies them again */
     for (int64_t l = 0; l < ivf->nlist; l++) {
         assert(sizes[l] <= ivf->size[l]);
         ivf->size[l] = sizes[l];
@@ -519,6 +546,7 @@ static simil_status sml_ivf_compact(sml_backend *b, sml_ivf *ivf, int64_t n_sort
         memcpy(ivf->offset, off, sizeof(int64_t) * (size_t)ivf->nlist);
         memcpy(ivf->size, sizes, sizeof(int64_t) * (size_t)ivf->nlist);
         memcpy(ivf->cap, sizes, sizeof(int64_t) * (size_t)ivf->nlist);
+        sml_ivf_layout_sync(b, ivf);
     } else {
         b->ops->mem_free(b, codes);
         b->ops->mem_free(b, ids);
@@ -577,6 +605,7 @@ void sml_ivf_reset(sml_backend *b, sml_ivf *ivf)
     memset(ivf->offset, 0, sizeof(int64_t) * (size_t)ivf->nlist);
     memset(ivf->size, 0, sizeof(int64_t) * (size_t)ivf->nlist);
     memset(ivf->cap, 0, sizeof(int64_t) * (size_t)ivf->nlist);
+    sml_ivf_layout_sync(b, ivf);
 }
 
 simil_status sml_ivf_save(sml_backend *b, const sml_ivf *ivf, sml_writer *w)
@@ -726,6 +755,7 @@ simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t n
         ivf->cap[l] = ivf->size[l];
         at += ivf->size[l];
     }
+    sml_ivf_layout_sync(b, ivf);
     SML_TRY(sml_section_open(r, sml_tag_list_ids, &bytes));
     SML_RETURN_IF(bytes != sizeof(int64_t) * (uint64_t)ntotal, SIMIL_ERR_CORRUPT,
                   "'%s' is damaged: ids of %llu vectors, %" PRId64 " expected", r->path,

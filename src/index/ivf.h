@@ -46,6 +46,13 @@ typedef struct sml_ivf {
     int64_t *offset;          /* host, per list; NULL until trained or loaded */
     int64_t *size;
     int64_t *cap;
+    /* On a GPU: offset and size in backend memory (sml_ivf_lists.layout), so
+     * that a small batch does not send them with every call.  Every change of
+     * offset or size clears layout_ok; the mutators that end well copy them
+     * again.  A copy that fails leaves layout_ok clear: scans then send the
+     * host arrays, as on the CPU. */
+    int64_t *layout_mem;
+    int layout_ok;
 } sml_ivf;
 
 /* An empty, untrained IVF.  Nothing sized by nlist or dim is allocated until
