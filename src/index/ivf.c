@@ -52,14 +52,19 @@ simil_status sml_ivf_init(sml_ivf *ivf, int64_t nlist, int64_t dim, simil_metric
 
 /* The per-list arrays, empty, unless the IVF has them: allocated with the
  * centroids, so that an untrained IVF (or file) costs nothing per list. */
-static simil_status sml_ivf_lists_alloc(sml_ivf *ivf)
+/* The host list arrays, and on a GPU their copy in backend memory (filled
+ * by sml_ivf_layout_sync): allocated together, so that a failure fails the
+ * call that needs the lists, before anything changed. */
+static simil_status sml_ivf_lists_alloc(sml_backend *b, sml_ivf *ivf)
 {
     if (ivf->offset != NULL) return SIMIL_OK;
-    int64_t *offset = NULL, *size = NULL, *cap = NULL;
+    int64_t *offset = NULL, *size = NULL, *cap = NULL, *layout = NULL;
     const size_t nlist = (size_t)ivf->nlist;
     simil_status s = sml_calloc((void **)&offset, nlist, sizeof(int64_t), "lists");
     if (s == SIMIL_OK) s = sml_calloc((void **)&size, nlist, sizeof(int64_t), "lists");
     if (s == SIMIL_OK) s = sml_calloc((void **)&cap, nlist, sizeof(int64_t), "lists");
+    if (s == SIMIL_OK && b->gpu >= 0 && ivf->layout_mem == NULL)
+        s = b->ops->mem_alloc(b, 2 * sizeof(int64_t) * nlist, (void **)&layout);
     if (s != SIMIL_OK) {
         sml_free(offset);
         sml_free(size);
@@ -69,22 +74,19 @@ static simil_status sml_ivf_lists_alloc(sml_ivf *ivf)
     ivf->offset = offset;
     ivf->size = size;
     ivf->cap = cap;
+    if (layout != NULL) ivf->layout_mem = layout;
     return SIMIL_OK;
 }
 
-/* offset and size to layout_mem (sml_ivf); not on the CPU, whose scans read
- * the host arrays.  A failure is no failure of the caller: the copy is only
- * left out. */
+/* offset and size to layout_mem (sml_ivf), where there is one (a GPU's);
+ * the CPU's scans read the host arrays.  It allocates nothing
+ * (sml_ivf_lists_alloc did); a copy that fails leaves layout_ok clear, and
+ * the scans send the host arrays. */
 static void sml_ivf_layout_sync(sml_backend *b, sml_ivf *ivf)
 {
     ivf->layout_ok = 0;
-    if (b->gpu < 0 || ivf->offset == NULL) return;
+    if (ivf->layout_mem == NULL || ivf->offset == NULL) return;
     const size_t bytes = sizeof(int64_t) * (size_t)ivf->nlist;
-    if (ivf->layout_mem == NULL &&
-        b->ops->mem_alloc(b, 2 * bytes, (void **)&ivf->layout_mem) != SIMIL_OK) {
-        ivf->layout_mem = NULL;
-        return;
-    }
     if (b->ops->mem_upload(b, ivf->layout_mem, ivf->offset, bytes) == SIMIL_OK &&
         b->ops->mem_upload(b, ivf->layout_mem + ivf->nlist, ivf->size, bytes) == SIMIL_OK)
         ivf->layout_ok = 1;
@@ -174,7 +176,7 @@ simil_status sml_ivf_train(sml_backend *b, sml_ivf *ivf, int64_t n, const float 
     simil_kmeans_params p;
     sml_ivf_kmeans_params(ivf->nlist, ivf->spherical, &p);
     float *centroids;
-    SML_TRY(sml_ivf_lists_alloc(ivf));
+    SML_TRY(sml_ivf_lists_alloc(b, ivf));
     SML_TRY(sml_alloc((void **)&centroids, (size_t)(ivf->nlist * ivf->dim), sizeof(float),
                       "coarse centroids"));
     simil_status s = sml_kmeans_run(b, &p, n, ivf->dim, x, centroids, NULL, NULL);
@@ -203,7 +205,12 @@ void sml_ivf_swap_quantizer(sml_ivf *ivf, sml_ivf *other)
         ivf->size = other->size;
         ivf->cap = other->cap;
         other->offset = other->size = other->cap = NULL;
-        ivf->layout_ok = other->layout_ok = 0;
+        /* and their copy (an untrained IVF has none) */
+        assert(ivf->layout_mem == NULL);
+        ivf->layout_mem = other->layout_mem;
+        ivf->layout_ok = other->layout_ok;
+        other->layout_mem = NULL;
+        other->layout_ok = 0;
     }
     const sml_ivf t = *ivf;
     ivf->centroids = other->centroids;
@@ -223,7 +230,7 @@ void sml_ivf_swap_quantizer(sml_ivf *ivf, sml_ivf *other)
 simil_status sml_ivf_set_centroids(sml_backend *b, sml_ivf *ivf, const float *centroids)
 {
     float *copy;
-    SML_TRY(sml_ivf_lists_alloc(ivf));
+    SML_TRY(sml_ivf_lists_alloc(b, ivf));
     SML_TRY(sml_alloc((void **)&copy, (size_t)(ivf->nlist * ivf->dim), sizeof(float),
                       "coarse centroids"));
     memcpy(copy, centroids, sizeof(float) * (size_t)(ivf->nlist * ivf->dim));
@@ -738,7 +745,7 @@ simil_status sml_ivf_load(sml_backend *b, sml_ivf *ivf, sml_reader *r, int64_t n
                   "'%s' is damaged: the coarse centroids take %llu bytes", r->path,
                   (unsigned long long)bytes);
     /* sized by the section just checked against the file */
-    SML_TRY(sml_ivf_lists_alloc(ivf));
+    SML_TRY(sml_ivf_lists_alloc(b, ivf));
     if (ivf->centroids == NULL)
         SML_TRY(sml_alloc((void **)&ivf->centroids, (size_t)bytes, 1, "coarse centroids"));
     SML_TRY(sml_section_read(r, ivf->centroids, (size_t)bytes));
