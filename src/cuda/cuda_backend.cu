@@ -35,10 +35,13 @@ pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 // Blocks from device_malloc and pinned_malloc not yet freed.
 std::atomic<long long> live_blocks{0};
 
+void free_buffers(Device *dev);
+
 void device_release(Device *dev)
 {
     for (int i = 0; i < dev->lanes.load(); ++i) device_release(dev->lane[i]);
     cudaSetDevice(dev->gpu);
+    free_buffers(dev); // before the streams it waits for go
     for (int i = 0; i < 2; ++i) {
         blas_destroy(dev->blas[i]);
         if (dev->done[i]) cudaEventDestroy(dev->done[i]);
@@ -46,13 +49,6 @@ void device_release(Device *dev)
     }
     if (dev->caller) cudaEventDestroy(dev->caller);
     if (dev->sent.copied) cudaEventDestroy(dev->sent.copied);
-    device_free(dev->sent.device);
-    pinned_free(dev->sent.host);
-    device_free(dev->workspace);
-    device_free(dev->io);
-    device_free(dev->filter);
-    pinned_free(dev->pinned);
-    pinned_free(dev->results);
     pthread_mutex_destroy(&dev->lock);
     pthread_mutex_destroy(&dev->lanes_lock);
     sml_free(dev);
@@ -103,8 +99,9 @@ simil_status device_create(int gpu, Device **out)
 // A lane's buffers, after its streams' work.
 void free_buffers(Device *dev)
 {
-    cudaStreamSynchronize(dev->stream[0]);
-    cudaStreamSynchronize(dev->stream[1]);
+    // a device_create that failed part way has no streams to wait for
+    for (int i = 0; i < 2; ++i)
+        if (dev->stream[i]) cudaStreamSynchronize(dev->stream[i]);
     device_free(dev->workspace);
     device_free(dev->io);
     device_free(dev->filter);
