@@ -179,6 +179,7 @@ typedef struct sml_ivf_pq_scan_args {
     int64_t ksub;
     int64_t dsub;
     const float *codebooks;      /* mem: m x ksub x dsub */
+    const float *codebooks_by_codeword; /* mem: the same, ksub x m x dsub */
     const float *coarse;         /* mem: nlist x dim coarse centroids */
     size_t term1_at;             /* L2: byte offset in each row of its term 1 (a
                                     float), for tables of term 3 alone; or 0 to

@@ -105,6 +105,7 @@ void free_buffers(Device *dev)
     device_free(dev->workspace);
     device_free(dev->io);
     device_free(dev->filter);
+    device_free(dev->tickets);
     pinned_free(dev->pinned);
     pinned_free(dev->results);
     device_free(dev->sent.device);
@@ -112,6 +113,8 @@ void free_buffers(Device *dev)
     dev->sent.device = dev->sent.host = nullptr;
     dev->sent.device_bytes = dev->sent.host_bytes = dev->sent.held = 0;
     dev->workspace = dev->io = dev->filter = dev->pinned = dev->results = nullptr;
+    dev->tickets = nullptr;
+    dev->tickets_bytes = 0;
     dev->workspace_bytes = dev->io_bytes = dev->filter_bytes = dev->pinned_bytes =
         dev->results_bytes = 0;
 }
@@ -446,6 +449,35 @@ simil_status device_pinned(Device *dev, size_t bytes, void **out)
 simil_status device_results(Device *dev, size_t bytes, void **out)
 {
     return grow_pinned_buffer(dev, &dev->results, &dev->results_bytes, bytes, out);
+}
+
+simil_status device_tickets(Device *dev, size_t n, unsigned **out)
+{
+    const size_t bytes = (n + 255) / 256 * 256 * sizeof(unsigned);
+    if (bytes > dev->tickets_bytes) {
+        device_free(dev->tickets);
+        dev->tickets = nullptr;
+        dev->tickets_bytes = 0;
+        SML_CUDA_TRY(device_malloc(&dev->tickets, bytes));
+        // zeroed once: every kernel that takes tickets leaves them zero
+        SML_CUDA_TRY(cudaMemsetAsync(dev->tickets, 0, bytes, dev->stream[0]));
+        dev->tickets_bytes = bytes;
+    }
+    *out = dev->tickets;
+    return SIMIL_OK;
+}
+
+void device_tickets_reset(Device *dev)
+{
+    if (dev->tickets == nullptr) return;
+    if (cudaMemsetAsync(dev->tickets, 0, dev->tickets_bytes, dev->stream[0]) != cudaSuccess ||
+        cudaStreamSynchronize(dev->stream[0]) != cudaSuccess) {
+        cudaGetLastError();
+        // counters that may be wrong are not used again
+        device_free(dev->tickets);
+        dev->tickets = nullptr;
+        dev->tickets_bytes = 0;
+    }
 }
 
 simil_status device_join_caller(Device *dev)

@@ -59,6 +59,8 @@ struct Device {
     size_t io_bytes;
     void *filter;  // a filtered search's allowed rows (cuda_filter.cuh)
     size_t filter_bytes;
+    unsigned *tickets;  // a small batch's counters, zero between calls (ivf_small_merge.cuh)
+    size_t tickets_bytes;
     FilterCopy sent;  // the last filter uploaded (cuda_filter.cuh)
     pthread_mutex_t lock;
     // lane 0 only: the other lanes, lane[0 .. lanes - 1] (written under
@@ -109,6 +111,11 @@ simil_status device_filter(Device *dev, size_t bytes, void **out);
 // Pinned memory apart from device_pinned's, for results going to the host:
 // a scan's plan in the pinned buffer stays intact while they come back.
 simil_status device_results(Device *dev, size_t bytes, void **out);
+
+// n counters of device memory, zero, for a kernel that leaves them zero
+// (device_tickets_reset after a failed call, which may not have).
+simil_status device_tickets(Device *dev, size_t n, unsigned **out);
+void device_tickets_reset(Device *dev);
 
 // The caller may still be writing the GPU arrays it passes, on the legacy
 // default stream (a cudaMemcpy from pageable memory returns before its DMA

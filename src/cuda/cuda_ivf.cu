@@ -128,8 +128,11 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     in->key_sign = 1.0f;
     if (given || !device_probes) return SIMIL_OK;
     in->key_sign = a->probes.coarse_search.metric == SIMIL_METRIC_L2 ? 1.0f : -1.0f;
-    if (on_device)
-        return launch_coarse(*a, in->queries, nq, lay.coarse, lay.probes, lay.keys, st);
+    if (on_device) {
+        unsigned *tickets;
+        SML_TRY(device_tickets(dev, (size_t)nq, &tickets));
+        return launch_coarse(*a, in->queries, nq, lay.coarse, tickets, lay.probes, lay.keys, st);
+    }
     const sml_knn_args knn =
         sml_knn_of(a->probes.coarse_search, in->queries, nq, np, lay.keys, lay.probes);
     return knn_locked(dev, &knn);

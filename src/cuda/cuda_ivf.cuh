@@ -68,7 +68,10 @@ simil_status ivf_locked(sml_backend *b, const sml_ivf_scan_args &a, Scan scan)
     simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
     if (s == SIMIL_OK && join) s = device_join_caller(dev);
     if (s == SIMIL_OK) s = scan(dev);
-    if (s != SIMIL_OK) cudaStreamSynchronize(dev->stream[0]);
+    if (s != SIMIL_OK) {
+        cudaStreamSynchronize(dev->stream[0]);
+        device_tickets_reset(dev);  // a scan stopped part way may have left some
+    }
     pthread_mutex_unlock(&dev->lock);
     return s;
 }
@@ -412,7 +415,7 @@ simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, cons
 // default) keeps its probes on the device: stage_inputs finds them with
 // launch_coarse (no wait, nothing back to the host), and the code type's
 // scan splits each query's work over several blocks, each keeping its k
-// best (a part), which finish_parts_to_host folds into the query's k best.
+// best (a part), and the query's last block folds them into its k best.
 // Every step ranks (key, row) pairs as the batch path does, so a query gets
 // the same bits on either path.  Small batches of several threads run side
 // by side, each on a lane of its own (ivf_locked).
@@ -426,21 +429,35 @@ bool coarse_on_device(const sml_ivf_scan_args &a, int nq);
 // The nprobe nearest centroids of nq device queries, as the coarse search
 // (a.probes.coarse_search) reports them: list numbers into probes and its
 // distances into distances (nq x nprobe each, device); scratch: nq x nlist
-// floats of device memory.  Queued on st.
+// floats of device memory; tickets: nq of device_tickets.  Queued on st.
 simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int nq,
-                           float *scratch, int64_t *probes, float *distances, cudaStream_t st);
+                           float *scratch, unsigned *tickets, int64_t *probes, float *distances,
+                           cudaStream_t st);
 
-// The largest k of a small batch's split scans (finish_parts_to_host).
+// The largest k of a small batch's split scans.
 constexpr int kSmallMaxK = 128;
 
-// Results of queries [q0, q0 + nq) of a from their parts (parts x k (key,
-// arena row) pairs per query, rows -1 where empty): one kernel merges them
-// and writes labels and distances as finish_to_host does into scratch
-// (12 nq k bytes of device memory), one copy takes them to the host; waits
-// for the stream.  k <= kSmallMaxK.
-simil_status finish_parts_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
-                                  int parts, const float *part_keys, const int *part_idx,
-                                  void *scratch);
+// Where a split scan puts a small batch's results: its kernel merges each
+// query's parts in the query's last block (ivf_small_merge.cuh) and writes
+// labels and distances, as finish_to_host gives them, straight into the
+// lane's pinned results buffer (pinned memory is mapped at its host address
+// under unified addressing: no copy back).
+struct SmallOut {
+    unsigned *tickets;    // per query: its blocks that are done (0 between calls)
+    const int64_t *ids;   // the arena rows' ids, or null
+    bool l2;
+    int k;                // <= kSmallMaxK
+    int64_t *labels;      // pinned: nq x k
+    float *distances;     // pinned: nq x k
+};
+
+// o for a batch of nq queries of a on dev's lane.
+simil_status small_out(Device *dev, const sml_ivf_scan_args &a, int nq, SmallOut *o);
+
+// After the scan kernel is queued: waits for the stream, and copies queries
+// [q0, q0 + nq)'s results from o to a's outputs.
+simil_status small_out_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
+                               const SmallOut &o);
 
 // How many blocks to split each of `blocks` units of work into: about four
 // blocks per SM in all, at most `most`, at least 1.

@@ -6,6 +6,7 @@
 #include <assert.h>
 
 #include "cuda/cuda_ivf.cuh"
+#include "cuda/ivf_small_merge.cuh"
 #include "cuda/select.cuh"
 #include "cuda/warp_select.cuh"
 
@@ -31,9 +32,9 @@ struct FloatRows {
 // A batch of at most ivf_small_max() queries keeps its probes on the device
 // (cuda_ivf.cuh, "small batches"): block (s, j, q) of probe_scan_kernel reads
 // query q's j-th list from row 32 (4 s + w) in runs of 32 rows per warp w,
-// every splits-th run, and keeps the k best (key, row) pairs; one kernel
-// (finish_parts_to_host) then folds a query's nprobe x splits parts into its
-// k best.  A key is the
+// every splits-th run, and keeps the k best (key, row) pairs; the last of a
+// query's nprobe x splits blocks then folds their parts into its k best
+// (ivf_small_merge.cuh).  A key is the
 // thin tiles' arithmetic (tile_term over the dimensions in order), so that
 // each query gets the bits of the batch path.
 constexpr int kProbeThreads = 128;
@@ -53,6 +54,7 @@ struct ProbeScan {
     const uint32_t *allowed;     // the rows a filter allows, or null
     float *part_keys;            // nq x nprobe x splits x k
     int *part_idx;
+    SmallOut out;                // the results, from each query's last block
 };
 
 template <bool L2, int K>
@@ -92,21 +94,15 @@ __global__ void __launch_bounds__(kProbeThreads) probe_scan_kernel(const __grid_
         }
         ws.offer(key, idx);
     }
-    ws.flush();
-    ws.q.write(list_k[warp], list_v[warp]);
-    __syncthreads();
-    if (warp != 0) return;
-    BufferedWarpSelect<K> m;
-    m.init(a.k, INFINITY, kEmptyIdx, slot_k[0], slot_v[0]);
-    for (int e0 = 0; e0 < kProbeWarps * a.k; e0 += 32) {
-        const int e = e0 + lane;
-        const int w = e / a.k, i = e - w * a.k;
-        const int r = e < kProbeWarps * a.k ? list_v[w][i] : -1;
-        m.offer(r < 0 ? INFINITY : list_k[w][i], r < 0 ? kEmptyIdx : r);
+    if (block_merge<K, kProbeWarps>(ws, a.k, list_k, list_v, slot_k, slot_v)) {
+        const long long out = (((long long)q * a.nprobe + j) * a.splits + s) * a.k;
+        for (int i = lane; i < a.k; i += 32) {
+            a.part_keys[out + i] = list_k[0][i];
+            a.part_idx[out + i] = list_v[0][i];
+        }
     }
-    m.flush();
-    const long long out = (((long long)q * a.nprobe + j) * a.splits + s) * a.k;
-    m.q.write(a.part_keys + out, a.part_idx + out);
+    merge_if_last<K, kProbeWarps>(a.out, q, a.nprobe * a.splits, a.part_keys, a.part_idx, list_k,
+                                  list_v, slot_k, slot_v);
 }
 
 template <bool L2, int K>
@@ -138,18 +134,17 @@ simil_status small_batch(Device *dev, const sml_ivf_scan_args &a, const Inputs &
                 static_cast<const float *>(a.lists.codes), (int)a.dim,
                 small_splits(dev, (long long)nq * np, runs > 1 ? runs : 1), k, allowed,
                 nullptr, nullptr};
-    const size_t parts = (size_t)nq * np * p.splits * k, nk = (size_t)nq * k;
-    void *results;
+    const size_t parts = (size_t)nq * np * p.splits * k;
     const auto carve = [&](void *base) {
         Carve c(base);
         p.part_keys = c.take<float>(parts);
         p.part_idx = c.take<int>(parts);
-        results = c.take<char>(12 * nk);
         return c.used();
     };
     char *ws;
     SML_TRY(device_workspace(dev, carve(nullptr), reinterpret_cast<void **>(&ws)));
     carve(ws);
+    SML_TRY(small_out(dev, a, nq, &p.out));
     const bool l2 = a.metric == SIMIL_METRIC_L2;
     simil_status s;
     if (k <= 32)
@@ -160,8 +155,7 @@ simil_status small_batch(Device *dev, const sml_ivf_scan_args &a, const Inputs &
         s = l2 ? launch_probe_scan<true, kSmallMaxK>(p, nq, st)
                : launch_probe_scan<false, kSmallMaxK>(p, nq, st);
     SML_TRY(s);
-    trace_mark(st, "ivf: probe scan");
-    return finish_parts_to_host(dev, a, q0, nq, np * p.splits, p.part_keys, p.part_idx, results);
+    return small_out_to_host(dev, a, q0, nq, p.out);
 }
 
 }  // namespace

@@ -51,7 +51,6 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
                       ? small_splits(dev, nq, kPqMaxSplits) : 1;
     float *dist;
     int64_t *labels;
-    void *results;
     const size_t parts = scan.splits > 1 ? nk * scan.splits : nk;
     const auto carve = [&](void *base) {
         Carve c(base);
@@ -59,14 +58,12 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
         scan.out_idx = c.take<int>(parts);
         dist = c.take<float>(nk);
         labels = c.take<int64_t>(nk);
-        results = c.take<char>(scan.splits > 1 ? 12 * nk : 0);
-        scan.codebooks_by_codeword =
-            c.take<float>(swizzled ? (size_t)(a->m * a->ksub * a->dsub) : 0);
         return c.used();
     };
     char *ws;
     SML_TRY(device_workspace(dev, carve(nullptr), reinterpret_cast<void **>(&ws)));
     carve(ws);
+    if (scan.splits > 1) SML_TRY(small_out(dev, sc, nq, &scan.out));
     scan.queries = in.queries;
     scan.probes = in.probes;
     scan.probe_keys = in.keys;
@@ -76,6 +73,8 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     scan.list_size = in.list_size;
     scan.dim = (int)sc.dim;
     scan.codebooks = a->codebooks;
+    scan.codebooks_by_codeword = a->codebooks_by_codeword;
+    assert(!swizzled || scan.codebooks_by_codeword != nullptr);
     scan.m = (int)a->m;
     scan.ksub = (int)a->ksub;
     scan.dsub = (int)a->dsub;
@@ -89,8 +88,7 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     SML_TRY(launch_pq_fused(scan, a->lut_fp16 != 0, swizzled, nq, st));
     trace_mark(st, "ivf-pq: fused scan");
     if (scan.splits > 1)
-        return finish_parts_to_host(dev, sc, q0, nq, scan.splits, scan.out_keys, scan.out_idx,
-                                    results);
+        return small_out_to_host(dev, sc, q0, nq, scan.out);
     return finish_to_host(dev, sc, q0, nq, scan.out_keys, scan.out_idx, dist, labels);
 }
 

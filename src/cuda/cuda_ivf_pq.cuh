@@ -21,6 +21,7 @@
 
 #include "core/backend.h"
 #include "cuda/cuda_filter.cuh"
+#include "cuda/cuda_ivf.cuh"
 #include "cuda/cuda_util.cuh"
 
 namespace sml {
@@ -207,8 +208,9 @@ struct PqQueryScan {
     int code_size;
     int term1_at;
     int k;                       // <= kPqFusedMaxK
-    float *codebooks_by_codeword;  // swizzled: m x ksub x dsub floats of device memory
+    const float *codebooks_by_codeword;  // swizzled: the index's codebooks, ksub x m x dsub
     const uint32_t *allowed;     // the arena rows a filter allows, or null (cuda_filter.cuh)
+    SmallOut out;                // splits > 1: the results, from each query's last block
 };
 
 // The fused scan of nq queries; swizzled: the table by codeword (fp32, m a

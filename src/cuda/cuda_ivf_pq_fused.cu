@@ -19,6 +19,7 @@
 
 #include "cuda/cuda_ivf.cuh"
 #include "cuda/cuda_ivf_pq.cuh"
+#include "cuda/ivf_small_merge.cuh"
 #include "cuda/warp_select.cuh"
 
 namespace sml {
@@ -36,20 +37,9 @@ namespace {
 // (l % 4) ^ b of code word (l % m) / 4 ^ u.
 __host__ __device__ constexpr int swizzled_columns(int m) { return m > 32 ? m : 32; }
 
-// codebooks_by_codeword[(j * m + i) * dsub + t] = codebooks[(i * ksub + j) * dsub + t]:
-// the order in which fill_swizzled reads them, so that its loads coalesce.
-__global__ void pq_codebook_by_codeword_kernel(const float *codebooks, int m, int ksub, int dsub,
-                                               float *out)
-{
-    const int total = m * ksub * dsub;
-    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
-        const int t = e % dsub, ij = e / dsub, j = ij / m, i = ij % m;
-        out[e] = codebooks[((long long)i * ksub + j) * dsub + t];
-    }
-}
-
 // The table by codeword: entry (i, j) = scale * <x_i, codeword j of
-// sub-quantizer i>, from the codebooks by codeword.  Consecutive threads take
+// sub-quantizer i>, from the codebooks by codeword (the index's copy,
+// codeword j of every sub-quantizer together: the order read here).  Consecutive threads take
 // consecutive sub-quantizers of one codeword: their loads coalesce and their
 // writes fall in different banks.
 template <int M>
@@ -222,14 +212,25 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
         qv[warp * K + r * 32 + lane] = ws.wv[r];
     }
     __syncthreads();
-    if (warp != 0) return;
-    for (int e = K + lane; e < kPqWarps * K; e += 32) {
-        ws.add(qk[e], qv[e]);
-        if (ws.need_merge()) merge_queue<SWZ>(ws);
+    if (warp == 0) {
+        for (int e = K + lane; e < kPqWarps * K; e += 32) {
+            ws.add(qk[e], qv[e]);
+            if (ws.need_merge()) merge_queue<SWZ>(ws);
+        }
+        merge_queue<SWZ>(ws);
+        const long long out = ((long long)q * splits + split) * a.k;
+        ws.write(a.out_keys + out, a.out_idx + out);
     }
-    merge_queue<SWZ>(ws);
-    const long long out = ((long long)q * splits + split) * a.k;
-    ws.write(a.out_keys + out, a.out_idx + out);
+    if constexpr (SPLIT) {
+        // the queues' room is free again: the merge's lists and slots go there
+        __syncthreads();
+        auto *list_k = reinterpret_cast<float (*)[K]>(pq_smem);
+        auto *list_v = reinterpret_cast<int (*)[K]>(pq_smem + kPqWarps * K);
+        auto *slot_k = reinterpret_cast<float (*)[32]>(pq_smem + 2 * kPqWarps * K);
+        auto *slot_v = reinterpret_cast<int (*)[32]>(pq_smem + 2 * kPqWarps * K + kPqWarps * 32);
+        merge_if_last<K, kPqWarps>(a.out, q, splits, a.out_keys, a.out_idx, list_k, list_v,
+                                   slot_k, slot_v);
+    }
 }
 
 template <int K, bool FP16, int SWZ, bool SPLIT>
@@ -237,7 +238,8 @@ simil_status launch_query(const PqQueryScan &a, int nq, cudaStream_t st)
 {
     const size_t table = SWZ > 0 ? (size_t)a.ksub * swizzled_columns(SWZ) * 4
                                  : (size_t)query_table_bytes(a.m * a.ksub, FP16);
-    const size_t queues = (size_t)kPqWarps * K * 8;
+    // the queues, or for a split query the merge's lists and slots (SmallOut)
+    const size_t queues = (size_t)kPqWarps * (K + (SPLIT ? 32 : 0)) * 8;
     const size_t smem = table > queues ? table : queues;
     assert(SPLIT == (a.splits > 1));
     const auto kernel = pq_query_kernel<K, FP16, SWZ, SPLIT>;
@@ -271,11 +273,6 @@ simil_status launch_pq_fused(const PqQueryScan &scan, bool fp16, bool swizzled, 
                              cudaStream_t st)
 {
     if (nq == 0) return SIMIL_OK;
-    if (swizzled) {
-        pq_codebook_by_codeword_kernel<<<32, 256, 0, st>>>(scan.codebooks, scan.m, scan.ksub,
-                                                           scan.dsub, scan.codebooks_by_codeword);
-        SML_LAUNCH_TRY("pq_codebook_by_codeword_kernel");
-    }
     // split queries have k <= kSmallMaxK (cuda_ivf.cuh)
     assert(scan.splits == 1 || scan.k <= kSmallMaxK);
     if (scan.splits > 1) {

@@ -6,21 +6,25 @@
 // coarse search as a general exact search (fp16 candidates, their check
 // flags back to the host, a wait) and, for a scan planned on the host, the
 // probes' trip to the host and the plan's back.  Here the coarse search of
-// a small batch is two kernels that leave the probes in device memory:
-//   keys (coarse_keys_kernel): one warp per (query, centroid), the exact
-//       fp32 key of the exact search's re-ranking (exact_key), so that the
-//       probes and their keys are the bits the general coarse search gives;
-//   selection (coarse_select_kernel, one block per query): the nprobe
-//       smallest (key, centroid) pairs in order, as that search ranks them.
-// The code type's scan then splits each query over several blocks, and one
-// kernel merges their parts into the results (merge_finish_kernel).
-// Nothing comes back to the host until the results do, in one copy.
+// a small batch is one kernel (coarse_kernel) that leaves the probes in
+// device memory:
+//   keys: one warp per two (query, centroid) pairs, the exact fp32 key of
+//       the exact search's re-ranking (exact_key), so that the probes and
+//       their keys are the bits the general coarse search gives;
+//   selection (coarse_select_block, in the last block of the query to
+//       finish its keys): the nprobe smallest (key, centroid) pairs in
+//       order, as that search ranks them.
+// The code type's scan then splits each query over several blocks, and the
+// last of them merges their parts into the results (ivf_small_merge.cuh),
+// which it writes into pinned host memory: nothing comes back to the host
+// but the results, and no copy is queued for them.
 #include <assert.h>
 #include <string.h>
 
 #include <atomic>
 
 #include "cuda/cuda_ivf.cuh"
+#include "cuda/ivf_small_merge.cuh"
 #include "cuda/knn_device.cuh"
 #include "cuda/warp_select.cuh"
 
@@ -35,20 +39,6 @@ constexpr int kKeyWarps = kKeyThreads / 32;
 constexpr int kCentroidsPerWarp = 2;  // 8 left one query's 4,096 centroids to 64 blocks
 constexpr int kSelectThreads = 256;
 constexpr int kSelectWarps = kSelectThreads / 32;
-
-// keys[q * n + c]: exact key of query q against centroid c.
-__global__ void __launch_bounds__(kKeyThreads)
-coarse_keys_kernel(const float *queries, const float *centroids, int n, int dim, bool l2,
-                   float *keys)
-{
-    const int q = blockIdx.y, warp = threadIdx.x >> 5;
-    const float *x = queries + (long long)q * dim;
-    const int c0 = (blockIdx.x * kKeyWarps + warp) * kCentroidsPerWarp;
-    for (int c = c0; c < c0 + kCentroidsPerWarp && c < n; ++c) {
-        const float key = exact_key(x, centroids + (long long)c * dim, dim, l2);
-        if ((threadIdx.x & 31) == 0) keys[(long long)q * n + c] = key;
-    }
-}
 
 // Probes of query q: the np smallest (key, centroid) pairs, nearest first,
 // as list numbers (ids, or the centroid rows where null) and as the coarse
@@ -71,9 +61,8 @@ __device__ __forceinline__ unsigned coarse_order(float key)
     return to_ordered(key == 0.0f ? 0.0f : key);
 }
 
-__global__ void __launch_bounds__(kSelectThreads)
-coarse_select_kernel(const float *keys, int n, int np, bool l2, const int64_t *ids,
-                     int64_t *probes, float *distances)
+__device__ void coarse_select_block(const float *row, int n, int np, bool l2, const int64_t *ids,
+                                    int64_t *probes, float *distances)
 {
     __shared__ unsigned hist[256];
     __shared__ float pick_k[kCoarseMaxProbes];
@@ -82,10 +71,10 @@ coarse_select_kernel(const float *keys, int n, int np, bool l2, const int64_t *i
     __shared__ unsigned s_bin, s_before, s_in_bin;
     __shared__ int s_picked;
     static_assert(kSelectThreads == 256 && kCoarseMaxProbes <= kSelectThreads, "one bin per thread");
-    const int q = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const float *row = keys + (long long)q * n;
+    assert(blockDim.x == kSelectThreads);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const auto key_at = [&](int c) {
-        const float k = row[c];
+        const float k = __ldcg(row + c);  // other blocks' keys (last_block)
         return k != k ? INFINITY : k;  // NaN ranks last, as in the exact search
     };
     const bool cached = n <= kCoarseItems * kSelectThreads;
@@ -195,32 +184,37 @@ coarse_select_kernel(const float *keys, int n, int np, bool l2, const int64_t *i
         const int c = pick_v[tid];
         int rank = 0;
         for (int j = 0; j < np; ++j) rank += kv_less(pick_k[j], pick_v[j], k, c);
-        probes[(long long)q * np + rank] = ids ? ids[c] : c;
-        distances[(long long)q * np + rank] = l2 ? k : -k;
+        probes[rank] = ids ? ids[c] : c;
+        distances[rank] = l2 ? k : -k;
     }
 }
 
-// Query q's k best of its parts (parts x k pairs, rows -1 where empty), as
-// the batch path's selection (select_rows) and finish_kernel give them:
-// labels and distances of finish_row (finish_row_warp).
-template <int K>
-__global__ void __launch_bounds__(kSelectThreads)
-merge_finish_kernel(const float *part_keys, const int *part_idx, int parts, int k, bool l2,
-                    const int64_t *ids, int64_t *labels, float *distances)
+// keys[q * n + c]: exact key of query q (blockIdx.y) against centroid c,
+// then in the last block of the query to finish, its probes (as above).
+__global__ void __launch_bounds__(kKeyThreads)
+coarse_kernel(const float *queries, const float *centroids, int n, int dim, bool l2, int np,
+              const int64_t *ids, float *keys, unsigned *tickets, int64_t *probes,
+              float *distances)
 {
-    __shared__ float slot_k[kSelectWarps][32];
-    __shared__ int slot_v[kSelectWarps][32];
-    __shared__ float list_k[kSelectWarps][K];
-    __shared__ int list_v[kSelectWarps][K];
-    const int q = blockIdx.x, warp = threadIdx.x >> 5;
-    const int total = parts * k;
-    const long long row = (long long)q * total;
-    BufferedWarpSelect<K> ws;
-    ws.init(k, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
-    offer_parts<8>(ws, part_keys + row, part_idx + row, total, kSelectThreads);
-    if (!block_merge<K, kSelectWarps>(ws, k, list_k, list_v, slot_k, slot_v)) return;
-    finish_row_warp(k, list_k[0], list_v[0], l2, nullptr, ids, distances + (long long)q * k,
-                    labels + (long long)q * k);
+    static_assert(kKeyThreads == kSelectThreads, "the last block selects");
+    const int q = blockIdx.y, warp = threadIdx.x >> 5;
+    const float *x = queries + (long long)q * dim;
+    const int c0 = (blockIdx.x * kKeyWarps + warp) * kCentroidsPerWarp;
+    for (int c = c0; c < c0 + kCentroidsPerWarp && c < n; ++c) {
+        const float key = exact_key(x, centroids + (long long)c * dim, dim, l2);
+        if ((threadIdx.x & 31) == 0) keys[(long long)q * n + c] = key;
+    }
+    if (!last_block(tickets + q, gridDim.x)) return;
+    coarse_select_block(keys + (long long)q * n, n, np, l2, ids, probes + (long long)q * np,
+                        distances + (long long)q * np);
+}
+
+// The selection alone, one block per row (sml_cuda_coarse_select).
+__global__ void __launch_bounds__(kSelectThreads)
+coarse_select_kernel(const float *keys, int n, int np, bool l2, int64_t *probes, float *distances)
+{
+    const long long q = blockIdx.x;
+    coarse_select_block(keys + q * n, n, np, l2, nullptr, probes + q * np, distances + q * np);
 }
 
 }  // namespace
@@ -235,7 +229,8 @@ bool coarse_on_device(const sml_ivf_scan_args &a, int nq)
 }
 
 simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int nq,
-                           float *scratch, int64_t *probes, float *distances, cudaStream_t st)
+                           float *scratch, unsigned *tickets, int64_t *probes, float *distances,
+                           cudaStream_t st)
 {
     const sml_knn_args &c = a.probes.coarse_search;
     const int n = (int)c.n, np = (int)a.probes.nprobe;
@@ -245,44 +240,35 @@ simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int
     const dim3 grid((unsigned)((n + kKeyWarps * kCentroidsPerWarp - 1) /
                                (kKeyWarps * kCentroidsPerWarp)),
                     (unsigned)nq);
-    coarse_keys_kernel<<<grid, kKeyThreads, 0, st>>>(queries, c.base, n, (int)c.dim, l2, scratch);
-    SML_LAUNCH_TRY("coarse_keys_kernel");
-    coarse_select_kernel<<<nq, kSelectThreads, 0, st>>>(scratch, n, np, l2, c.base_ids, probes,
-                                                        distances);
-    SML_LAUNCH_TRY("coarse_select_kernel");
+    coarse_kernel<<<grid, kKeyThreads, 0, st>>>(queries, c.base, n, (int)c.dim, l2, np,
+                                                c.base_ids, scratch, tickets, probes, distances);
+    SML_LAUNCH_TRY("coarse_kernel");
     return SIMIL_OK;
 }
 
-simil_status finish_parts_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
-                                  int parts, const float *part_keys, const int *part_idx,
-                                  void *scratch)
+simil_status small_out(Device *dev, const sml_ivf_scan_args &a, int nq, SmallOut *o)
 {
     assert(a.k <= kSmallMaxK);
-    cudaStream_t st = dev->stream[0];
-    const int k = (int)a.k;
-    const size_t nk = (size_t)nq * k;
-    int64_t *labels = static_cast<int64_t *>(scratch);
-    float *dist = reinterpret_cast<float *>(labels + nk);
-    const bool l2 = a.metric == SIMIL_METRIC_L2;
-    const auto launch = [&](auto kernel) {
-        kernel<<<nq, kSelectThreads, 0, st>>>(part_keys, part_idx, parts, k, l2, a.lists.ids,
-                                              labels, dist);
-    };
-    if (k <= 32)
-        launch(merge_finish_kernel<32>);
-    else if (k <= 64)
-        launch(merge_finish_kernel<64>);
-    else
-        launch(merge_finish_kernel<kSmallMaxK>);
-    SML_LAUNCH_TRY("merge_finish_kernel");
-    // one copy through pinned memory, laid out as the scratch
+    const size_t nk = (size_t)nq * a.k;
     char *host;
     SML_TRY(device_results(dev, 12 * nk, reinterpret_cast<void **>(&host)));
-    SML_CUDA_TRY(cudaMemcpyAsync(host, scratch, 12 * nk, cudaMemcpyDeviceToHost, st));
-    SML_CUDA_TRY(cudaStreamSynchronize(st));
-    trace_mark(st, "ivf: parts merged, results to pinned memory");
-    memcpy(a.labels + q0 * k, host, 8 * nk);
-    memcpy(a.distances + q0 * k, host + 8 * nk, 4 * nk);
+    SML_TRY(device_tickets(dev, (size_t)nq, &o->tickets));
+    o->ids = a.lists.ids;
+    o->l2 = a.metric == SIMIL_METRIC_L2;
+    o->k = (int)a.k;
+    o->labels = reinterpret_cast<int64_t *>(host);
+    o->distances = reinterpret_cast<float *>(host + 8 * nk);
+    return SIMIL_OK;
+}
+
+simil_status small_out_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
+                               const SmallOut &o)
+{
+    const size_t nk = (size_t)nq * o.k;
+    SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[0]));
+    trace_mark(dev->stream[0], "ivf: split scan, parts merged into pinned memory");
+    memcpy(a.labels + q0 * o.k, o.labels, 8 * nk);
+    memcpy(a.distances + q0 * o.k, o.distances, 4 * nk);
     return SIMIL_OK;
 }
 
@@ -305,7 +291,7 @@ extern "C" simil_status sml_cuda_coarse_select(int64_t nq, int64_t n, int64_t np
                   (long long)nq, (long long)n, (long long)np);
     if (nq == 0) return SIMIL_OK;
     sml::coarse_select_kernel<<<(unsigned)nq, sml::kSelectThreads>>>(d_keys, (int)n, (int)np,
-                                                                     l2 != 0, nullptr, d_probes,
+                                                                     l2 != 0, d_probes,
                                                                      d_distances);
     SML_LAUNCH_TRY("coarse_select_kernel");
     SML_CUDA_TRY(cudaDeviceSynchronize());

@@ -41,6 +41,7 @@ typedef struct sml_ivf_pq {
     sml_ivf ivf;
     sml_pq pq;
     float *codebooks_mem;  /* backend: the PQ codebooks */
+    float *by_codeword_mem; /* backend: the same, codeword by codeword (ksub x m x dsub) */
     int by_residual;       /* 0: codes of the vectors, not of their residuals */
     float *zero_mem;       /* backend, by_residual = 0 only: nlist x dim zeros */
 } sml_ivf_pq;
@@ -71,12 +72,27 @@ static simil_status sml_ivf_pq_put(sml_backend *b, float **slot, const float *ho
     return SIMIL_OK;
 }
 
-/* The codebooks to backend memory. */
+/* The codebooks to backend memory, as they are and codeword by codeword:
+ * codeword j of every sub-quantizer together, the order in which the GPU's
+ * one-query tables read them (a kernel that reordered them on each call was
+ * one more launch per search). */
 static simil_status sml_ivf_pq_upload(sml_backend *b, sml_ivf_pq *x)
 {
     const sml_pq *pq = &x->pq;
-    return sml_ivf_pq_put(b, &x->codebooks_mem, pq->centroids,
-                          sizeof(float) * (size_t)(pq->m * pq->ksub * pq->dsub));
+    const size_t m = (size_t)pq->m, ksub = (size_t)pq->ksub, dsub = (size_t)pq->dsub;
+    float *by_codeword = NULL;
+    SML_TRY(sml_alloc((void **)&by_codeword, m * ksub * dsub, sizeof *by_codeword,
+                      "PQ codebooks by codeword"));
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < ksub; j++)
+            memcpy(by_codeword + (j * m + i) * dsub, pq->centroids + (i * ksub + j) * dsub,
+                   dsub * sizeof *by_codeword);
+    simil_status s = sml_ivf_pq_put(b, &x->by_codeword_mem, by_codeword,
+                                    sizeof(float) * m * ksub * dsub);
+    sml_free(by_codeword);
+    if (s == SIMIL_OK)
+        s = sml_ivf_pq_put(b, &x->codebooks_mem, pq->centroids, sizeof(float) * m * ksub * dsub);
+    return s;
 }
 
 /* The zero centroids of codes of the vectors, to backend memory; refused
@@ -161,6 +177,7 @@ simil_status sml_ivf_pq_append(simil_index *index, int64_t n, const int64_t *lis
 static void sml_ivf_pq_free_parts(sml_backend *b, sml_ivf_pq *x)
 {
     b->ops->mem_free(b, x->codebooks_mem);
+    b->ops->mem_free(b, x->by_codeword_mem);
     b->ops->mem_free(b, x->zero_mem);
     sml_ivf_free(b, &x->ivf);
     sml_pq_free(&x->pq);
@@ -197,11 +214,13 @@ static simil_status sml_ivf_pq_train(simil_index *index, int64_t n, const float 
     if (s == SIMIL_OK) s = sml_ivf_pq_upload(b, &next);
     if (s == SIMIL_OK) {
         sml_ivf_swap_quantizer(&x->ivf, &next.ivf);
-        float *t = x->pq.centroids, *cb = x->codebooks_mem;
+        float *t = x->pq.centroids, *cb = x->codebooks_mem, *bc = x->by_codeword_mem;
         x->pq.centroids = next.pq.centroids;
         x->codebooks_mem = next.codebooks_mem;
+        x->by_codeword_mem = next.by_codeword_mem;
         next.pq.centroids = t;
         next.codebooks_mem = cb;
+        next.by_codeword_mem = bc;
     }
     sml_ivf_pq_free_parts(b, &next);
     sml_free(res);
@@ -286,6 +305,7 @@ static simil_status sml_ivf_pq_search(const simil_index *index, const sml_search
         .ksub = x->pq.ksub,
         .dsub = x->pq.dsub,
         .codebooks = x->codebooks_mem,
+        .codebooks_by_codeword = x->by_codeword_mem,
         .coarse = sml_ivf_pq_base(x),
         /* term 1 holds <c, q(r)>, which codes of the vectors lack */
         .term1_at = x->by_residual && ivf->metric == SIMIL_METRIC_L2 &&

@@ -1,0 +1,66 @@
+// ivf_small_merge.cuh: the ends of a small batch's kernels (cuda_ivf.cuh,
+// "small batches"): the last block of a query to finish its coarse keys
+// selects its probes, and the last to finish its share of the scan merges
+// the query's parts into its results.
+//
+// A separate selection or merge kernel was one more launch per call, and with several
+// lanes issuing at once each launch cost 7-8 us of host time (H200); the
+// last block of each query (a ticket counter per query, the pattern of the
+// CUDA samples' threadFenceReduction) does the same work with no launch.
+#pragma once
+
+#include "cuda/cuda_ivf.cuh"
+#include "cuda/knn_device.cuh"
+#include "cuda/warp_select.cuh"
+
+namespace sml {
+
+// Every thread of a block of Warps warps calls this once the block's part
+// of query q is written (its k best (key, arena row) pairs, at part_keys /
+// part_idx + (q * parts + the block's part) * k).  The last of the query's
+// parts blocks to get here merges the query's parts * k pairs into its
+// results (o, with a.lists.ids and the metric of the scan), as the batch
+// path's selection and finish_kernel give them.  The four arrays are the
+// block's shared memory, free for this.
+// Every thread of a block calls this once the block's share of a piece of
+// work is written to global memory: true (in every thread) in the last of
+// the piece's `blocks` blocks to get here, which may then read the others'
+// writes (through L2: __ldcg).  *ticket counts the blocks done; the last
+// leaves it 0, ready for the next kernel on the lane (device_tickets).
+__device__ __forceinline__ bool last_block(unsigned *ticket, unsigned blocks)
+{
+    __shared__ bool last;
+    __threadfence();  // this block's writes, before its ticket
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(ticket, 1u) == blocks - 1;
+        if (last) *ticket = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+template <int K, int Warps>
+__device__ void merge_if_last(const SmallOut &o, int q, int parts, const float *part_keys,
+                              const int *part_idx, float (*list_k)[K], int (*list_v)[K],
+                              float (*slot_k)[32], int (*slot_v)[32])
+{
+    if (!last_block(o.tickets + q, (unsigned)parts)) return;
+    const int warp = threadIdx.x >> 5, total = parts * o.k;
+    const long long row = (long long)q * total;
+    BufferedWarpSelect<K> ws;
+    ws.init(o.k, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
+    // the other blocks' parts through L2 (__ldcg): never from this SM's L1
+    offer_ahead<8>(ws, (int)(threadIdx.x & ~31u), Warps * 32, total,
+                   [&](int e, float &key, int &idx) {
+                       const int i = e < total ? __ldcg(part_idx + row + e) : -1;
+                       key = i < 0 ? INFINITY : __ldcg(part_keys + row + e);
+                       idx = i < 0 ? kEmptyIdx : i;
+                   });
+    if (!block_merge<K, Warps>(ws, o.k, list_k, list_v, slot_k, slot_v)) return;
+    finish_row_warp(o.k, list_k[0], list_v[0], o.l2, nullptr, o.ids, o.distances + (long long)q * o.k,
+                    o.labels + (long long)q * o.k);
+}
+
+}  // namespace sml
