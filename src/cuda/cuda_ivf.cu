@@ -80,10 +80,9 @@ int input_batch(const sml_ivf_scan_args *a, long long q0, bool host_queries, boo
 // out as the input buffer: the list layout, the queries, given probes and
 // keys.  Found probes are written by the coarse search in the input buffer.
 simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0, int nq,
-                          bool device_probes, Inputs *in)
+                          bool device_probes, bool host_queries, Inputs *in)
 {
     cudaStream_t st = dev->stream[0];
-    const bool host_queries = !is_device_pointer(a->queries);
     const bool given = a->probes.lists != nullptr;
     const int64_t np = a->probes.nprobe;
     // the list layout: the index's copy in device memory, else sent with the inputs

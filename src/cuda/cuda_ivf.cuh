@@ -97,11 +97,11 @@ struct Inputs {
 // budget (and a grid within one launch).
 int input_batch(const sml_ivf_scan_args *a, long long q0, bool host_queries, bool device_probes);
 
-// Queries [q0, q0 + nq) to the device (unless there already), and with
-// device_probes their probes: the caller's, or the coarse search's, which
-// writes them in device memory.
+// Queries [q0, q0 + nq) to the device (unless there already: host_queries
+// false), and with device_probes their probes: the caller's, or the coarse
+// search's, which writes them in device memory.
 simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0, int nq,
-                          bool device_probes, Inputs *in);
+                          bool device_probes, bool host_queries, Inputs *in);
 
 // ---- probes on the host -------------------------------------------------
 
@@ -319,7 +319,7 @@ simil_status scan_planned(Device *dev, const sml_ivf_scan_args *a, const BatchLi
         const int n = input_batch(a, q0, host_queries, false);
         Inputs in{};
         trace_mark(dev->stream[0], "ivf: lock and join");
-        SML_TRY(stage_inputs(dev, a, q0, n, false, &in));
+        SML_TRY(stage_inputs(dev, a, q0, n, false, host_queries, &in));
         trace_mark(dev->stream[0], "ivf: queries staged");
         sml_ivf_scan_args args;
         FoundProbes found;

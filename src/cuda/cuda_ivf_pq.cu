@@ -189,7 +189,7 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
             const int n = input_batch(sc, q0, host_queries, true);
             Inputs in{};
             trace_mark(dev->stream[0], "ivf: lock and join");
-            SML_TRY(stage_inputs(dev, sc, q0, n, true, &in));
+            SML_TRY(stage_inputs(dev, sc, q0, n, true, host_queries, &in));
             trace_mark(dev->stream[0], "ivf: inputs staged, coarse search on the device");
             SML_TRY(fused_batch(dev, a, in, q0, n, allowed));
             q0 += n;

@@ -243,8 +243,10 @@ simil_status launch_query(const PqQueryScan &a, int nq, cudaStream_t st)
     const size_t smem = table > queues ? table : queues;
     assert(SPLIT == (a.splits > 1));
     const auto kernel = pq_query_kernel<K, FP16, SWZ, SPLIT>;
-    SML_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)smem));
+    // the opt-in past 48 KB only: one host call less per small batch
+    if (smem > (48 << 10))
+        SML_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)smem));
     kernel<<<dim3((unsigned)nq, (unsigned)a.splits), kPqThreads, smem, st>>>(a);
     SML_LAUNCH_TRY("pq_query_kernel");
     return SIMIL_OK;
