@@ -39,7 +39,7 @@ __host__ __device__ constexpr int swizzled_columns(int m) { return m > 32 ? m : 
 
 // The table by codeword: entry (i, j) = scale * <x_i, codeword j of
 // sub-quantizer i>, from the codebooks by codeword (the index's copy,
-// codeword j of every sub-quantizer together: the order read here).  Consecutive threads take
+// codeword j of every sub-quantizer together).  Consecutive threads take
 // consecutive sub-quantizers of one codeword: their loads coalesce and their
 // writes fall in different banks.
 template <int M>

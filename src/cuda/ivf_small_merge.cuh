@@ -3,10 +3,11 @@
 // selects its probes, and the last to finish its share of the scan merges
 // the query's parts into its results.
 //
-// A separate selection or merge kernel was one more launch per call, and with several
-// lanes issuing at once each launch cost 7-8 us of host time (H200); the
-// last block of each query (a ticket counter per query, the pattern of the
-// CUDA samples' threadFenceReduction) does the same work with no launch.
+// A separate selection or merge kernel was one more launch per call, and
+// with several lanes issuing at once each launch cost 7-8 us of host time
+// (H200); the last block of each query (a ticket counter per query, the
+// pattern of the CUDA samples' threadFenceReduction) does the same work
+// with no launch.
 #pragma once
 
 #include "cuda/cuda_ivf.cuh"
@@ -15,13 +16,6 @@
 
 namespace sml {
 
-// Every thread of a block of Warps warps calls this once the block's part
-// of query q is written (its k best (key, arena row) pairs, at part_keys /
-// part_idx + (q * parts + the block's part) * k).  The last of the query's
-// parts blocks to get here merges the query's parts * k pairs into its
-// results (o, with a.lists.ids and the metric of the scan), as the batch
-// path's selection and finish_kernel give them.  The four arrays are the
-// block's shared memory, free for this.
 // Every thread of a block calls this once the block's share of a piece of
 // work is written to global memory: true (in every thread) in the last of
 // the piece's `blocks` blocks to get here, which may then read the others'
@@ -41,6 +35,12 @@ __device__ __forceinline__ bool last_block(unsigned *ticket, unsigned blocks)
     return last;
 }
 
+// Every thread of a block of Warps warps calls this once the block's part
+// of query q is written (its k best (key, arena row) pairs, at part_keys /
+// part_idx + (q * parts + the block's part) * k).  The last of the query's
+// parts blocks to get here merges the query's parts * k pairs into its
+// results (o), as the batch path's selection and finish_kernel give them.
+// The four arrays are the block's shared memory, free for this.
 template <int K, int Warps>
 __device__ void merge_if_last(const SmallOut &o, int q, int parts, const float *part_keys,
                               const int *part_idx, float (*list_k)[K], int (*list_v)[K],
@@ -59,8 +59,8 @@ __device__ void merge_if_last(const SmallOut &o, int q, int parts, const float *
                        idx = i < 0 ? kEmptyIdx : i;
                    });
     if (!block_merge<K, Warps>(ws, o.k, list_k, list_v, slot_k, slot_v)) return;
-    finish_row_warp(o.k, list_k[0], list_v[0], o.l2, nullptr, o.ids, o.distances + (long long)q * o.k,
-                    o.labels + (long long)q * o.k);
+    finish_row_warp(o.k, list_k[0], list_v[0], o.l2, nullptr, o.ids,
+                    o.distances + (long long)q * o.k, o.labels + (long long)q * o.k);
 }
 
 }  // namespace sml
