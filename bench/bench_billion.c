@@ -28,6 +28,7 @@
  * built index is saved, freed, loaded back and checked to answer alike.
  * Every figure is printed as it is measured, so a run cut short keeps what
  * it had; --json FILE writes them all at the end. */
+#define _POSIX_C_SOURCE 200809L /* CLOCK_MONOTONIC under -std=c11 (clang) */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -10,6 +10,7 @@
  * queries that fell back to the fp32 path.  Select: k-selection alone over a
  * ROWS x COLS matrix in GPU memory, against the device-to-device copy
  * bandwidth measured in the same run. */
+#define _POSIX_C_SOURCE 200809L /* CLOCK_MONOTONIC under -std=c11 (clang) */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -19,6 +19,7 @@
  * "R@1" before 2026-11-25).  The timed searches
  * sit between cudaProfilerStart and cudaProfilerStop, so that
  * `ncu --profile-from-start off` profiles them and not the data's set-up. */
+#define _POSIX_C_SOURCE 200809L /* CLOCK_MONOTONIC under -std=c11 (clang) */
 #include <cuda_profiler_api.h>
 #include <stdio.h>
 #include <stdlib.h>

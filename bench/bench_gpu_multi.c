@@ -12,6 +12,7 @@
  * no split of the queries can beat that time), and the ceiling for
  * replication (one separate index per part, each searching its share of the
  * queries from its own thread, with no simil code between them). */
+#define _POSIX_C_SOURCE 200809L /* CLOCK_MONOTONIC under -std=c11 (clang) */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

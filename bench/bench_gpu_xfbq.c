@@ -19,6 +19,7 @@
  * exact GPU search (Flat, cosine).  Memory per vector is the GPU memory an
  * index took (cudaMemGetInfo before and after), divided by its size.  Each
  * part ends with the fastest setting whose precision is at least 0.99. */
+#define _POSIX_C_SOURCE 200809L /* CLOCK_MONOTONIC under -std=c11 (clang) */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -13,6 +13,7 @@
  * filter: per device, the median of 3 searches (201 below 100 queries per
  * call) of k neighbours unfiltered and with a random 1%, 10% and 50% of the
  * ids allowed (as a bitset), and the ratio of each QPS to the unfiltered one. */
+#define _POSIX_C_SOURCE 200809L /* CLOCK_MONOTONIC under -std=c11 (clang) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

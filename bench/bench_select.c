@@ -36,6 +36,7 @@
  *
  * Radix select launches one grid row per matrix row, so it is left out of
  * the sweep where rows pass 65,535. */
+#define _POSIX_C_SOURCE 200809L /* CLOCK_MONOTONIC under -std=c11 (clang) */
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <stdint.h>
