@@ -253,8 +253,8 @@ static int64_t sml_batch_share(const sml_batcher *b, int lanes)
 /* The leader, lock held: let the oldest search wait, up to max_wait_us after
  * it arrived, for its share of the callers (unless the batch is full), then
  * move the batch out of the queue, in order, into a list; returns its first
- * search. */
-static sml_batch_req *sml_batch_take(sml_batcher *b, int64_t limit, int lanes)
+ * search, and its count in *count. */
+static sml_batch_req *sml_batch_take(sml_batcher *b, int64_t limit, int lanes, int64_t *count)
 {
     assert(b->collecting && b->inflight < lanes);
     const int64_t want = sml_batch_share(b, lanes);
@@ -300,6 +300,7 @@ static sml_batch_req *sml_batch_take(sml_batcher *b, int64_t limit, int lanes)
     b->inflight++;
     if (b->inflight > b->most_inflight) b->most_inflight = b->inflight;
     b->inflight_searches += n;
+    *count = n;
     return first;
 }
 
@@ -325,18 +326,16 @@ static unsigned sml_batch_hand_lead(sml_batcher *b, int lanes)
     return b->head->bit;
 }
 
-/* Run the batch that starts at first (lock not held) with buffers buf, led
- * by the thread whose search is mine; each search ends done or alone, and
- * is woken.  A search that ran by itself and failed in its own thread is
+/* Run the batch of n searches that starts at first (lock not held) with
+ * buffers buf, led by the thread whose search is mine; each search ends done
+ * or alone, and is woken.  A search that ran by itself and failed in its own thread is
  * done, with its status: running it again would hide the failure.  Then the
  * lead goes to the oldest search still queued, if no one holds it. */
 static void sml_batch_run(sml_batcher *b, const simil_index *index, sml_batch_req *first,
-                          const sml_batch_req *mine, sml_batch_buf *buf, int lanes)
+                          int64_t n, const sml_batch_req *mine, sml_batch_buf *buf, int lanes)
 {
     simil_status s = SIMIL_OK;
     int failed_state = SML_ALONE;
-    int64_t n = 0;
-    for (const sml_batch_req *r = first; r != NULL; r = r->next) n++;
     if (first->next == NULL) {
         s = index->vt->search(index, first->call);
         if (first == mine) failed_state = SML_DONE;
@@ -432,7 +431,8 @@ simil_status sml_batcher_search(sml_batcher *b, const simil_index *index,
         if (atomic_load_explicit(&req.lead, memory_order_relaxed)) {
             assert(b->collecting && b->head == &req);
             atomic_store_explicit(&req.lead, 0, memory_order_relaxed);
-            sml_batch_req *first = sml_batch_take(b, be->batch_max_queries, lanes);
+            int64_t n;
+            sml_batch_req *first = sml_batch_take(b, be->batch_max_queries, lanes, &n);
             sml_batch_buf *buf = NULL;
             for (int i = 0; i < lanes && buf == NULL; i++)
                 if (!b->buf[i].busy) buf = &b->buf[i];
@@ -441,7 +441,7 @@ simil_status sml_batcher_search(sml_batcher *b, const simil_index *index,
             const unsigned next = sml_batch_hand_lead(b, lanes);
             pthread_mutex_unlock(&b->lock);
             if (next) sml_gen_wake(b, next);
-            sml_batch_run(b, index, first, &req, buf, lanes);
+            sml_batch_run(b, index, first, n, &req, buf, lanes);
             pthread_mutex_lock(&b->lock);
             continue;
         }
