@@ -11,30 +11,6 @@ namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// What the kernel reads of the caller's filter: its bitset over ids or its
-// ascending list, in device memory.
-struct DeviceFilter {
-    const uint64_t *bits;  // or null: the list
-    long long nbits;
-    const int64_t *ids;
-    long long n;
-};
-
-__device__ __forceinline__ bool id_allowed(const DeviceFilter &f, int64_t id)
-{
-    if (f.bits != nullptr)
-        return id >= 0 && id < f.nbits && ((f.bits[id >> 6] >> (id & 63)) & 1u);
-    long long lo = 0, hi = f.n;
-    while (lo < hi) {
-        const long long mid = lo + (hi - lo) / 2;
-        if (f.ids[mid] < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < f.n && f.ids[lo] == id;
-}
-
 // A thread per row, a warp per word of the result: every lane votes, so no
 // lane leaves before the ballot.
 __global__ void rows_allowed_kernel(const __grid_constant__ DeviceFilter f, const int64_t *ids,
@@ -145,6 +121,21 @@ simil_status rows_allowed(Device *dev, const sml_id_filter *f, const int64_t *id
     }
     *bits = out;
     *extra = buf + bit_bytes;
+    return SIMIL_OK;
+}
+
+simil_status labels_allowed(Device *dev, const sml_id_filter *f, const int64_t *labels,
+                            RowFilter *out)
+{
+    *out = RowFilter{};
+    if (f == nullptr) return SIMIL_OK;
+    assert(labels != nullptr);
+    const void *input;
+    SML_TRY(send_filter(dev, f, &input));
+    out->by_label = true;
+    out->f = DeviceFilter{f->bits ? static_cast<const uint64_t *>(input) : nullptr, f->nbits,
+                          f->bits ? nullptr : static_cast<const int64_t *>(input), f->n};
+    out->labels = labels;
     return SIMIL_OK;
 }
 

@@ -3,7 +3,9 @@
 // A search that allows only some ids makes, once per call, a bitset over the
 // rows of the stored array it scans (row r allowed iff the filter allows
 // ids[r]), from the caller's bitset or sorted id list and the rows' labels on
-// the device.  The scans then give a refused row the key +inf: Flat through
+// the device; an IVF scan of a small batch, which reads far fewer rows than
+// the bitset's pass over every label, tests the label of each row it reads
+// instead (RowFilter).  The scans then give a refused row the key +inf: Flat through
 // the per-column term its selection already adds (the squared norms for L2),
 // the pair scans by marking the refused positions of their distance
 // segments, IVF-PQ's fused scan and XFBQ in their kernels.  A +inf key never
@@ -28,6 +30,48 @@ __device__ __forceinline__ bool row_allowed(const uint32_t *bits, long long r)
     return bits == nullptr || ((bits[r >> 5] >> (r & 31)) & 1u);
 }
 
+// What a kernel reads of the caller's filter: its bitset over ids or its
+// ascending list, in device memory.
+struct DeviceFilter {
+    const uint64_t *bits;  // or null: the list
+    long long nbits;
+    const int64_t *ids;
+    long long n;
+};
+
+__device__ __forceinline__ bool id_allowed(const DeviceFilter &f, int64_t id)
+{
+    if (f.bits != nullptr)
+        return id >= 0 && id < f.nbits && ((f.bits[id >> 6] >> (id & 63)) & 1u);
+    long long lo = 0, hi = f.n;
+    while (lo < hi) {
+        const long long mid = lo + (hi - lo) / 2;
+        if (f.ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < f.n && f.ids[lo] == id;
+}
+
+// The rows a scan may rank: those of the rows' bitset (rows_allowed), or,
+// for a scan that reads few rows (a small batch), those whose labels the
+// caller's filter allows, tested as the scan reads them: the bitset costs a
+// pass over every row's label, more than a small batch's scan reads.
+struct RowFilter {
+    const uint32_t *rows;   // the rows' bitset, or null
+    bool by_label;          // else: labels[r] tested against f
+    DeviceFilter f;
+    const int64_t *labels;  // device, a label per row
+};
+
+// Whether a (no filter: rows null and by_label false) allows row r.
+__device__ __forceinline__ bool row_allowed(const RowFilter &a, long long r)
+{
+    if (a.by_label) return id_allowed(a.f, a.labels[r]);
+    return row_allowed(a.rows, r);
+}
+
 // The rows [0, n) of a stored array that f allows, by their labels ids
 // (device), into *bits (device, (n + 31) / 32 words; null where f is null),
 // with extra_bytes more device bytes, 16-aligned, at *extra for the caller
@@ -38,6 +82,12 @@ __device__ __forceinline__ bool row_allowed(const uint32_t *bits, long long r)
 // holds dev->lock.
 simil_status rows_allowed(Device *dev, const sml_id_filter *f, const int64_t *ids, long long n,
                           size_t extra_bytes, const uint32_t **bits, void **extra);
+
+// The filter f (null: none) for a scan that tests each row's label as it
+// reads the row (RowFilter::by_label): f sent to the device as
+// rows_allowed sends it, no bitset over the rows.  Caller holds dev->lock.
+simil_status labels_allowed(Device *dev, const sml_id_filter *f, const int64_t *labels,
+                            RowFilter *out);
 
 // add[r] = (norms ? norms[r] : 0) + (row r allowed ? 0 : +inf), r < n: the
 // per-column term of Flat's selection under a filter.

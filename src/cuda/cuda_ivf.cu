@@ -344,6 +344,13 @@ simil_status scan_rows_allowed(Device *dev, const sml_ivf_scan_args &a, const ui
     return SIMIL_OK;
 }
 
+simil_status scan_filter(Device *dev, const sml_ivf_scan_args &a, bool by_label, RowFilter *out)
+{
+    if (by_label) return labels_allowed(dev, a.filter, a.lists.ids, out);
+    *out = RowFilter{};
+    return scan_rows_allowed(dev, a, &out->rows);
+}
+
 simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, const PairPlan &dev,
                           const PairScratch &s, const uint32_t *allowed, cudaStream_t st)
 {

@@ -80,6 +80,11 @@ simil_status ivf_locked(sml_backend *b, const sml_ivf_scan_args &a, Scan scan)
 // lists; null without a filter.  Once per call, before its batches.
 simil_status scan_rows_allowed(Device *dev, const sml_ivf_scan_args &a, const uint32_t **bits);
 
+// The same as a RowFilter (cuda_filter.cuh), or with by_label, for a scan
+// that reads few rows (a small batch), the filter tested on the labels of
+// the rows it reads, without the rows' bitset.
+simil_status scan_filter(Device *dev, const sml_ivf_scan_args &a, bool by_label, RowFilter *out);
+
 // ---- staging ------------------------------------------------------------
 
 // A batch's inputs in device memory: its queries, and for a scan that reads

@@ -51,7 +51,7 @@ struct ProbeScan {
     int dim;
     int splits;
     int k;
-    const uint32_t *allowed;     // the rows a filter allows, or null
+    RowFilter allowed;           // the rows a filter allows (no filter: all)
     float *part_keys;            // nq x nprobe x splits x k
     int *part_idx;
     SmallOut out;                // the results, from each query's last block
@@ -124,7 +124,7 @@ bool small_fits(const sml_ivf_scan_args &a, long long nq)
 // Queries [q0, q0 + nq) of a, their inputs on the device (stage_inputs with
 // device probes): the probe scan, the merge, the results.
 simil_status small_batch(Device *dev, const sml_ivf_scan_args &a, const Inputs &in,
-                         long long q0, int nq, long long mean_rows, const uint32_t *allowed)
+                         long long q0, int nq, long long mean_rows, const RowFilter &allowed)
 {
     cudaStream_t st = dev->stream[0];
     const int np = (int)a.probes.nprobe, k = (int)a.k;
@@ -170,9 +170,10 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
                              kCandidateBudget, kMaxBatch};
     const FloatRows rows{static_cast<const float *>(a->lists.codes), (int)a->dim};
     return ivf_locked(b, *a, [&](Device *dev) {
-        const uint32_t *allowed;
-        SML_TRY(scan_rows_allowed(dev, *a, &allowed));
-        if (small_fits(*a, a->nq)) {
+        const bool small = small_fits(*a, a->nq);
+        RowFilter allowed;
+        SML_TRY(scan_filter(dev, *a, small, &allowed));
+        if (small) {
             long long total = 0;
             for (int64_t l = 0; l < a->lists.nlist; ++l) total += a->lists.size[l];
             const long long mean_rows = total / a->lists.nlist;
@@ -190,7 +191,7 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
         }
         return scan_planned(dev, a, limits,
                             [&](const sml_ivf_scan_args &batch, long long, long long sub, int n) {
-                                return tiled_batch(dev, batch, sub, n, rows, allowed);
+                                return tiled_batch(dev, batch, sub, n, rows, allowed.rows);
                             });
     });
 }

@@ -39,7 +39,7 @@ bool pq_fused(const sml_ivf_pq_scan_args *a)
 
 // Queries [q0, q0 + nq) in one launch, from their inputs on the device.
 simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Inputs &in,
-                         long long q0, int nq, const uint32_t *allowed)
+                         long long q0, int nq, const RowFilter &allowed)
 {
     cudaStream_t st = dev->stream[0];
     const sml_ivf_scan_args &sc = a->scan;
@@ -171,9 +171,12 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
     SML_RETURN_IF(sc->k >= INT32_MAX || sc->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
                   "IVF scan on the GPU: k and dim must be below 2^31");
     return ivf_locked(b, *sc, [&](Device *dev) -> simil_status {
-        const uint32_t *allowed;
-        SML_TRY(scan_rows_allowed(dev, *sc, &allowed));
-        if (!pq_fused(a)) {
+        // a fused scan of a few queries tests the filter on the labels of
+        // the rows it reads
+        const bool fused = pq_fused(a);
+        RowFilter allowed;
+        SML_TRY(scan_filter(dev, *sc, fused && sc->nq <= ivf_small_max(), &allowed));
+        if (!fused) {
             const BatchLimits limits{kPairShape, sc->k > kMaxWarpSelectK ? (size_t)8 : (size_t)4,
                                      kCandidateBudget, kMaxBatch};
             return scan_planned(dev, sc, limits,
@@ -181,7 +184,7 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
                                     int n) {
                                     sml_ivf_pq_scan_args pq = *a;
                                     pq.scan = batch;
-                                    return pair_batch(dev, &pq, sub, n, allowed);
+                                    return pair_batch(dev, &pq, sub, n, allowed.rows);
                                 });
         }
         const bool host_queries = !is_device_pointer(sc->queries);

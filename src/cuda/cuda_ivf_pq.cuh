@@ -209,7 +209,7 @@ struct PqQueryScan {
     int term1_at;
     int k;                       // <= kPqFusedMaxK
     const float *codebooks_by_codeword;  // swizzled: the index's codebooks, ksub x m x dsub
-    const uint32_t *allowed;     // the arena rows a filter allows, or null (cuda_filter.cuh)
+    RowFilter allowed;           // the arena rows a filter allows (cuda_filter.cuh)
     SmallOut out;                // splits > 1: the results, from each query's last block
 };
 

@@ -510,14 +510,25 @@ static void test_small_batches(void **state)
                     small_same_as_batch(what, gpu, p, nqs[a], q, ks[c]);
                     simil_search_params_destroy(p);
                 }
+        /* the small path tests the filter on the labels of the rows it
+         * reads, the batch path makes the rows' bitset: as a bitset and as
+         * a list (bisection), the same results */
         simil_search_params *bits, *list;
         sml_test_allow_params(allowed, n, "nprobe=7", &bits, &list);
-        small_same_as_batch("IVF64,Flat filtered", gpu, bits, 5, q, 10);
+        small_same_as_batch("IVF64,Flat filtered (bitset)", gpu, bits, 5, q, 10);
+        small_same_as_batch("IVF64,Flat filtered (list)", gpu, list, 5, q, 10);
+        small_same_as_batch("IVF64,Flat filtered (list)", gpu, list, 1, q, 100);
         simil_search_params_destroy(bits);
         simil_search_params_destroy(list);
         simil_index_destroy(cpu);
         simil_index_destroy(gpu);
         twin("IVF32,PQ8", dim, metrics[m], n, x, &cpu, &gpu);
+        sml_test_allow_params(allowed, n, "nprobe=9,precomputed_tables=1", &bits, &list);
+        small_same_as_batch("IVF32,PQ8 filtered (bitset)", gpu, bits, 5, q, 10);
+        small_same_as_batch("IVF32,PQ8 filtered (list)", gpu, list, 1, q, 10);
+        small_same_as_batch("IVF32,PQ8 filtered (list)", gpu, list, 64, q, 100);
+        simil_search_params_destroy(bits);
+        simil_search_params_destroy(list);
         const char *luts[] = {"fp32", "fp16"};
         for (int t = 0; t < 2; t++)
             for (size_t a = 0; a < 3; a++)
