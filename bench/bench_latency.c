@@ -84,7 +84,7 @@ typedef struct options {
     int threads;
     double seconds;
     int64_t wait_us;  /* -1: none */
-    int lanes[8];     /* --lanes */
+    int lanes[16];    /* --lanes */
     int nlanes;       /* 0: the library's */
     long long small_max;  /* -1: the library's */
     const char *csv;
@@ -489,10 +489,10 @@ int main(int argc, char **argv)
         else if (!strcmp(arg, "--seconds")) o.seconds = atof(val);
         else if (!strcmp(arg, "--wait-us")) o.wait_us = atoll(val);
         else if (!strcmp(arg, "--lanes")) {
-            for (const char *v = val; *v && o.nlanes < 8;) {
+            for (const char *v = val; *v && o.nlanes < 16;) {
                 char *end;
                 const long l = strtol(v, &end, 10);
-                if (end == v || l < 1 || l > 8) usage();
+                if (end == v || l < 1 || l > 16) usage();
                 o.lanes[o.nlanes++] = (int)l;
                 v = *end == ',' ? end + 1 : end;
             }

@@ -27,7 +27,7 @@ constexpr int kMaxDevices = 64;
 // callers of IVF4096,PQ32 and IVF4096,Flat, H200: 4, 6 and 8 lanes within a
 // few percent of each other with PQ, 8 ahead with Flat (docs/benchmarks.md).
 constexpr int kDefaultLanes = 8;
-constexpr int kMaxLanes = 8;
+constexpr int kMaxLanes = 16;
 static_assert(sizeof(Device::lane) / sizeof(Device *) == kMaxLanes - 1, "lane 0 is the Device");
 Device *devices[kMaxDevices];
 pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;

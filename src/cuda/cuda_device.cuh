@@ -65,13 +65,13 @@ struct Device {
     pthread_mutex_t lock;
     // lane 0 only: the other lanes, lane[0 .. lanes - 1] (written under
     // lanes_lock, before lanes grows; read without it)
-    Device *lane[7];
+    Device *lane[15];
     std::atomic<int> lanes;
     std::atomic<unsigned> turn;  // the lane a small batch waits for when all are busy
     pthread_mutex_t lanes_lock;
 };
 
-// Lanes a GPU may have at most (lane 0 included), 1 to 8 (sml_cuda_lanes).
+// Lanes a GPU may have at most (lane 0 included), 1 to 16 (sml_cuda_lanes).
 int lanes_max();
 
 // A lane of dev (lane 0), locked: for small, the first free one (a new one

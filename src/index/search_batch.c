@@ -58,7 +58,7 @@
 enum { SML_QUEUED, SML_TAKEN, SML_DONE, SML_ALONE };
 
 /* batch_lanes beyond this count as this many */
-#define SML_BATCH_MAX_LANES 8
+#define SML_BATCH_MAX_LANES 16
 
 #ifndef __linux__
 #define FUTEX_BITSET_MATCH_ANY 0xffffffffu
