@@ -65,6 +65,8 @@ simil_status ivf_locked(sml_backend *b, const sml_ivf_scan_args &a, Scan scan)
 {
     const bool join = is_device_pointer(a.queries);
     Device *dev = lane_lock(device_of(b), a.nq <= ivf_small_max());
+    dev->asked = a.queries;
+    dev->asked_on_device = join;
     simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
     if (s == SIMIL_OK && join) s = device_join_caller(dev);
     if (s == SIMIL_OK) s = scan(dev);
@@ -74,6 +76,14 @@ simil_status ivf_locked(sml_backend *b, const sml_ivf_scan_args &a, Scan scan)
     }
     pthread_mutex_unlock(&dev->lock);
     return s;
+}
+
+// Whether p, a scan's queries, is host memory: the answer ivf_locked got
+// where it asked about p (cudaPointerGetAttributes is a driver call, which
+// costs as a launch does when lanes issue at once).
+inline bool queries_on_host(const Device *dev, const void *p)
+{
+    return p == dev->asked ? !dev->asked_on_device : !is_device_pointer(p);
 }
 
 // The arena rows a's filter allows (cuda_filter.cuh), over every row of its
@@ -319,7 +329,7 @@ template <typename Batch>
 simil_status scan_planned(Device *dev, const sml_ivf_scan_args *a, const BatchLimits &limits,
                           Batch batch)
 {
-    const bool host_queries = !is_device_pointer(a->queries);
+    const bool host_queries = queries_on_host(dev, a->queries);
     for (long long q0 = 0; q0 < a->nq;) {
         const int n = input_batch(a, q0, host_queries, false);
         Inputs in{};

@@ -177,7 +177,7 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
             long long total = 0;
             for (int64_t l = 0; l < a->lists.nlist; ++l) total += a->lists.size[l];
             const long long mean_rows = total / a->lists.nlist;
-            const bool host_queries = !is_device_pointer(a->queries);
+            const bool host_queries = queries_on_host(dev, a->queries);
             for (long long q0 = 0; q0 < a->nq;) {
                 const int n = input_batch(a, q0, host_queries, true);
                 Inputs in{};

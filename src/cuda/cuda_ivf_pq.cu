@@ -187,7 +187,7 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
                                     return pair_batch(dev, &pq, sub, n, allowed.rows);
                                 });
         }
-        const bool host_queries = !is_device_pointer(sc->queries);
+        const bool host_queries = queries_on_host(dev, sc->queries);
         for (long long q0 = 0; q0 < sc->nq;) {
             const int n = input_batch(sc, q0, host_queries, true);
             Inputs in{};
