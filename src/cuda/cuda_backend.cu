@@ -455,13 +455,13 @@ simil_status device_tickets(Device *dev, size_t n, unsigned **out)
 {
     const size_t bytes = (n + 255) / 256 * 256 * sizeof(unsigned);
     if (bytes > dev->tickets_bytes) {
-        device_free(dev->tickets);
-        dev->tickets = nullptr;
-        dev->tickets_bytes = 0;
-        SML_CUDA_TRY(device_malloc(&dev->tickets, bytes));
+        void *grown;
+        SML_TRY(grow_device_buffer(reinterpret_cast<void **>(&dev->tickets), &dev->tickets_bytes,
+                                   bytes, &grown));
         // zeroed once: every kernel that takes tickets leaves them zero
-        SML_CUDA_TRY(cudaMemsetAsync(dev->tickets, 0, bytes, dev->stream[0]));
-        dev->tickets_bytes = bytes;
+        const cudaError_t e = cudaMemsetAsync(grown, 0, bytes, dev->stream[0]);
+        if (e != cudaSuccess) dev->tickets_bytes = 0;  // grown and zeroed again next time
+        SML_CUDA_TRY(e);
     }
     *out = dev->tickets;
     return SIMIL_OK;

@@ -51,13 +51,7 @@ __device__ void merge_if_last(const SmallOut &o, int q, int parts, const float *
     const long long row = (long long)q * total;
     BufferedWarpSelect<K> ws;
     ws.init(o.k, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
-    // the other blocks' parts through L2 (__ldcg): never from this SM's L1
-    offer_ahead<8>(ws, (int)(threadIdx.x & ~31u), Warps * 32, total,
-                   [&](int e, float &key, int &idx) {
-                       const int i = e < total ? __ldcg(part_idx + row + e) : -1;
-                       key = i < 0 ? INFINITY : __ldcg(part_keys + row + e);
-                       idx = i < 0 ? kEmptyIdx : i;
-                   });
+    offer_parts<8>(ws, part_keys + row, part_idx + row, total, Warps * 32);
     if (!block_merge<K, Warps>(ws, o.k, list_k, list_v, slot_k, slot_v)) return;
     finish_row_warp(o.k, list_k[0], list_v[0], o.l2, nullptr, o.ids,
                     o.distances + (long long)q * o.k, o.labels + (long long)q * o.k);

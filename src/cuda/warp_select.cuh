@@ -502,13 +502,15 @@ __device__ __forceinline__ void offer_ahead(Select &ws, int e0, int step, int to
 // Offers ws, a warp of a block of threads, the parts of one row: total
 // pairs (part_keys[e], part_idx[e]), an index below 0 being an empty slot;
 // the block's warps take every threads-th pair from their first (offer_ahead).
+// The parts are read through L2 (__ldcg), never from this SM's L1: other
+// blocks of the same kernel may have written them (ivf_small_merge.cuh).
 template <int A, typename Select>
 __device__ __forceinline__ void offer_parts(Select &ws, const float *part_keys,
                                             const int *part_idx, int total, int threads)
 {
     offer_ahead<A>(ws, (int)(threadIdx.x & ~31u), threads, total, [&](int e, float &key, int &idx) {
-        const int i = e < total ? part_idx[e] : -1;
-        key = i < 0 ? INFINITY : part_keys[e];
+        const int i = e < total ? __ldcg(part_idx + e) : -1;
+        key = i < 0 ? INFINITY : __ldcg(part_keys + e);
         idx = i < 0 ? kEmptyIdx : i;
     });
 }
