@@ -1,5 +1,7 @@
 // cuda_kernels.cu: small kernels around search (see cuda_kernels.cuh).
+#include <assert.h>
 #include <math.h>
+#include <string.h>
 
 #include "cuda/cuda_kernels.cuh"
 #include "cuda/cuda_util.cuh"
@@ -33,13 +35,13 @@ __global__ void move_rows_kernel(unsigned *dst, const int64_t *dst_rows, const u
 }
 
 // One warp per row.
-__global__ void scale_to_half_kernel(long long n, int dim, const float *x, __half *out,
-                                     float *inv_scale, float *norms, float *max_norm)
+// Row r of x (any memory the device reads, the kernel's arguments too) to
+// fp16 as launch_scale_to_half describes; one warp, lane = threadIdx.x % 32.
+__device__ __forceinline__ void scale_row_to_half(const float *r, int dim, long long row,
+                                                  __half *out, float *inv_scale, float *norms,
+                                                  float *max_norm)
 {
-    const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (row >= n) return;
     const int lane = threadIdx.x & 31;
-    const float *r = x + row * dim;
     float s = 0;
     for (int j = lane; j < dim; j += 32) s = fmaf(r[j], r[j], s);
     const float norm = sqrtf(warp_sum(s));
@@ -53,6 +55,26 @@ __global__ void scale_to_half_kernel(long long n, int dim, const float *x, __hal
         // norms are non-negative, so their bit patterns order like the values
         if (max_norm) atomicMax(reinterpret_cast<int *>(max_norm), __float_as_int(norm));
     }
+}
+
+__global__ void scale_to_half_kernel(long long n, int dim, const float *x, __half *out,
+                                     float *inv_scale, float *norms, float *max_norm)
+{
+    const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (row >= n) return;
+    scale_row_to_half(x + row * dim, dim, row, out, inv_scale, norms, max_norm);
+}
+
+// The rows sent as the launch's arguments: one warp per row, which it also
+// writes to x in fp32.
+__global__ void scale_sent_to_half_kernel(const __grid_constant__ SentRows a, float *x, __half *out,
+                                          float *inv_scale, float *norms)
+{
+    const int row = (int)(((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    if (row >= a.n) return;
+    const float *r = a.x + (long long)row * a.dim;
+    for (int j = threadIdx.x & 31; j < a.dim; j += 32) x[(long long)row * a.dim + j] = r[j];
+    scale_row_to_half(r, a.dim, row, out, inv_scale, norms, nullptr);
 }
 
 // One block of 128 threads per query; each warp takes candidates in turn.
@@ -130,6 +152,23 @@ simil_status launch_scale_to_half(long long n, int dim, const float *x, __half *
     scale_to_half_kernel<<<blocks_for(n * 32, 256), 256, 0, s>>>(n, dim, x, out, inv_scale,
                                                                   norms, max_norm);
     SML_LAUNCH_TRY("scale_to_half_kernel");
+    return SIMIL_OK;
+}
+
+bool sent_rows_fit(long long n, int dim) { return n * dim <= SentRows::kFloats; }
+
+simil_status launch_scale_sent_to_half(int n, int dim, const float *host_x, float *x, __half *out,
+                                       float *inv_scale, float *norms, cudaStream_t s)
+{
+    assert(sent_rows_fit(n, dim));
+    if (n == 0) return SIMIL_OK;
+    SentRows a;
+    a.n = n;
+    a.dim = dim;
+    memcpy(a.x, host_x, sizeof(float) * (size_t)n * (size_t)dim);
+    scale_sent_to_half_kernel<<<blocks_for((long long)n * 32, 256), 256, 0, s>>>(a, x, out,
+                                                                                inv_scale, norms);
+    SML_LAUNCH_TRY("scale_sent_to_half_kernel");
     return SIMIL_OK;
 }
 

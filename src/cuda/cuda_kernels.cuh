@@ -30,6 +30,24 @@ simil_status launch_scale_to_half(long long n, int dim, const float *x, __half *
                                   float *inv_scale, float *norms, float *max_norm,
                                   cudaStream_t s);
 
+// Rows of fp32 values small enough to travel as a kernel's arguments (a
+// launch carries them: no copy, no staging buffer).  3,840 bytes, under the
+// 4 KB that every architecture takes.
+struct SentRows {
+    static constexpr int kFloats = 952;
+    int n, dim;
+    float x[kFloats];
+};
+
+// Whether n rows of dim floats fit in SentRows.
+bool sent_rows_fit(long long n, int dim);
+
+// launch_scale_to_half of n rows (sent_rows_fit) read from host_x (host
+// memory, read by the call: the launch carries them), also written to x
+// (device, n x dim fp32); without max_norm.
+simil_status launch_scale_sent_to_half(int n, int dim, const float *host_x, float *x, __half *out,
+                                       float *inv_scale, float *norms, cudaStream_t s);
+
 // keys[q][c] = exact key of candidate idx[q][c] for query q: ||x - y||^2
 // (l2) or -<x, y>; idx < 0 gives +inf.  One block per query.
 simil_status launch_rerank(int nq, int dim, const float *queries, const float *base,

@@ -6,7 +6,8 @@
  * dims of every load width (1, 3, 6, 100, 785) and of tensor cores (16, 48,
  * 80, 96, 784, 2048; also on CUDA cores), bases shorter than one
  * slice, k > n, slices with a short last one, queries whose candidates fail
- * the bound (redone in fp32), and queries and results in GPU memory. */
+ * the bound (redone in fp32), queries sent as kernel arguments (up to 952
+ * floats a batch) and copied, and queries and results in GPU memory. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
