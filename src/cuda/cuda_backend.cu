@@ -23,10 +23,11 @@ namespace sml {
 namespace {
 
 constexpr int kMaxDevices = 64;
-// Lanes per GPU unless sml_cuda_lanes says otherwise (cuda_device.cuh).  16
-// callers of IVF4096,PQ32 and IVF4096,Flat, H200: 4, 6 and 8 lanes within a
-// few percent of each other with PQ, 8 ahead with Flat (docs/benchmarks.md).
-constexpr int kDefaultLanes = 8;
+// Lanes per GPU unless sml_cuda_lanes says otherwise (cuda_device.cuh); a
+// lane is made only when that many small batches run at once.  16 callers of
+// IVF4096,PQ32 and IVF4096,Flat, H200: 16 lanes 7% and 21% ahead of 8
+// (docs/benchmarks.md).
+constexpr int kDefaultLanes = 16;
 constexpr int kMaxLanes = 16;
 static_assert(sizeof(Device::lane) / sizeof(Device *) == kMaxLanes - 1, "lane 0 is the Device");
 Device *devices[kMaxDevices];

@@ -85,7 +85,7 @@ simil_status sml_cuda_coarse_select(int64_t nq, int64_t n, int64_t np, int l2, c
 /* Tests and benchmarks: how many small IVF batches (at most
  * sml_cuda_ivf_small_max queries) may run side by side on one GPU, each on a
  * lane of its own (streams, buffers; cuda_device.cuh), 1 to 16; 0 or less
- * restores the default (8).  Backends opened from then on tell the search
+ * restores the default (16).  Backends opened from then on tell the search
  * batcher (backend.h, batch_lanes).  Not for concurrent use. */
 void sml_cuda_lanes(int lanes);
 
