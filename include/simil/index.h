@@ -116,12 +116,12 @@ SIMIL_API int simil_index_uses_search_param(const simil_index *index, const char
  * runs, the searches other threads start wait, and those of the same k and
  * parameters then run together as one batch, in one pass over the data.
  * Each caller gets exactly the results it would get alone; a lone caller
- * pays only a lock.  On a GPU, up to 8 small batches (IVF searches of at
+ * pays only a lock.  On a GPU, up to 16 small batches (IVF searches of at
  * most 64 queries) run side by side, each on a set of streams and buffers
  * of its own; on the CPU, one batch runs at a time.  On by default for
  * Flat, IVFn,Flat, IVFn,PQm and XFBQ indexes, with max_wait_us = 100.
  * enabled: 0 runs every search on its own (concurrent small IVF searches of
- *   a GPU index then run side by side, up to 8 at once; other searches of a
+ *   a GPU index then run side by side, up to 16 at once; other searches of a
  *   GPU index take turns on the device).
  * max_wait_us: how long a batch may wait, after its first search arrived, for
  *   others to join before it starts (>= 0; at most 10^7).  It waits only
