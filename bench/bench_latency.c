@@ -42,6 +42,8 @@
  *   --small-cores C    GPU exact search: the small-batch path's dot products
  *                      on tensor cores (tensor, the default, where 16 divides
  *                      the dimension) or CUDA cores (cuda)
+ *   --knn-one 0|1      GPU exact search: one host query in one launch (1, the
+ *                      default) or in three (0: scaling, scan, finish)
  *   --csv FILE         append the results as CSV (header when new)
  *   --write-fvecs DIR  write DIR/base.fvecs, DIR/train.fvecs and
  *                      DIR/queries-B.fvecs (B of --batch) of exactly the
@@ -137,7 +139,7 @@ static void usage(void)
             "                     [--batch 1,4,...] [--reps R] [--threads T] [--seconds S]\n"
             "                     [--wait-us W] [--lanes 1,2,...] [--small-max Q]\n"
             "                     [--ivf-small-max Q]\n"
-            "                     [--small-cores tensor|cuda]\n"
+            "                     [--small-cores tensor|cuda] [--knn-one 0|1]\n"
             "                     [--csv FILE]\n"
             "                     [--write-fvecs DIR] INDEX[@NPROBE] ...\n"
             "(see the comment at the top of bench/bench_latency.c)\n");
@@ -502,6 +504,9 @@ int main(int argc, char **argv)
         else if (!strcmp(arg, "--small-cores")) {
             if (strcmp(val, "tensor") && strcmp(val, "cuda")) usage();
             sml_cuda_knn_small_tensor(!strcmp(val, "tensor"));
+        } else if (!strcmp(arg, "--knn-one")) {
+            if (strcmp(val, "0") && strcmp(val, "1")) usage();
+            sml_cuda_knn_small_one_launch(atoi(val));
         } else if (!strcmp(arg, "--csv")) o.csv = val;
         else if (!strcmp(arg, "--write-fvecs")) o.fvecs_dir = val;
         else usage();

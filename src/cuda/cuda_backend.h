@@ -95,6 +95,12 @@ void sml_cuda_lanes(int lanes);
  * Not for concurrent use. */
 void sml_cuda_knn_small_tensor(int on);
 
+/* Whether the small-batch path searches one query from host memory in one
+ * launch (the default, on: the query sent with the launch, the last block
+ * finishing) or in three (0: scaling, scan, finish): for benchmarks and
+ * tests that compare the two.  Not for concurrent use. */
+void sml_cuda_knn_small_one_launch(int on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,12 +42,8 @@ __device__ __forceinline__ void scale_row_to_half(const float *r, int dim, long 
                                                   float *max_norm)
 {
     const int lane = threadIdx.x & 31;
-    float s = 0;
-    for (int j = lane; j < dim; j += 32) s = fmaf(r[j], r[j], s);
-    const float norm = sqrtf(warp_sum(s));
-    int exponent = 0;
-    frexpf(norm, &exponent);  // norm = m * 2^exponent, m in [0.5, 1)
-    const float scale = norm > 0 ? ldexpf(1.0f, 7 - exponent) : 1.0f;
+    const float norm = warp_norm(r, dim);
+    const float scale = half_scale(norm);
     for (int j = lane; j < dim; j += 32) out[row * dim + j] = __float2half_rn(r[j] * scale);
     if (lane == 0) {
         inv_scale[row] = 1.0f / scale;

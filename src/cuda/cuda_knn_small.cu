@@ -30,6 +30,11 @@
 //       kk-th must exceed the k-th by more than 2E), re-ranks the candidates
 //       with exact fp32 keys (exact_key, as the batch path's rerank) and
 //       writes the k best as final rows (finish_row_warp).
+//   one query (small_one_kernel): a single host query is sent with the scan's
+//       launch (OneQuery); each block scales it to the same halves the
+//       scaling kernel gives (warp_norm, half_scale), and the last block to
+//       finish its slice (last_block.cuh) runs the finish: one launch, and
+//       one synchronization, a call.
 //
 // A query whose candidates fail the bound is searched again on the fp32
 // path, as in the batch path.  Every surviving result is computed by the same
@@ -41,6 +46,7 @@
 // into that buffer, which the device reaches at its host address.  The
 // workspace and the pinned buffer are reused from call to call, so a call
 // allocates nothing once they are large enough.
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +58,7 @@
 #include "cuda/cuda_knn_small.cuh"
 #include "cuda/cuda_util.cuh"
 #include "cuda/knn_device.cuh"
+#include "cuda/last_block.cuh"
 #include "cuda/warp_select.cuh"
 
 namespace sml {
@@ -72,6 +79,8 @@ constexpr int kPrefetchSteps = 1;
 
 std::atomic<long long> max_queries{kDefaultMaxQueries};
 std::atomic<bool> tensor_cores{true};  // off: CUDA cores only (sml_cuda_knn_small_tensor)
+std::atomic<bool> one_launch{true};    // off: one query scaled, scanned, finished apart
+                                       // (sml_cuda_knn_small_one_launch)
 
 // Queries per block for kk candidates: the warp queues of a group live in
 // registers (kk / 32 pairs per lane and query).
@@ -252,12 +261,46 @@ __device__ __forceinline__ void dot_rows_mma(const __half *rows, int dim, long l
     group_values<QG>(sums + lane * kSumStride, acc);
 }
 
-// Launch: slices x groups blocks of kThreads (block b: slice b / groups,
-// group b % groups), dynamic shared memory scan_smem(dim, QG, K).  Each lane
-// takes one row per step, each warp 32 consecutive rows; the warps' queues
-// (K pairs per query) merge into the block's list of the (query, slice).
+struct FinishArgs {
+    const float *part_keys;   // nq x slices x kk
+    const int *part_idx;
+    int slices;
+    const float *queries;     // nq x dim, fp32
+    const float *base;        // n x dim, fp32
+    int dim;
+    bool l2;
+    const float *query_norm;  // nq: ||x|| (not squared)
+    float max_norm;           // of the base rows
+    int k;
+    const int64_t *ids;       // n
+    float *distances;         // nq x k
+    int64_t *labels;
+    int *ok;                  // nq: 1 when the bound proved the candidates
+};
+
+// One query sent with the launch of small_one_kernel: its fp32 values (the
+// scan scales them in each block, the finish re-ranks with them), and what
+// the last block needs to finish it.  With ScanArgs, under the 4 KB of
+// arguments that every architecture takes.
+struct OneQuery {
+    static constexpr int kMaxDim = 768;
+    float x[kMaxDim];
+    unsigned *ticket;  // device_tickets: zero, left zero
+    FinishArgs fin;    // queries and query_norm unused: x
+};
+
+// Blocks an SM holds of a one-query scan (QG = 1): 3 keeps it at 80
+// registers, with no spills at K = 64 (2, as for larger groups: 124).
+constexpr int kOneQueryBlocks = 3;
+
+// The scan of one block: slices x groups blocks of kThreads (block b: slice
+// b / groups, group b % groups), dynamic shared memory scan_smem(dim, QG, K).
+// Each lane takes one row per step, each warp 32 consecutive rows; the
+// warps' queues (K pairs per query) merge into the block's list of the
+// (query, slice).  The group's queries are the scaled ones of a.queries, or
+// one's (QG = 1, one group), scaled here to the same halves.
 template <int QG, int K, bool MMA>
-__global__ void __launch_bounds__(kThreads, 2) small_scan_kernel(const __grid_constant__ ScanArgs a)
+__device__ __forceinline__ void scan_block(const ScanArgs &a, const OneQuery *one)
 {
     extern __shared__ float4 dynamic_smem[];
     float *qs = reinterpret_cast<float *>(dynamic_smem);
@@ -269,7 +312,25 @@ __global__ void __launch_bounds__(kThreads, 2) small_scan_kernel(const __grid_co
     const int q0 = group * QG;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int qstride = MMA ? mma_stride(a.dim) : 0;
-    if constexpr (MMA) {
+    float row_scale[QG];
+    if (one != nullptr) {
+        assert(QG == 1 && a.groups == 1 && a.nq == 1 && a.dim <= OneQuery::kMaxDim);
+        __shared__ float sent_scale;
+        if (warp == 0) {
+            const float scale = half_scale(warp_norm(one->x, a.dim));
+            if (lane == 0) sent_scale = scale;
+        }
+        __syncthreads();
+        const float scale = sent_scale;
+        if constexpr (MMA) {
+            for (int e = threadIdx.x; e < qstride * kMmaQueries; e += kThreads)
+                qh[e] = e < a.dim ? __float2half_rn(one->x[e] * scale) : __float2half(0.0f);
+        } else {
+            for (int e = threadIdx.x; e < a.dim; e += kThreads)
+                qs[e] = __half2float(__float2half_rn(one->x[e] * scale));
+        }
+        row_scale[0] = fast_row_scale(1.0f / scale, a.l2);
+    } else if constexpr (MMA) {
         // kMmaQueries padded rows; the queries past the group's are zeros
         for (int e = threadIdx.x; e < qstride * kMmaQueries; e += kThreads) {
             const int q = e / qstride, d = e % qstride;
@@ -284,10 +345,11 @@ __global__ void __launch_bounds__(kThreads, 2) small_scan_kernel(const __grid_co
                                   : 0.0f;
         }
     }
-    float row_scale[QG];
+    if (one == nullptr) {
 #pragma unroll
-    for (int q = 0; q < QG; ++q)
-        row_scale[q] = q0 + q < a.nq ? fast_row_scale(a.query_inv[q0 + q], a.l2) : 0.0f;
+        for (int q = 0; q < QG; ++q)
+            row_scale[q] = q0 + q < a.nq ? fast_row_scale(a.query_inv[q0 + q], a.l2) : 0.0f;
+    }
     __syncthreads();
     BufferedWarpSelect<K> ws[QG];
 #pragma unroll
@@ -370,36 +432,28 @@ __global__ void __launch_bounds__(kThreads, 2) small_scan_kernel(const __grid_co
     }
 }
 
-struct FinishArgs {
-    const float *part_keys;   // nq x slices x kk
-    const int *part_idx;
-    int slices;
-    const float *queries;     // nq x dim, fp32
-    const float *base;        // n x dim, fp32
-    int dim;
-    bool l2;
-    const float *query_norm;  // nq: ||x|| (not squared)
-    float max_norm;           // of the base rows
-    int k;
-    const int64_t *ids;       // n
-    float *distances;         // nq x k
-    int64_t *labels;
-    int *ok;                  // nq: 1 when the bound proved the candidates
-};
+template <int QG, int K, bool MMA>
+__global__ void __launch_bounds__(kThreads, QG == 1 ? kOneQueryBlocks : 2)
+small_scan_kernel(const __grid_constant__ ScanArgs a)
+{
+    scan_block<QG, K, MMA>(a, nullptr);
+}
 
-// Launch: one block of kThreads per query.  The warps merge shares of the
+
+// Query q's finish, by one block of kThreads: the warps merge shares of the
 // slices' lists, warp 0 merges the warps' lists into the K candidates; the
-// bound is checked, the warps re-rank the candidates in turn, and warp 0
-// selects and writes the k best.
+// bound is checked, the warps re-rank the candidates (against x, the query's
+// fp32 values, of norm query_norm) in turn, and warp 0 selects and writes the
+// k best.  The parts are read through L2 (offer_parts), so that the last
+// block of a scan may finish what the others wrote.
 template <int K>
-__global__ void __launch_bounds__(kThreads) small_finish_kernel(const __grid_constant__ FinishArgs a)
+__device__ void finish_query(const FinishArgs &a, int q, const float *x, float query_norm)
 {
     __shared__ float slot_k[kWarps][32];
     __shared__ int slot_v[kWarps][32];
     __shared__ float list_k[kWarps][K];
     __shared__ int list_v[kWarps][K];
     __shared__ float exact[K];
-    const int q = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long row = (long long)q * a.slices * K;
     const int total = a.slices * K;
@@ -413,10 +467,9 @@ __global__ void __launch_bounds__(kThreads) small_finish_kernel(const __grid_con
     __syncthreads();
     if (threadIdx.x == 0) {
         // as fast_check_kernel: every row is a candidate, or the bound holds
-        const float bound = fast_bound(a.query_norm[q], a.max_norm, a.l2, a.dim);
+        const float bound = fast_bound(query_norm, a.max_norm, a.l2, a.dim);
         a.ok[q] = cand_v[K - 1] < 0 || cand_k[K - 1] > cand_k[a.k - 1] + 2.0f * bound;
     }
-    const float *x = a.queries + (long long)q * a.dim;
     for (int c = warp; c < K; c += kWarps) {
         const int i = cand_v[c];
         const float key = i >= 0 ? exact_key(x, a.base + (long long)i * a.dim, a.dim, a.l2)
@@ -442,6 +495,26 @@ __global__ void __launch_bounds__(kThreads) small_finish_kernel(const __grid_con
                     a.labels + (long long)q * a.k);
 }
 
+// Launch: one block of kThreads per query.
+template <int K>
+__global__ void __launch_bounds__(kThreads) small_finish_kernel(const __grid_constant__ FinishArgs a)
+{
+    const int q = blockIdx.x;
+    finish_query<K>(a, q, a.queries + (long long)q * a.dim, a.query_norm[q]);
+}
+
+// One query in one launch: the scan (grid and shared memory as
+// small_scan_kernel's, one group), then the last block to finish finishes
+// the query.  No scaling kernel, no finish kernel.
+template <int K, bool MMA>
+__global__ void __launch_bounds__(kThreads, kOneQueryBlocks)
+small_one_kernel(const __grid_constant__ ScanArgs a, const __grid_constant__ OneQuery one)
+{
+    scan_block<1, K, MMA>(a, &one);
+    if (!last_block(one.ticket, gridDim.x)) return;
+    finish_query<K>(one.fin, 0, one.x, warp_norm(one.x, a.dim));
+}
+
 using ScanKernel = void (*)(const ScanArgs);
 using FinishKernel = void (*)(const FinishArgs);
 
@@ -463,6 +536,19 @@ ScanKernel scan_kernel(int qg, int kk)
     }
 }
 
+using OneKernel = void (*)(const ScanArgs, const OneQuery);
+
+template <bool MMA>
+OneKernel one_kernel(int kk)
+{
+    switch (kk) {
+    case 32: return small_one_kernel<32, MMA>;
+    case 64: return small_one_kernel<64, MMA>;
+    case 128: return small_one_kernel<128, MMA>;
+    default: return small_one_kernel<256, MMA>;
+    }
+}
+
 FinishKernel finish_kernel(int kk)
 {
     switch (kk) {
@@ -476,10 +562,10 @@ FinishKernel finish_kernel(int kk)
 // Blocks of a scan kernel an SM holds at once, asked of CUDA once per
 // kernel and shared-memory size: the answer is the same every call (the
 // build targets one architecture), and asking costs host time per call.
-simil_status blocks_per_sm(ScanKernel kernel, size_t smem, int *out)
+simil_status blocks_per_sm(const void *kernel, size_t smem, int *out)
 {
     struct Entry {
-        std::atomic<ScanKernel> kernel;
+        std::atomic<const void *> kernel;
         std::atomic<size_t> smem;
         std::atomic<int> blocks;
     };
@@ -494,7 +580,7 @@ simil_status blocks_per_sm(ScanKernel kernel, size_t smem, int *out)
         }
     SML_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(out, kernel, kThreads, smem));
     for (Entry &e : cache) {
-        ScanKernel none = nullptr;
+        const void *none = nullptr;
         if (e.kernel.compare_exchange_strong(none, kernel)) {
             e.smem.store(smem);
             e.blocks.store(*out);
@@ -513,9 +599,11 @@ struct Plan {
     long long slice_rows;
     size_t smem;
     ScanKernel scan;
+    OneKernel one;   // the one-launch kernel, or null (scan, then finish)
 };
 
-simil_status make_plan(const Device *dev, const sml_knn_args *a, Plan *p)
+// one: the search is one query sent with the launch (small_one_kernel).
+simil_status make_plan(const Device *dev, const sml_knn_args *a, bool one, Plan *p)
 {
     p->kk = fast_candidates(a->k);
     p->qg = 1;
@@ -527,13 +615,17 @@ simil_status make_plan(const Device *dev, const sml_knn_args *a, Plan *p)
     p->groups = (int)((a->nq + p->qg - 1) / p->qg);
     p->smem = scan_smem(dim, p->qg, p->kk, mma);
     p->scan = mma ? scan_kernel<true>(p->qg, p->kk) : scan_kernel<false>(p->qg, p->kk);
+    assert(!one || (a->nq == 1 && a->dim <= OneQuery::kMaxDim));
+    p->one = !one ? nullptr : mma ? one_kernel<true>(p->kk) : one_kernel<false>(p->kk);
+    const void *kernel = p->one ? reinterpret_cast<const void *>(p->one)
+                                : reinterpret_cast<const void *>(p->scan);
     // Over 48 KB of shared memory, static and dynamic together, needs the
     // opt-in; it is per device, so every call sets it, always to kSmemCap so
     // that no call lowers it under another's launch.
-    SML_CUDA_TRY(cudaFuncSetAttribute(p->scan, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    SML_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)kSmemCap));
     int per_sm = 0;
-    SML_TRY(blocks_per_sm(p->scan, p->smem, &per_sm));
+    SML_TRY(blocks_per_sm(kernel, p->smem, &per_sm));
     SML_RETURN_IF(per_sm < 1, SIMIL_ERR_INTERNAL,
                   "small-batch exact search: no block of %d queries fits on an SM", p->qg);
     // Enough slices to fill the GPU once (the groups of a slice run side by
@@ -628,17 +720,21 @@ simil_status knn_small(Device *dev, const sml_knn_args *a, const float *add,
     const Shadow *shadow = static_cast<const Shadow *>(a->base_shadow);
     const bool l2 = a->metric == SIMIL_METRIC_L2;
     cudaStream_t st = dev->stream[0];
+    // One host query: one launch (small_one_kernel), which scales it, scans
+    // and finishes.
+    const bool one = one_launch.load() && a->nq == 1 && !queries_on_device &&
+                     a->dim <= OneQuery::kMaxDim;
     Plan p;
-    SML_TRY(make_plan(dev, a, &p));
+    SML_TRY(make_plan(dev, a, one, &p));
     Buffers b;
     const size_t need = carve(a, p, !queries_on_device, nullptr, &b);
     char *ws;
     SML_TRY(device_workspace(dev, need, reinterpret_cast<void **>(&ws)));
     carve(a, p, !queries_on_device, ws, &b);
-    // Queries that fit travel as the arguments of the kernel that scales
-    // them (no copy); others through the pinned buffer, in one copy.
-    const bool sent = !queries_on_device && sent_rows_fit(a->nq, (int)a->dim);
-    const size_t q_bytes = queries_on_device || sent ? 0 : 4 * (size_t)a->nq * a->dim;
+    // Other queries that fit travel as the arguments of the kernel that
+    // scales them (no copy); others through the pinned buffer, in one copy.
+    const bool sent = !one && !queries_on_device && sent_rows_fit(a->nq, (int)a->dim);
+    const size_t q_bytes = queries_on_device || sent || one ? 0 : 4 * (size_t)a->nq * a->dim;
     char *pinned;
     SML_TRY(device_pinned(dev, up(q_bytes) + b.out_bytes, reinterpret_cast<void **>(&pinned)));
     char *pinned_out = pinned + up(q_bytes);
@@ -646,7 +742,7 @@ simil_status knn_small(Device *dev, const sml_knn_args *a, const float *add,
     if (sent) {
         SML_TRY(launch_scale_sent_to_half((int)a->nq, (int)a->dim, a->queries, b.queries,
                                           b.queries_h, b.query_inv, b.query_norm, st));
-    } else {
+    } else if (!one) {
         if (!queries_on_device) {
             memcpy(pinned, a->queries, q_bytes);
             SML_CUDA_TRY(cudaMemcpyAsync(b.queries, pinned, q_bytes, cudaMemcpyHostToDevice, st));
@@ -659,8 +755,6 @@ simil_status knn_small(Device *dev, const sml_knn_args *a, const float *add,
                   dim % 8 == 0 ? 8 : dim % 4 == 0 ? 4 : dim % 2 == 0 ? 2 : 1, b.queries_h,
                   b.query_inv, (int)a->nq, l2, p.slices, p.groups, p.slice_rows,
                   b.part_keys, b.part_idx, kPrefetchSteps};
-    p.scan<<<p.slices * p.groups, kThreads, p.smem, st>>>(scan);
-    SML_LAUNCH_TRY("small_scan_kernel");
     // The finish writes the results (unless they go to the device) and the
     // ok flags straight into the pinned buffer, which the device reaches at
     // its host address: no copy back.
@@ -672,9 +766,29 @@ simil_status knn_small(Device *dev, const sml_knn_args *a, const float *add,
                    b.query_norm, shadow->max_norm, (int)a->k, a->base_ids,
                    outputs_on_device ? a->distances : dist,
                    outputs_on_device ? a->labels : labels, ok};
-    finish_kernel(p.kk)<<<a->nq, kThreads, 0, st>>>(fin);
-    SML_LAUNCH_TRY("small_finish_kernel");
-    SML_CUDA_TRY(cudaStreamSynchronize(st));
+    if (one) {
+        OneQuery o{};
+        memcpy(o.x, a->queries, sizeof(float) * (size_t)dim);
+        SML_TRY(device_tickets(dev, 1, &o.ticket));
+        o.fin = fin;
+        o.fin.queries = nullptr;
+        o.fin.query_norm = nullptr;
+        p.one<<<p.slices, kThreads, p.smem, st>>>(scan, o);
+        SML_LAUNCH_TRY("small_one_kernel");
+        // a kernel stopped part way may leave its ticket counted
+        const simil_status s = cuda_status(cudaStreamSynchronize(st), "cudaStreamSynchronize",
+                                           __FILE__, __LINE__);
+        if (s != SIMIL_OK) {
+            device_tickets_reset(dev);
+            return s;
+        }
+    } else {
+        p.scan<<<p.slices * p.groups, kThreads, p.smem, st>>>(scan);
+        SML_LAUNCH_TRY("small_scan_kernel");
+        finish_kernel(p.kk)<<<a->nq, kThreads, 0, st>>>(fin);
+        SML_LAUNCH_TRY("small_finish_kernel");
+        SML_CUDA_TRY(cudaStreamSynchronize(st));
+    }
     if (!outputs_on_device) {
         memcpy(a->labels, labels, 8 * nq * k);
         memcpy(a->distances, dist, 4 * nq * k);
@@ -690,3 +804,5 @@ extern "C" void sml_cuda_knn_small_max(long long nq)
 }
 
 extern "C" void sml_cuda_knn_small_tensor(int on) { sml::tensor_cores.store(on != 0); }
+
+extern "C" void sml_cuda_knn_small_one_launch(int on) { sml::one_launch.store(on != 0); }

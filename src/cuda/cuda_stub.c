@@ -59,6 +59,7 @@ size_t sml_cuda_select_rows_workspace(int design, int64_t rows, int64_t cols, in
 void sml_cuda_knn_small_max(long long nq) { (void)nq; }
 
 void sml_cuda_knn_small_tensor(int on) { (void)on; }
+void sml_cuda_knn_small_one_launch(int on) { (void)on; }
 
 void sml_cuda_ivf_small_max(long long nq) { (void)nq; }
 

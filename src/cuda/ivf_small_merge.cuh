@@ -12,28 +12,10 @@
 
 #include "cuda/cuda_ivf.cuh"
 #include "cuda/knn_device.cuh"
+#include "cuda/last_block.cuh"
 #include "cuda/warp_select.cuh"
 
 namespace sml {
-
-// Every thread of a block calls this once the block's share of a piece of
-// work is written to global memory: true (in every thread) in the last of
-// the piece's `blocks` blocks to get here, which may then read the others'
-// writes (through L2: __ldcg).  *ticket counts the blocks done; the last
-// leaves it 0, ready for the next kernel on the lane (device_tickets).
-__device__ __forceinline__ bool last_block(unsigned *ticket, unsigned blocks)
-{
-    __shared__ bool last;
-    __threadfence();  // this block's writes, before its ticket
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(ticket, 1u) == blocks - 1;
-        if (last) *ticket = 0;
-    }
-    __syncthreads();
-    if (last) __threadfence();
-    return last;
-}
 
 // Every thread of a block of Warps warps calls this once the block's part
 // of query q is written (its k best (key, arena row) pairs, at part_keys /

@@ -55,6 +55,25 @@ __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
+// ||r|| (not squared) over dim floats, in every lane; all 32 lanes call it,
+// and the sum runs in one fixed order (lane j sums elements j, j + 32, ...),
+// so launch_scale_to_half and the one-launch small path get the same bits.
+__device__ __forceinline__ float warp_norm(const float *r, int dim)
+{
+    float s = 0;
+    for (int j = threadIdx.x & 31; j < dim; j += 32) s = fmaf(r[j], r[j], s);
+    return sqrtf(warp_sum(s));
+}
+
+// The fp16 scale of a row of norm ||x||: a power of two putting the norm in
+// [64, 128), 1 for a zero row (launch_scale_to_half).
+__device__ __forceinline__ float half_scale(float norm)
+{
+    int exponent = 0;
+    frexpf(norm, &exponent);  // norm = m * 2^exponent, m in [0.5, 1)
+    return norm > 0 ? ldexpf(1.0f, 7 - exponent) : 1.0f;
+}
+
 // The exact key of query x against row y (dim floats each), in every lane:
 // ||x - y||^2 (l2) or -<x, y>.  All 32 lanes call it; the sum runs in a fixed
 // order, so every caller gets the same bits.

@@ -7,7 +7,8 @@
  * 80, 96, 784, 2048; also on CUDA cores), bases shorter than one
  * slice, k > n, slices with a short last one, queries whose candidates fail
  * the bound (redone in fp32), queries sent as kernel arguments (up to 952
- * floats a batch) and copied, and queries and results in GPU memory. */
+ * floats a batch) and copied, one host query in one launch against three, and
+ * queries and results in GPU memory. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,6 +50,19 @@ static void check_paths_on(int64_t n, int64_t nq, int64_t dim, int64_t k, simil_
     SML_ASSERT_OK(simil_index_search(index, nq, q, k, NULL, d2, l2));
     sml_cuda_knn_small_max(-1);
     const long long redone = sml_cuda_fallback_queries() - before;
+    if (nq == 1) {
+        /* one host query runs in one launch: the same bits in three */
+        float d3[1024];
+        int64_t l3[1024];
+        assert_true(k <= 1024);
+        sml_cuda_knn_small_tensor(tensor);
+        sml_cuda_knn_small_one_launch(0);
+        SML_ASSERT_OK(simil_index_search(index, 1, q, k, NULL, d3, l3));
+        sml_cuda_knn_small_one_launch(1);
+        sml_cuda_knn_small_tensor(1);
+        if (memcmp(l, l3, sizeof(int64_t) * out) != 0 || memcmp(d, d3, sizeof(float) * out) != 0)
+            fail_msg("%s: one launch and three launches differ", context);
+    }
     if (metric == SIMIL_METRIC_COSINE) {
         sml_test_normalize(base, n, dim);
         sml_test_normalize(q, nq, dim);
@@ -114,6 +128,7 @@ static void test_tiny_bases(void **state)
     const int64_t ns[] = {1, 2, 31, 33, 100, 511, 513, 1025};
     uint64_t seed = 200;
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        check_paths(ns[i], 1, 16, 10, SIMIL_METRIC_L2, seed++);
         check_paths(ns[i], 4, 16, 1, SIMIL_METRIC_L2, seed++);
         check_paths(ns[i], 7, 16, 50, SIMIL_METRIC_L2, seed++);
         check_paths(ns[i], 64, 16, 128, SIMIL_METRIC_IP, seed++);
@@ -179,6 +194,12 @@ static void test_bound_failures(void **state)
     SML_ASSERT_OK(simil_index_search(cpu, nq, q, k, NULL, dc, lc));
     sml_test_check_same("small path, near-duplicates", base, n, q, nq, dim, k, SIMIL_METRIC_L2,
                         dg, lg, dc, lc, rel_tol);
+    /* one query of them alone (one launch), redone in fp32 as well */
+    const long long before_one = sml_cuda_fallback_queries();
+    SML_ASSERT_OK(simil_index_search(gpu, 1, q, k, NULL, dg, lg));
+    assert_true(sml_cuda_fallback_queries() - before_one == 1);
+    sml_test_check_same("small path, near-duplicates, one query", base, n, q, 1, dim, k,
+                        SIMIL_METRIC_L2, dg, lg, dc, lc, rel_tol);
     simil_index_destroy(gpu);
     simil_index_destroy(cpu);
     free(dg);
@@ -217,6 +238,13 @@ static void test_device_memory(void **state)
         assert_memory_equal(lh, lref, sizeof lh);
         assert_memory_equal(dh, dref, sizeof dh);
     }
+    /* one host query (one launch) with its results in GPU memory */
+    SML_ASSERT_OK(simil_index_search(index, 1, q, k, NULL, dref, lref));
+    SML_ASSERT_OK(simil_index_search(index, 1, q, k, NULL, d_d, d_l));
+    assert_int_equal(cudaMemcpy(dh, d_d, sizeof(float) * k, cudaMemcpyDeviceToHost), 0);
+    assert_int_equal(cudaMemcpy(lh, d_l, sizeof(int64_t) * k, cudaMemcpyDeviceToHost), 0);
+    assert_memory_equal(lh, lref, sizeof(int64_t) * k);
+    assert_memory_equal(dh, dref, sizeof(float) * k);
     cudaFree(d_q);
     cudaFree(d_d);
     cudaFree(d_l);
