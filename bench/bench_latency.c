@@ -44,6 +44,9 @@
  *                      the dimension) or CUDA cores (cuda)
  *   --knn-one 0|1      GPU exact search: one host query in one launch (1, the
  *                      default) or in three (0: scaling, scan, finish)
+ *   --ivf-thin staged|plain  GPU IVF-Flat batch path: thin tiles' rows staged
+ *                      through shared memory (staged, the default) or read
+ *                      lane by lane (plain)
  *   --csv FILE         append the results as CSV (header when new)
  *   --write-fvecs DIR  write DIR/base.fvecs, DIR/train.fvecs and
  *                      DIR/queries-B.fvecs (B of --batch) of exactly the
@@ -140,6 +143,7 @@ static void usage(void)
             "                     [--wait-us W] [--lanes 1,2,...] [--small-max Q]\n"
             "                     [--ivf-small-max Q]\n"
             "                     [--small-cores tensor|cuda] [--knn-one 0|1]\n"
+            "                     [--ivf-thin staged|plain]\n"
             "                     [--csv FILE]\n"
             "                     [--write-fvecs DIR] INDEX[@NPROBE] ...\n"
             "(see the comment at the top of bench/bench_latency.c)\n");
@@ -504,6 +508,9 @@ int main(int argc, char **argv)
         else if (!strcmp(arg, "--small-cores")) {
             if (strcmp(val, "tensor") && strcmp(val, "cuda")) usage();
             sml_cuda_knn_small_tensor(!strcmp(val, "tensor"));
+        } else if (!strcmp(arg, "--ivf-thin")) {
+            if (strcmp(val, "staged") && strcmp(val, "plain")) usage();
+            sml_cuda_ivf_thin_staged(!strcmp(val, "staged"));
         } else if (!strcmp(arg, "--knn-one")) {
             if (strcmp(val, "0") && strcmp(val, "1")) usage();
             sml_cuda_knn_small_one_launch(atoi(val));

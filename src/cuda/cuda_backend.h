@@ -74,6 +74,12 @@ void sml_cuda_knn_small_max(long long nq);
  * (64).  Not for concurrent use. */
 void sml_cuda_ivf_small_max(long long nq);
 
+/* Whether the batch path of an IVF-Flat search on the GPU stages its thin
+ * tiles' rows through shared memory (cuda_ivf.cuh, thin_staged_kernel; the
+ * default, on) or reads each row lane by lane (0): the same bits, for
+ * benchmarks and tests that compare the two.  Not for concurrent use. */
+void sml_cuda_ivf_thin_staged(int on);
+
 /* Tests only: the coarse selection of a small IVF batch (cuda_ivf_small.cu)
  * on nq rows of n keys (device memory, row-major): each row's np smallest
  * (key, column) pairs in order (key, then column; NaN as +inf), as columns

@@ -544,4 +544,8 @@ simil_status finish_to_host(Device *dev, const sml_ivf_scan_args &a, long long q
     return SIMIL_OK;
 }
 
+std::atomic<bool> thin_staged{true};
+
 }  // namespace sml
+
+extern "C" void sml_cuda_ivf_thin_staged(int on) { sml::thin_staged.store(on != 0); }

@@ -39,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
+
 #include "core/alloc.h"
 #include "core/backend.h"
 #include "cuda/cuda_device.cuh"
@@ -678,6 +680,79 @@ __global__ void __launch_bounds__(kThinThreads) thin_tile_kernel(TileArgs g, Row
     }
 }
 
+// thin_tile_kernel for rows of dim fp32 values stored one after another
+// (Rows::kFloatRows): each warp takes 32 consecutive rows of the tile at a
+// time and stages them through shared memory 32 dimensions at a time, so
+// that its loads read whole 128-byte lines (four rows' lines a load, where
+// thin_tile_kernel's lanes each read a line of their own row); each lane
+// then sums its own row from the stage, in the same order as
+// thin_tile_kernel: the same bits.  A stage row is padded to 9 float4, so
+// that eight lanes reading eight rows fall in distinct banks.  The rows go
+// to shared memory by cp.async (no registers on the way: 8 float4 a lane in
+// flight at 66-68 registers, where loads through registers took 91-96).
+constexpr int kStageF4 = 8;  // float4 of a row per stage: 32 dimensions
+
+extern std::atomic<bool> thin_staged;  // off: thin_tile_kernel (sml_cuda_ivf_thin_staged)
+
+template <bool L2, typename Rows>
+__global__ void __launch_bounds__(kThinThreads) thin_staged_kernel(TileArgs g, Rows rows)
+{
+    extern __shared__ float4 thin_queries[];  // npairs x dim / 4
+    __shared__ float4 stage[kThinThreads / 32][32 * (kStageF4 + 1)];
+    const ScanTile t = g.tiles[blockIdx.x];
+    assert(t.npairs <= kThinQueries);
+    const int dim = g.dim, d4 = dim / 4, np = t.npairs;
+    float *qs = reinterpret_cast<float *>(thin_queries);
+    for (int e = threadIdx.x; e < np * dim; e += blockDim.x) {
+        const int i = e / dim;
+        qs[e] = g.queries[(long long)g.pair_query[t.pair0 + i] * dim + (e - i * dim)];
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float4 *st = stage[warp];
+    const int nvec = min(kThinRows, t.size - t.vector0);
+    for (int r0 = warp * 32; r0 < nvec; r0 += kThinThreads) {
+        const int nrows = min(32, nvec - r0);
+        const long long row0 = t.base + t.vector0 + r0;
+        const float4 *src = reinterpret_cast<const float4 *>(rows.codes + row0 * dim);
+        float acc[kThinQueries] = {};
+        for (int f0 = 0; f0 < d4; f0 += kStageF4) {
+            const int w = min(kStageF4, d4 - f0);
+            __syncwarp();  // every lane is done with the last stage
+            // element e of the stage: row e / w, float4 f0 + e % w of it,
+            // copied without passing through registers (cp.async, sm_80 on)
+#pragma unroll
+            for (int i = 0; i < kStageF4; ++i) {
+                const int e = lane + 32 * i, r = e / w;
+                if (i < w && r < nrows) {
+                    const unsigned to = static_cast<unsigned>(
+                        __cvta_generic_to_shared(st + r * (kStageF4 + 1) + (e - r * w)));
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to),
+                                 "l"(src + (long long)r * d4 + f0 + (e - r * w)));
+                }
+            }
+            asm volatile("cp.async.wait_all;\n" ::: "memory");
+            __syncwarp();
+            if (lane < nrows) {
+                for (int c = 0; c < w; ++c) {
+                    const float4 y = st[lane * (kStageF4 + 1) + c];
+#pragma unroll
+                    for (int a = 0; a < kThinQueries; ++a)
+                        if (a < np) acc[a] = tile_term<L2>(thin_queries[a * d4 + f0 + c], y, acc[a]);
+                }
+            }
+        }
+        if (lane >= nrows) continue;
+#pragma unroll
+        for (int a = 0; a < kThinQueries; ++a) {
+            if (a >= np) break;
+            const long long out = g.pair_out[t.pair0 + a] + t.vector0 + r0 + lane;
+            g.distances[out] = L2 ? acc[a] : -acc[a];
+            if (g.rows) g.rows[out] = (int)(row0 + lane);
+        }
+    }
+}
+
 // A batch's host block of a tiled scan: the pair plan and the tiles.
 struct TilePlan {
     PairPlan pairs;
@@ -778,12 +853,27 @@ simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, 
         dev, a, q0, nq, shape, allowed, [&](TileArgs g, const TileLaunch &how) {
             if (how.nthin > 0) {
                 const size_t smem = sizeof(float) * kThinQueries * (size_t)a.dim;
-                if (l2)
-                    thin_tile_kernel<true><<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
-                else
-                    thin_tile_kernel<false>
-                        <<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
-                SML_LAUNCH_TRY("thin_tile_kernel");
+                bool staged = false;
+                if constexpr (Rows::kFloatRows) staged = thin_staged.load(std::memory_order_relaxed);
+                if (staged) {
+                    if constexpr (Rows::kFloatRows) {
+                        if (l2)
+                            thin_staged_kernel<true>
+                                <<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
+                        else
+                            thin_staged_kernel<false>
+                                <<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
+                    }
+                    SML_LAUNCH_TRY("thin_staged_kernel");
+                } else {
+                    if (l2)
+                        thin_tile_kernel<true>
+                            <<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
+                    else
+                        thin_tile_kernel<false>
+                            <<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
+                    SML_LAUNCH_TRY("thin_tile_kernel");
+                }
             }
             g.tiles += how.nthin;
             if (how.ntiles > how.nthin) {

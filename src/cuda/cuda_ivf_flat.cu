@@ -18,6 +18,7 @@ constexpr int kMaxBatch = 65536;
 
 // Rows of dim floats.
 struct FloatRows {
+    static constexpr bool kFloatRows = true;  // thin_staged_kernel reads codes
     const float *codes;
     int dim;
     __device__ float load(long long row, int d, int) const { return codes[row * dim + d]; }

@@ -38,6 +38,7 @@ constexpr int kMaxBatch = 65536;
 // their list's centroid.
 template <int T>
 struct SqRows {
+    static constexpr bool kFloatRows = false;
     const uint8_t *codes;
     size_t stride;
     const float *vmin;

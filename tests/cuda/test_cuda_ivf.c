@@ -3,7 +3,8 @@
  * any nprobe, k past 2048, nprobe past 2048; remove and re-add; files move
  * between backends; recall on Fashion-MNIST; k-means objectives agree.  The
  * coarse selection of small batches against a sort on the host: ties, NaN,
- * -0 and +0, rows past those it keeps in registers. */
+ * -0 and +0, rows past those it keeps in registers.  The batch path's thin
+ * tiles staged through shared memory against read lane by lane. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -480,6 +481,59 @@ static void small_same_as_batch(const char *what, const simil_index *gpu,
     free(lb);
 }
 
+/* The batch path's thin tiles (at most 8 pairs of a list) staged through
+ * shared memory against read lane by lane (cuda_ivf.cuh,
+ * thin_staged_kernel): the same bits, over dims with a partial last stage
+ * (4, 40, 100) and whole ones (96), lists of several 512-row tiles with a
+ * short last one and lists shorter than a warp, L2 and IP; also against the
+ * CPU. */
+static void test_thin_staged(void **state)
+{
+    (void)state;
+    const int64_t dims[] = {4, 40, 96, 100}, nq = 80, k = 10;
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        for (int m = 0; m < 2; m++) {
+            const int64_t dim = dims[i], n = dim == 96 ? 200000 : 20000;
+            const simil_metric metric = m ? SIMIL_METRIC_IP : SIMIL_METRIC_L2;
+            float *x = sml_test_malloc(4 * n * dim), *q = sml_test_malloc(4 * nq * dim);
+            SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 81 + i, x));
+            SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 91 + i, q));
+            simil_index *cpu, *gpu;
+            /* 128 lists of 1,562 rows on average at 200,000 rows, 156 at 20,000 */
+            twin("IVF128,Flat", dim, metric, n, x, &cpu, &gpu);
+            const size_t out = (size_t)(nq * k);
+            float *ds = sml_test_malloc(4 * out), *dp = sml_test_malloc(4 * out);
+            int64_t *ls = sml_test_malloc(8 * out), *lp = sml_test_malloc(8 * out);
+            sml_cuda_ivf_small_max(0);
+            sml_cuda_ivf_thin_staged(1);
+            search(gpu, nq, q, k, 4, ds, ls);
+            sml_cuda_ivf_thin_staged(0);
+            search(gpu, nq, q, k, 4, dp, lp);
+            sml_cuda_ivf_thin_staged(1);
+            sml_cuda_ivf_small_max(-1);
+            char what[64];
+            snprintf(what, sizeof what, "thin staged dim=%lld %s", (long long)dim,
+                     simil_metric_name(metric));
+            for (size_t e = 0; e < out; e++)
+                if (ls[e] != lp[e] || memcmp(&ds[e], &dp[e], 4) != 0)
+                    fail_msg("%s: query %lld rank %lld: staged id %lld dist %.9g, plain id %lld "
+                             "dist %.9g",
+                             what, (long long)(e / (size_t)k), (long long)(e % (size_t)k),
+                             (long long)ls[e], ds[e], (long long)lp[e], dp[e]);
+            sml_cuda_ivf_small_max(0);
+            compare(what, cpu, gpu, x, n, q, nq, dim, k, 4, metric);
+            sml_cuda_ivf_small_max(-1);
+            simil_index_destroy(cpu);
+            simil_index_destroy(gpu);
+            free(ds);
+            free(dp);
+            free(ls);
+            free(lp);
+            free(x);
+            free(q);
+        }
+}
+
 /* Batches of up to 64 queries find their probes on the device and split
  * each query's lists over several blocks (cuda_ivf.cuh, "small batches"):
  * IVF-Flat against the CPU and, bit for bit, against the batch path, with
@@ -641,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_ivf_pq_fused_layouts),
         cmocka_unit_test(test_ivf_pq_gpu_encoder_matches_cpu),
         cmocka_unit_test(test_ivf_pq_fashion_56_bytes),
+        cmocka_unit_test(test_thin_staged),
         cmocka_unit_test(test_small_batches),
         cmocka_unit_test(test_coarse_select),
     };
