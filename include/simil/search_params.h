@@ -84,7 +84,9 @@ SIMIL_API simil_status simil_search_params_get_float(const simil_search_params *
  * vectors of the lists it scans (nprobe), so a filter that leaves few
  * vectors in those lists leaves slots empty (label -1) rather than scanning
  * more lists.  Sharded indexes pass the filter to every shard.  The ids are
- * copied into the handle; a later call replaces them.
+ * copied into the handle; a later call replaces them.  A GPU index keeps the
+ * last filter it was sent on the device: searches that reuse one handle
+ * send its filter once.
  *
  * bitset: nbits bits, id i allowed iff bit i % 8 of byte i / 8 is set (the
  * layout of numpy.packbits(..., bitorder="little") and of cuVS's bitsets).

@@ -18,6 +18,11 @@ typedef struct sml_id_filter {
     int64_t nbits;
     const int64_t *ids;    /* host: ascending, no repeats, >= 0; used when bits is NULL */
     int64_t n;
+    /* Nonzero: a number no other filter of the process has had, given when
+     * these bytes were set (search_params.c); they never change after, so a
+     * backend that keeps a copy knows it by this number alone.  0: compare
+     * the bytes. */
+    uint64_t stamp;
 } sml_id_filter;
 
 /* Whether f (NULL: no filter) allows id. */

@@ -38,6 +38,7 @@ struct FilterCopy {
     size_t held;
     bool bits;
     long long count;
+    uint64_t stamp;  // sml_id_filter::stamp of the bytes held, or 0
 };
 
 struct Device {

@@ -14,6 +14,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,6 +311,8 @@ static simil_status sml_allow_new(size_t bytes, sml_id_filter **f)
 
 static void sml_allow_commit(simil_search_params *p, sml_id_filter *f)
 {
+    static atomic_uint_fast64_t stamps;
+    if (f != NULL) f->stamp = atomic_fetch_add(&stamps, 1) + 1;
     sml_free(p->allow);
     p->allow = f;
 }

@@ -193,7 +193,8 @@ static void test_flat_paths(void **state)
 
 /* The GPU keeps the last filter it was sent and reads it again when the next
  * one is the same: filters of one size sent in turn (A, A, B, A, B as a
- * list, then a copy of A in other memory) each give their own results. */
+ * list, then a copy of A in other memory) each give their own results, and
+ * so does a handle whose filter is set again in place. */
 static void test_filter_sent_again(void **state)
 {
     (void)state;
@@ -226,6 +227,37 @@ static void test_filter_sent_again(void **state)
             SML_ASSERT_OK(simil_index_search(gpu, nq, q_, k, p, d, l));
             SML_ASSERT_OK(simil_index_search(cpu, nq, q_, k, p, rd, rl));
             check_against_cpu(what, nq, k, d, l, rd, rl, allowed[f == 1]);
+        }
+        /* one handle whose filter is set again in place (A, then B, then A:
+         * each a new stamp, sent again) and searched twice each time (the
+         * second known by its stamp), for a bitset the pinned copy holds and
+         * one past kFilterCopyMax (64 MB, which only its stamp keeps) */
+        const int64_t sizes[] = {3 * N + 1, ((int64_t)1 << 29) + 64};
+        for (int z = 0; z < 2; z++) {
+            const int64_t nbits = sizes[z];
+            uint8_t *packed[2];
+            for (int f = 0; f < 2; f++) {
+                packed[f] = calloc((size_t)(nbits + 7) / 8, 1);
+                assert_non_null(packed[f]);
+                for (int64_t id = 0; id < 3 * N + 1; id++)
+                    if (allowed[f][id]) packed[f][id / 8] |= (uint8_t)(1u << (id % 8));
+            }
+            simil_search_params *p = sml_test_params(settings[t]);
+            const int seq[] = {0, 1, 0};
+            for (int i = 0; i < 3; i++) {
+                SML_ASSERT_OK(simil_search_params_allow_bitset(p, nbits, packed[seq[i]]));
+                for (int again = 0; again < 2; again++) {
+                    char what[96];
+                    snprintf(what, sizeof what, "%s, %lld bits set in place, %c, search %d",
+                             descs[t], (long long)nbits, "AB"[seq[i]], again);
+                    SML_ASSERT_OK(simil_index_search(gpu, nq, q_, k, p, d, l));
+                    SML_ASSERT_OK(simil_index_search(cpu, nq, q_, k, p, rd, rl));
+                    check_against_cpu(what, nq, k, d, l, rd, rl, allowed[seq[i]]);
+                }
+            }
+            simil_search_params_destroy(p);
+            free(packed[0]);
+            free(packed[1]);
         }
         for (int f = 0; f < 3; f++) {
             simil_search_params_destroy(bits[f]);
