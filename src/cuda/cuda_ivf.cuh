@@ -694,6 +694,15 @@ constexpr int kStageF4 = 8;  // float4 of a row per stage: 32 dimensions
 
 extern std::atomic<bool> thin_staged;  // off: thin_tile_kernel (sml_cuda_ivf_thin_staged)
 
+// Whether the staged kernel's shared memory (the queries, then the warps'
+// stages: 18 KB) stays within the 48 KB a launch takes without opting in:
+// dim up to 960; larger dims keep thin_tile_kernel.
+inline bool thin_staged_fits(long long dim)
+{
+    const size_t stages = sizeof(float4) * (kThinThreads / 32) * 32 * (kStageF4 + 1);
+    return (size_t)kThinQueries * dim * sizeof(float) + stages <= (size_t)48 << 10;
+}
+
 template <bool L2, typename Rows>
 __global__ void __launch_bounds__(kThinThreads) thin_staged_kernel(TileArgs g, Rows rows)
 {
@@ -854,7 +863,8 @@ simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, 
             if (how.nthin > 0) {
                 const size_t smem = sizeof(float) * kThinQueries * (size_t)a.dim;
                 bool staged = false;
-                if constexpr (Rows::kFloatRows) staged = thin_staged.load(std::memory_order_relaxed);
+                if constexpr (Rows::kFloatRows)
+                    staged = thin_staged.load(std::memory_order_relaxed) && thin_staged_fits(a.dim);
                 if (staged) {
                     if constexpr (Rows::kFloatRows) {
                         if (l2)
