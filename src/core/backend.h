@@ -46,6 +46,12 @@ typedef struct sml_knn_args {
     const void *base_shadow;  /* the backend's shadow of base (see shadow_sync), or NULL */
     const sml_id_filter *filter;  /* host: only rows whose label it allows are ranked; NULL:
                                      every row (core/id_filter.h) */
+    /* Nonzero: the caller knows that queries (outputs: distances and labels)
+     * are host memory, and a GPU backend need not ask the driver (a call per
+     * pointer, which costs as a launch does when threads search at once);
+     * 0: ask.  index.c asks once per search and passes the answers down. */
+    int queries_host;
+    int outputs_host;
 } sml_knn_args;
 
 /* The search of a stored base (base, norms, ids, shadow, n, dim and metric
@@ -148,6 +154,8 @@ typedef struct sml_ivf_scan_args {
     int threads;                 /* CPU threads, 0 = all */
     const sml_id_filter *filter; /* host: only rows whose label it allows are ranked (the
                                     coarse search is not filtered); NULL: every row */
+    int queries_host;            /* nonzero: queries are known to be host memory (as in
+                                    sml_knn_args); 0: ask */
 } sml_ivf_scan_args;
 
 /* 1 where args keep the promises above; every scan asserts it. */

@@ -65,7 +65,8 @@ long long ivf_small_max();
 template <typename Scan>
 simil_status ivf_locked(sml_backend *b, const sml_ivf_scan_args &a, Scan scan)
 {
-    const bool join = is_device_pointer(a.queries);
+    // what the caller knows is not asked again (sml_ivf_scan_args)
+    const bool join = !a.queries_host && is_device_pointer(a.queries);
     Device *dev = lane_lock(device_of(b), a.nq <= ivf_small_max());
     dev->asked = a.queries;
     dev->asked_on_device = join;

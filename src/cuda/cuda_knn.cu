@@ -645,9 +645,11 @@ simil_status knn_locked(Device *dev, const sml_knn_args *a)
     s.shadow = static_cast<const Shadow *>(a->base_shadow);
     s.l2 = a->metric == SIMIL_METRIC_L2;
     s.add = s.l2 ? a->base_norms : nullptr;
-    s.queries_on_device = is_device_pointer(a->queries);
-    s.outputs_on_device = is_device_pointer(a->distances);
-    SML_RETURN_IF(s.outputs_on_device != is_device_pointer(a->labels), SIMIL_ERR_INVALID_ARGUMENT,
+    // what the caller knows is not asked again (sml_knn_args)
+    s.queries_on_device = !a->queries_host && is_device_pointer(a->queries);
+    s.outputs_on_device = !a->outputs_host && is_device_pointer(a->distances);
+    SML_RETURN_IF(!a->outputs_host && s.outputs_on_device != is_device_pointer(a->labels),
+                  SIMIL_ERR_INVALID_ARGUMENT,
                   "search: distances and labels must both be in host or both in GPU memory");
     if (a->nq == 0) return SIMIL_OK;
     simil_status st = SIMIL_OK;

@@ -77,11 +77,13 @@ simil_status simil_index_set_batching(simil_index *index, int enabled, int64_t m
  * gets that copy unless it takes GPU memory (device_io) and cosine needs no
  * normalized copy. */
 static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, const float *x,
-                                        const char *what, const float **prepared, float **copy)
+                                        const char *what, const float **prepared, float **copy,
+                                        int *prepared_on_device)
 {
     const int host_only = !index->vt->device_io;
     *copy = NULL;
     *prepared = x;
+    if (prepared_on_device != NULL) *prepared_on_device = 0;
     if (n == 0) return SIMIL_OK;
     SML_RETURN_IF(x == NULL, SIMIL_ERR_INVALID_ARGUMENT, "%s: vectors pointer is NULL", what);
     SML_RETURN_IF(!sml_product_fits(n, index->dim, SML_MAX_FLOATS), SIMIL_ERR_INVALID_ARGUMENT,
@@ -90,7 +92,8 @@ static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, con
     int cosine = index->metric == SIMIL_METRIC_COSINE;
     size_t count = (size_t)n * (size_t)index->dim;
     const float *host = x;
-    if (sml_cuda_pointer_is_device(x)) {
+    const int x_on_device = sml_cuda_pointer_is_device(x);
+    if (x_on_device) {
         sml_backend *b = index->backend;
         SML_RETURN_IF(b->gpu < 0 || strcmp(what, "search") != 0, SIMIL_ERR_INVALID_ARGUMENT,
                       "%s: the vectors are in GPU memory, but %s; pass host memory", what,
@@ -118,6 +121,7 @@ static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, con
         sml_free(*copy);
         *copy = NULL;
     }
+    if (prepared_on_device != NULL) *prepared_on_device = x_on_device && *prepared == x;
     return s;
 }
 
@@ -144,7 +148,7 @@ simil_status simil_index_train(simil_index *index, int64_t n, const float *x)
                   index->description, index->ntotal);
     const float *prepared;
     float *copy;
-    SML_TRY(sml_prepare_vectors(index, n, x, "train", &prepared, &copy));
+    SML_TRY(sml_prepare_vectors(index, n, x, "train", &prepared, &copy, NULL));
     simil_status s = index->vt->train(index, n, prepared);
     if (s == SIMIL_OK) index->trained = 1;
     sml_free(copy);
@@ -161,7 +165,7 @@ simil_status simil_index_add(simil_index *index, int64_t n, const float *x, cons
     if (n == 0) return SIMIL_OK;
     const float *prepared;
     float *copy;
-    SML_TRY(sml_prepare_vectors(index, n, x, "add", &prepared, &copy));
+    SML_TRY(sml_prepare_vectors(index, n, x, "add", &prepared, &copy, NULL));
     simil_status s = sml_index_append(index, n, prepared, ids);
     sml_free(copy);
     return s;
@@ -276,7 +280,12 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
                   "search: distances and labels must both be in host or both in GPU memory");
     /* queries are checked (NaN, norms) also when the index is empty */
     float *copy;
-    SML_TRY(sml_prepare_vectors(index, nq, queries, "search", &call.queries, &copy));
+    int queries_on_device;
+    SML_TRY(sml_prepare_vectors(index, nq, queries, "search", &call.queries, &copy,
+                                &queries_on_device));
+    /* asked once here; the backends take the answers (sml_knn_args) */
+    call.queries_host = !queries_on_device;
+    call.outputs_host = !on_device;
     sml_trace_mark("search: checks and query preparation");
     simil_status s;
     if (index->ntotal == 0)
@@ -284,7 +293,7 @@ simil_status simil_index_search(const simil_index *index, int64_t nq, const floa
     else if (on_device && !index->vt->device_io)
         s = sml_search_staged(index, call);
     else if (!on_device && (index->backend->gpu < 0 || !index->vt->device_io ||
-                            !sml_cuda_pointer_is_device(call.queries)))
+                            !queries_on_device))
         s = sml_batcher_search(index->batcher, index, &call);
     else
         s = index->vt->search(index, &call);

@@ -97,6 +97,8 @@ static simil_status sml_flat_search(const simil_index *index, const sml_search_c
         .threads = call->params.threads,
         .base_shadow = f->shadow,
         .filter = call->params.allow,
+        .queries_host = call->queries_host,
+        .outputs_host = call->outputs_host,
     };
     return index->backend->ops->knn(index->backend, &args);
 }

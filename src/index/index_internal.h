@@ -70,6 +70,10 @@ typedef struct sml_search_call {
     simil_search_params params;
     float *distances;       /* nq x k */
     int64_t *labels;        /* nq x k */
+    /* Nonzero: queries (outputs) are known to be host memory, as index.c
+     * found once per search; 0: not known (a backend asks). */
+    int queries_host;
+    int outputs_host;
 } sml_search_call;
 
 typedef struct sml_index_vtable {

@@ -262,7 +262,8 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
             .extra_bins = sel.extra_bins,
             .spread_q16 = sel.spread_q16,
         };
-        args.scan.queries = queries;
+        args.scan.queries = queries;  /* staged in backend memory */
+        args.scan.queries_host = 0;
         args.scan.metric = sml_kernel_metric(index->metric);
         s = b->ops->xfbq_scan(b, &args);
     }

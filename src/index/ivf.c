@@ -304,6 +304,7 @@ sml_ivf_scan_args sml_ivf_scan_of(const sml_ivf *ivf, const sml_search_call *cal
         .labels = call->labels,
         .threads = call->params.threads,
         .filter = call->params.allow,
+        .queries_host = call->queries_host,
     };
 }
 

@@ -212,6 +212,7 @@ simil_status sml_row_store_scan(const sml_row_store *s, int c, int64_t used, int
         .labels = call->labels,
         .threads = call->params.threads,
         .filter = call->params.allow,
+        .queries_host = call->queries_host,
     };
     return SIMIL_OK;
 }
