@@ -647,6 +647,34 @@ __device__ __forceinline__ float tile_term(float4 q, float4 y, float acc)
     return fmaf(q.w, y.w, fmaf(q.z, y.z, fmaf(q.y, y.y, fmaf(q.x, y.x, acc))));
 }
 
+// A thin tile's queries (its pairs') into shared memory, as thin_queries
+// (npairs x dim / 4 float4); every thread of the block calls it.
+__device__ __forceinline__ void stage_thin_queries(const TileArgs &g, const ScanTile &t,
+                                                   float4 *thin_queries)
+{
+    const int dim = g.dim, np = t.npairs;
+    float *qs = reinterpret_cast<float *>(thin_queries);
+    for (int e = threadIdx.x; e < np * dim; e += blockDim.x) {
+        const int i = e / dim;
+        qs[e] = g.queries[(long long)g.pair_query[t.pair0 + i] * dim + (e - i * dim)];
+    }
+    __syncthreads();
+}
+
+// The keys of tile row r (arena row `row`) for the tile's pairs.
+template <bool L2>
+__device__ __forceinline__ void write_thin_keys(const TileArgs &g, const ScanTile &t, int r,
+                                                long long row, const float (&acc)[kThinQueries])
+{
+#pragma unroll
+    for (int a = 0; a < kThinQueries; ++a) {
+        if (a >= t.npairs) break;
+        const long long out = g.pair_out[t.pair0 + a] + t.vector0 + r;
+        g.distances[out] = L2 ? acc[a] : -acc[a];
+        if (g.rows) g.rows[out] = (int)row;
+    }
+}
+
 template <bool L2, typename Rows>
 __global__ void __launch_bounds__(kThinThreads) thin_tile_kernel(TileArgs g, Rows rows)
 {
@@ -654,12 +682,7 @@ __global__ void __launch_bounds__(kThinThreads) thin_tile_kernel(TileArgs g, Row
     const ScanTile t = g.tiles[blockIdx.x];
     assert(t.npairs <= kThinQueries);
     const int dim = g.dim, d4 = dim / 4, np = t.npairs;
-    float *qs = reinterpret_cast<float *>(thin_queries);
-    for (int e = threadIdx.x; e < np * dim; e += blockDim.x) {
-        const int i = e / dim;
-        qs[e] = g.queries[(long long)g.pair_query[t.pair0 + i] * dim + (e - i * dim)];
-    }
-    __syncthreads();
+    stage_thin_queries(g, t, thin_queries);
     const int nvec = min(kThinRows, t.size - t.vector0);
     for (int r = threadIdx.x; r < nvec; r += blockDim.x) {
         const long long row = t.base + t.vector0 + r;
@@ -671,13 +694,7 @@ __global__ void __launch_bounds__(kThinThreads) thin_tile_kernel(TileArgs g, Row
             for (int a = 0; a < kThinQueries; ++a)
                 if (a < np) acc[a] = tile_term<L2>(thin_queries[a * d4 + f], y, acc[a]);
         }
-#pragma unroll
-        for (int a = 0; a < kThinQueries; ++a) {
-            if (a >= np) break;
-            const long long out = g.pair_out[t.pair0 + a] + t.vector0 + r;
-            g.distances[out] = L2 ? acc[a] : -acc[a];
-            if (g.rows) g.rows[out] = (int)row;
-        }
+        write_thin_keys<L2>(g, t, r, row, acc);
     }
 }
 
@@ -712,12 +729,7 @@ __global__ void __launch_bounds__(kThinThreads) thin_staged_kernel(TileArgs g, R
     const ScanTile t = g.tiles[blockIdx.x];
     assert(t.npairs <= kThinQueries);
     const int dim = g.dim, d4 = dim / 4, np = t.npairs;
-    float *qs = reinterpret_cast<float *>(thin_queries);
-    for (int e = threadIdx.x; e < np * dim; e += blockDim.x) {
-        const int i = e / dim;
-        qs[e] = g.queries[(long long)g.pair_query[t.pair0 + i] * dim + (e - i * dim)];
-    }
-    __syncthreads();
+    stage_thin_queries(g, t, thin_queries);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float4 *st = stage[warp];
     const int nvec = min(kThinRows, t.size - t.vector0);
@@ -753,13 +765,7 @@ __global__ void __launch_bounds__(kThinThreads) thin_staged_kernel(TileArgs g, R
             }
         }
         if (lane >= nrows) continue;
-#pragma unroll
-        for (int a = 0; a < kThinQueries; ++a) {
-            if (a >= np) break;
-            const long long out = g.pair_out[t.pair0 + a] + t.vector0 + r0 + lane;
-            g.distances[out] = L2 ? acc[a] : -acc[a];
-            if (g.rows) g.rows[out] = (int)(row0 + lane);
-        }
+        write_thin_keys<L2>(g, t, r0 + lane, row0 + lane, acc);
     }
 }
 
