@@ -8,12 +8,14 @@
  * rows ranks everything the index scans; its allowed rows, first k, must be
  * the filtered search's results, and its rows inside the radius the range
  * search's, bit for bit (XFBQ with extra_distance=1, where the scan ranks
- * every row it reads by its exact distance). */
+ * every row it reads by its exact distance).  Also the stamps that filters
+ * get when they are set. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "index/index_internal.h"
 #include "util/test_util.h"
 
 enum { N = 3000, DIM = 16, NQ = 10, K = 20 };
@@ -391,6 +393,36 @@ static void test_range_bad_input(void **state)
     free(x);
 }
 
+/* Each filter set on a handle gets a stamp no other filter has had (a GPU
+ * index knows its copy by it, cuda_filter.cu): new on every set, the same
+ * bytes included, and none once every id is allowed again. */
+static void test_filter_stamps(void **state)
+{
+    (void)state;
+    simil_search_params *a, *b;
+    SML_ASSERT_OK(simil_search_params_create(&a));
+    SML_ASSERT_OK(simil_search_params_create(&b));
+    const uint8_t bits[2] = {0x0f, 0xf0};
+    const int64_t ids[3] = {1, 5, 9};
+    uint64_t seen[4];
+    SML_ASSERT_OK(simil_search_params_allow_bitset(a, 16, bits));
+    seen[0] = a->allow->stamp;
+    SML_ASSERT_OK(simil_search_params_allow_bitset(a, 16, bits));
+    seen[1] = a->allow->stamp;
+    SML_ASSERT_OK(simil_search_params_allow_ids(a, 3, ids));
+    seen[2] = a->allow->stamp;
+    SML_ASSERT_OK(simil_search_params_allow_bitset(b, 16, bits));
+    seen[3] = b->allow->stamp;
+    for (int i = 0; i < 4; i++) {
+        assert_true(seen[i] != 0);
+        for (int j = 0; j < i; j++) assert_true(seen[i] != seen[j]);
+    }
+    simil_search_params_allow_all(a);
+    assert_null(a->allow);
+    simil_search_params_destroy(a);
+    simil_search_params_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -398,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_flat_filtered_brute_force),
         cmocka_unit_test(test_filtered_shards),
         cmocka_unit_test(test_filter_bad_input),
+        cmocka_unit_test(test_filter_stamps),
         cmocka_unit_test(test_range_every_type),
         cmocka_unit_test(test_range_flat_brute_force),
         cmocka_unit_test(test_range_bad_input),
