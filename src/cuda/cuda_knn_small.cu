@@ -289,9 +289,10 @@ struct OneQuery {
     FinishArgs fin;    // queries and query_norm unused: x
 };
 
-// Blocks an SM holds of a one-query scan (QG = 1): 3 keeps it at 80
-// registers, with no spills at K = 64 (2, as for larger groups: 124).
-constexpr int kOneQueryBlocks = 3;
+// Blocks an SM holds of a scan (124 registers).  Bounding one-query scans
+// at 3 (80 registers, no spills) made one query of mix10M take 0.90-0.93 ms
+// against 0.578-0.585 ms at 2 (H200, 2026-11-29).
+constexpr int kScanBlocks = 2;
 
 // The scan of one block: slices x groups blocks of kThreads (block b: slice
 // b / groups, group b % groups), dynamic shared memory scan_smem(dim, QG, K).
@@ -433,7 +434,7 @@ __device__ __forceinline__ void scan_block(const ScanArgs &a, const OneQuery *on
 }
 
 template <int QG, int K, bool MMA>
-__global__ void __launch_bounds__(kThreads, QG == 1 ? kOneQueryBlocks : 2)
+__global__ void __launch_bounds__(kThreads, kScanBlocks)
 small_scan_kernel(const __grid_constant__ ScanArgs a)
 {
     scan_block<QG, K, MMA>(a, nullptr);
@@ -507,7 +508,7 @@ __global__ void __launch_bounds__(kThreads) small_finish_kernel(const __grid_con
 // small_scan_kernel's, one group), then the last block to finish finishes
 // the query.  No scaling kernel, no finish kernel.
 template <int K, bool MMA>
-__global__ void __launch_bounds__(kThreads, kOneQueryBlocks)
+__global__ void __launch_bounds__(kThreads, kScanBlocks)
 small_one_kernel(const __grid_constant__ ScanArgs a, const __grid_constant__ OneQuery one)
 {
     scan_block<1, K, MMA>(a, &one);
