@@ -51,6 +51,12 @@ typedef struct shared {
     pthread_rwlock_t lock;
     int use_lock;
     int stop; /* set by the main thread once the readers are done; ends the writer */
+    /* Readers search past their rounds until the writer has done this many
+     * add+remove rounds (writer_rounds, atomic), so that a loaded machine,
+     * where the writer may be scheduled late, still tests the readers
+     * against a changing index. */
+    int64_t want_writer_rounds;
+    int64_t writer_rounds;
 } shared;
 
 typedef struct reader {
@@ -87,7 +93,9 @@ static void *reader_main(void *arg)
     reader *r = arg;
     float d[NQ * K];
     int64_t l[NQ * K];
-    for (int i = 0; i < rounds; i++) {
+    for (int i = 0; i < rounds || __atomic_load_n(&r->sh->writer_rounds, __ATOMIC_ACQUIRE) <
+                                      r->sh->want_writer_rounds;
+         i++) {
         const batch *b = &batches[(i + r->id) % NBATCH];
         simil_status s;
         if (r->sh->use_lock) pthread_rwlock_rdlock(&r->sh->lock);
@@ -132,6 +140,7 @@ static void *writer_main(void *arg)
         if (lock) pthread_rwlock_unlock(&w->sh->lock);
         nanosleep(&pause, NULL);
         w->rounds++;
+        __atomic_add_fetch(&w->sh->writer_rounds, 1, __ATOMIC_RELEASE);
     }
     return NULL;
 }
@@ -141,6 +150,8 @@ static void run_readers(shared *sh, const char *phase, writer *w)
     pthread_t threads[READERS], wt;
     reader readers[READERS];
     sh->stop = 0;
+    sh->writer_rounds = 0;
+    sh->want_writer_rounds = w != NULL ? 5 : 0;
     for (int i = 0; i < READERS; i++) {
         readers[i] = (reader){.sh = sh, .id = i};
         assert_int_equal(pthread_create(&threads[i], NULL, reader_main, &readers[i]), 0);
