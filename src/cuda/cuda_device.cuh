@@ -62,8 +62,6 @@ struct Device {
     size_t filter_bytes;
     unsigned *tickets;  // a small batch's counters, zero between calls (ivf_small_merge.cuh)
     size_t tickets_bytes;
-    const void *asked;     // the queries ivf_locked asked about (queries_on_host)
-    bool asked_on_device;  // and the answer
     FilterCopy sent;  // the last filter uploaded (cuda_filter.cuh)
     pthread_mutex_t lock;
     // lane 0 only: the other lanes, lane[0 .. lanes - 1] (written under

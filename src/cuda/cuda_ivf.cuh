@@ -55,10 +55,12 @@ namespace sml {
 // Small batches: see "small batches" below.
 long long ivf_small_max();
 
-// scan(dev) on a lane of b's GPU (a small batch's own, cuda_device.cuh),
-// under its lock, after the caller's pending work; after a failure the
-// stream is waited for, so that nothing still runs on the lane's buffers
-// when the lock is released.
+// scan(dev, host_queries) on a lane of b's GPU (a small batch's own,
+// cuda_device.cuh), under its lock, after the caller's pending work; after a
+// failure the stream is waited for, so that nothing still runs on the lane's
+// buffers when the lock is released.  host_queries: whether a's queries are
+// host memory, asked of the driver once here (cudaPointerGetAttributes costs
+// as a launch does when lanes issue at once) and handed down.
 // The caller's pending work matters only where the scan reads its memory on
 // the GPU: a scan whose queries are host memory (everything else it reads
 // from the caller is too) skips the join, an event and two waits per call.
@@ -68,25 +70,15 @@ simil_status ivf_locked(sml_backend *b, const sml_ivf_scan_args &a, Scan scan)
     // what the caller knows is not asked again (sml_ivf_scan_args)
     const bool join = !a.queries_host && is_device_pointer(a.queries);
     Device *dev = lane_lock(device_of(b), a.nq <= ivf_small_max());
-    dev->asked = a.queries;
-    dev->asked_on_device = join;
     simil_status s = cuda_status(cudaSetDevice(dev->gpu), "cudaSetDevice", __FILE__, __LINE__);
     if (s == SIMIL_OK && join) s = device_join_caller(dev);
-    if (s == SIMIL_OK) s = scan(dev);
+    if (s == SIMIL_OK) s = scan(dev, !join);
     if (s != SIMIL_OK) {
         cudaStreamSynchronize(dev->stream[0]);
         device_tickets_reset(dev);  // a scan stopped part way may have left some
     }
     pthread_mutex_unlock(&dev->lock);
     return s;
-}
-
-// Whether p, a scan's queries, is host memory: the answer ivf_locked got
-// where it asked about p (cudaPointerGetAttributes is a driver call, which
-// costs as a launch does when lanes issue at once).
-inline bool queries_on_host(const Device *dev, const void *p)
-{
-    return p == dev->asked ? !dev->asked_on_device : !is_device_pointer(p);
 }
 
 // The arena rows a's filter allows (cuda_filter.cuh), over every row of its
@@ -324,15 +316,14 @@ struct BatchLimits {
     int max_queries;
 };
 
-// The queries of a in batches: staged (stage_inputs), their probes on the
-// host (batch_probes), then cut to the limits; batch(args, first, sub, n)
-// scans queries [sub, sub + n) of args, a's queries from first on.  Caller
-// holds the device (ivf_locked).
+// The queries of a (host memory where host_queries) in batches: staged
+// (stage_inputs), their probes on the host (batch_probes), then cut to the
+// limits; batch(args, first, sub, n) scans queries [sub, sub + n) of args,
+// a's queries from first on.  Caller holds the device (ivf_locked).
 template <typename Batch>
-simil_status scan_planned(Device *dev, const sml_ivf_scan_args *a, const BatchLimits &limits,
-                          Batch batch)
+simil_status scan_planned(Device *dev, const sml_ivf_scan_args *a, bool host_queries,
+                          const BatchLimits &limits, Batch batch)
 {
-    const bool host_queries = queries_on_host(dev, a->queries);
     for (long long q0 = 0; q0 < a->nq;) {
         const int n = input_batch(a, q0, host_queries, false);
         Inputs in{};

@@ -170,7 +170,7 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
     const BatchLimits limits{kPairShape, a->k > kMaxWarpSelectK ? (size_t)8 : (size_t)4,
                              kCandidateBudget, kMaxBatch};
     const FloatRows rows{static_cast<const float *>(a->lists.codes), (int)a->dim};
-    return ivf_locked(b, *a, [&](Device *dev) {
+    return ivf_locked(b, *a, [&](Device *dev, bool host_queries) {
         const bool small = small_fits(*a, a->nq);
         RowFilter allowed;
         SML_TRY(scan_filter(dev, *a, small, &allowed));
@@ -178,7 +178,6 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
             long long total = 0;
             for (int64_t l = 0; l < a->lists.nlist; ++l) total += a->lists.size[l];
             const long long mean_rows = total / a->lists.nlist;
-            const bool host_queries = queries_on_host(dev, a->queries);
             for (long long q0 = 0; q0 < a->nq;) {
                 const int n = input_batch(a, q0, host_queries, true);
                 Inputs in{};
@@ -190,7 +189,7 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
             }
             return SIMIL_OK;
         }
-        return scan_planned(dev, a, limits,
+        return scan_planned(dev, a, host_queries, limits,
                             [&](const sml_ivf_scan_args &batch, long long, long long sub, int n) {
                                 return tiled_batch(dev, batch, sub, n, rows, allowed.rows);
                             });

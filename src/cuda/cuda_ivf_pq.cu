@@ -170,7 +170,7 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
     const sml_ivf_scan_args *sc = &a->scan;
     SML_RETURN_IF(sc->k >= INT32_MAX || sc->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
                   "IVF scan on the GPU: k and dim must be below 2^31");
-    return ivf_locked(b, *sc, [&](Device *dev) -> simil_status {
+    return ivf_locked(b, *sc, [&](Device *dev, bool host_queries) -> simil_status {
         // a fused scan of a few queries tests the filter on the labels of
         // the rows it reads
         const bool fused = pq_fused(a);
@@ -179,7 +179,7 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
         if (!fused) {
             const BatchLimits limits{kPairShape, sc->k > kMaxWarpSelectK ? (size_t)8 : (size_t)4,
                                      kCandidateBudget, kMaxBatch};
-            return scan_planned(dev, sc, limits,
+            return scan_planned(dev, sc, host_queries, limits,
                                 [&](const sml_ivf_scan_args &batch, long long, long long sub,
                                     int n) {
                                     sml_ivf_pq_scan_args pq = *a;
@@ -187,7 +187,6 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
                                     return pair_batch(dev, &pq, sub, n, allowed.rows);
                                 });
         }
-        const bool host_queries = queries_on_host(dev, sc->queries);
         for (long long q0 = 0; q0 < sc->nq;) {
             const int n = input_batch(sc, q0, host_queries, true);
             Inputs in{};

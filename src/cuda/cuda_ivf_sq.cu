@@ -358,10 +358,10 @@ simil_status sq_scan(sml_backend *b, const sml_sq_scan_args *a)
                              kCandidateBudget, kMaxBatch};
     const SqRows<T> rows{static_cast<const uint8_t *>(s->lists.codes), s->lists.code_stride,
                          a->vmin, a->vdiff, a->coarse, (int)s->dim};
-    return ivf_locked(b, *s, [&](Device *dev) {
+    return ivf_locked(b, *s, [&](Device *dev, bool host_queries) {
         const uint32_t *allowed;
         SML_TRY(scan_rows_allowed(dev, *s, &allowed));
-        return scan_planned(dev, s, limits,
+        return scan_planned(dev, s, host_queries, limits,
                             [&](const sml_ivf_scan_args &batch, long long, long long sub, int n) {
                                 if (T == SML_SQ_8BIT && sq8_mma_fits(s->dim))
                                     return sq8_batch(dev, a, batch, sub, n, allowed);

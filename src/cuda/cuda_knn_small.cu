@@ -76,6 +76,7 @@ constexpr long long kDefaultMaxQueries = 64;
 // one query on mix10M (H200) 0.614-0.620 -> 0.592 ms; 2 and 4 steps ahead
 // evicted rows before their use (0.833 and 0.948 ms).
 constexpr int kPrefetchSteps = 1;
+static_assert(kPrefetchSteps > 0, "the scan always asks ahead");
 
 std::atomic<long long> max_queries{kDefaultMaxQueries};
 std::atomic<bool> tensor_cores{true};  // off: CUDA cores only (sml_cuda_knn_small_tensor)
@@ -129,7 +130,6 @@ struct ScanArgs {
     long long slice_rows;     // a multiple of 32
     float *part_keys;         // nq x slices x kk
     int *part_idx;
-    int prefetch;             // steps ahead whose rows each warp asks into L2 (kPrefetchSteps)
 };
 
 // Query values of dimension d for the group: QG consecutive floats.
@@ -358,14 +358,12 @@ __device__ __forceinline__ void scan_block(const ScanArgs &a, const OneQuery *on
     const long long r0 = (long long)slice * a.slice_rows;
     const long long r1 = min(a.n, r0 + a.slice_rows);
     for (long long first = r0 + warp * 32; first < r1; first += kThreads) {
-        if (a.prefetch > 0) {
-            const long long ahead = first + (long long)a.prefetch * kThreads;
-            if (ahead < r1) {
-                const char *p = reinterpret_cast<const char *>(a.rows + ahead * a.dim);
-                const long long end = (min(ahead + 32, r1) - ahead) * a.dim * 2;
-                for (long long off = lane * 128; off < end; off += 32 * 128)
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
-            }
+        const long long ahead = first + (long long)kPrefetchSteps * kThreads;
+        if (ahead < r1) {
+            const char *p = reinterpret_cast<const char *>(a.rows + ahead * a.dim);
+            const long long end = (min(ahead + 32, r1) - ahead) * a.dim * 2;
+            for (long long off = lane * 128; off < end; off += 32 * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
         }
         const long long j = first + lane;
         const bool valid = j < r1;
@@ -755,7 +753,7 @@ simil_status knn_small(Device *dev, const sml_knn_args *a, const float *add,
     ScanArgs scan{shadow->rows, shadow->inv_scale, add, a->n, dim,
                   dim % 8 == 0 ? 8 : dim % 4 == 0 ? 4 : dim % 2 == 0 ? 2 : 1, b.queries_h,
                   b.query_inv, (int)a->nq, l2, p.slices, p.groups, p.slice_rows,
-                  b.part_keys, b.part_idx, kPrefetchSteps};
+                  b.part_keys, b.part_idx};
     // The finish writes the results (unless they go to the device) and the
     // ok flags straight into the pinned buffer, which the device reaches at
     // its host address: no copy back.

@@ -695,10 +695,10 @@ simil_status cuda_xfbq_scan(sml_backend *be, const sml_xfbq_scan_args *a)
     const bool small = ((long long)a->nbins << a->bin_shift) <= 65536;  // D fits 16 bits
     const BatchLimits limits{kXfbqShape, small ? (size_t)2 : (size_t)4, kDistBudget, kMaxBatch};
     const long long qw = a->query_bits * a->words;
-    return ivf_locked(be, scan, [&](Device *dev) {
+    return ivf_locked(be, scan, [&](Device *dev, bool host_queries) {
         const uint32_t *allowed;
         SML_TRY(scan_rows_allowed(dev, scan, &allowed));
-        return scan_planned(dev, &scan, limits,
+        return scan_planned(dev, &scan, host_queries, limits,
                             [&](const sml_ivf_scan_args &batch, long long first, long long sub,
                                 int n) {
                                 sml_xfbq_scan_args x = *a;
