@@ -212,15 +212,22 @@ static simil_status sml_hdf5_storage(sml_hdf5 *h)
                       h->file, h->name, declared, (unsigned long long)stored);
     }
     if (layout == H5D_CONTIGUOUS) {
+        /* The end is the smaller of the file's size and the end of its
+         * allocated space (EOA) that the superblock records: libhdf5 refuses
+         * raw reads past the EOA, but only for the rows that start past it,
+         * so a damaged EOA would make a whole read succeed (with zeros) and a
+         * read of some rows fail. */
         haddr_t at = H5Dget_offset(h->did);
         hsize_t file_size = 0;
-        SML_RETURN_IF(at == HADDR_UNDEF || H5Fget_filesize(h->fid, &file_size) < 0 ||
-                          at > file_size || file_size - at < declared,
-                      SIMIL_ERR_CORRUPT,
+        haddr_t eoa = HADDR_UNDEF;
+        int known = at != HADDR_UNDEF && H5Fget_filesize(h->fid, &file_size) >= 0 &&
+                    H5Fget_eoa(h->fid, &eoa) >= 0 && eoa != HADDR_UNDEF;
+        hsize_t end = known && eoa < file_size ? (hsize_t)eoa : file_size;
+        SML_RETURN_IF(!known || at > end || end - at < declared, SIMIL_ERR_CORRUPT,
                       "'%s' is damaged: dataset '%s' runs past the end of the file (%zu bytes "
-                      "from offset %llu in a file of %llu)",
+                      "from offset %llu in a file whose data ends at %llu)",
                       h->file, h->name, declared, (unsigned long long)at,
-                      (unsigned long long)file_size);
+                      (unsigned long long)end);
     } else if (layout == H5D_CHUNKED) {
         /* Unwritten chunks would read as fill values: every chunk must be there.
          * (libhdf5 1.10.8 counts no chunks for H5S_ALL, hence the dataspace.) */
