@@ -10,7 +10,10 @@
  *         flat   XFBQ4x3 over the extra distances (--flat-queries of the queries)
  *         ivf    IVF4096,Flat over the nprobes
  *         ivfx   IVF4096,XFBQ4x3 over nprobes x extra distances
- *   (default: all four; IVF256 in place of IVF4096 for fashion-mnist)
+ *         host   XFBQ4x3_host (re-ranking floats in pinned host memory) over
+ *                the extra distances, as flat
+ *   (default: prep, flat, ivf and ivfx; IVF256 in place of IVF4096 for
+ *   fashion-mnist)
  *   --extra-of: what the extra distances are fractions of (search parameter
  *   extra_of; default range)
  *
@@ -173,7 +176,7 @@ static int parse_list(const char *s, double *out)
 int main(int argc, char **argv)
 {
     if (argc < 2 || simil_gpu_count() == 0) {
-        fprintf(stderr, "usage: bench_gpu_xfbq mix10M|fashion-mnist [prep] [flat] [ivf] [ivfx] "
+        fprintf(stderr, "usage: bench_gpu_xfbq mix10M|fashion-mnist [prep] [flat] [ivf] [ivfx] [host] "
                         "[--queries N] [--flat-queries N] [--extras E,..] [--nprobes P,..] "
                         "[--ivf-extras E,..] [--extra-of range|spread]   (needs a GPU)\n");
         return 2;
@@ -189,6 +192,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[a], "flat") == 0) parts |= 2;
         else if (strcmp(argv[a], "ivf") == 0) parts |= 4;
         else if (strcmp(argv[a], "ivfx") == 0) parts |= 8;
+        else if (strcmp(argv[a], "host") == 0) parts |= 16;
         else if (a + 1 < argc && strcmp(argv[a], "--queries") == 0) nq_limit = atoll(argv[++a]);
         else if (a + 1 < argc && strcmp(argv[a], "--flat-queries") == 0) flat_nq = atoll(argv[++a]);
         else if (a + 1 < argc && strcmp(argv[a], "--extras") == 0)
@@ -273,14 +277,16 @@ int main(int argc, char **argv)
                    b.name, xs, ivf_xfbq, is, ivf_pq, ps, ps / xs);
         }
     }
-    if (parts & 2) {
-        simil_index *x = build(&b, "XFBQ4x3", NULL);
+    for (int h = 0; h < 2; h++) {
+        if (!(parts & (h ? 16 : 2))) continue;
+        const char *desc = h ? "XFBQ4x3_host" : "XFBQ4x3";
+        simil_index *x = build(&b, desc, NULL);
         best top = {0};
         bench sub = b;
         sub.nq = flat_nq;
         for (int e = 0; e < nextras; e++)
-            report(&sub, "XFBQ4x3", flat_nq, 0, (float)extras[e], x, &top);
-        report_best(&sub, "XFBQ4x3", &top);
+            report(&sub, desc, flat_nq, 0, (float)extras[e], x, &top);
+        report_best(&sub, desc, &top);
         simil_index_destroy(x);
     }
     if (parts & 4) {

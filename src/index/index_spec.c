@@ -46,8 +46,14 @@ static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index
         spec->encoding = SML_ENCODING_FLAT;
         return SIMIL_OK;
     }
-    if (strcmp(c, "XFBQ") == 0 || sml_spec_numbers(c, "XFBQ", 'x', &a, &b)) {
+    /* XFBQ[QxB][_host]: the suffix, where the floats for re-ranking live */
+    char xfbq[SML_SPEC_MAX_LEN];
+    const size_t len = strlen(c), hl = strlen("_host");
+    int host = strncmp(c, "XFBQ", 4) == 0 && len > hl && strcmp(c + len - hl, "_host") == 0;
+    snprintf(xfbq, sizeof xfbq, "%.*s", (int)(host ? len - hl : len), c);
+    if (strcmp(xfbq, "XFBQ") == 0 || sml_spec_numbers(xfbq, "XFBQ", 'x', &a, &b)) {
         spec->encoding = SML_ENCODING_XFBQ;
+        spec->xfbq_host = host;
         if (a != 0) {
             SML_RETURN_IF(b == 0, SIMIL_ERR_INVALID_ARGUMENT,
                           "index '%s': write XFBQ<query bits>x<base bits>, e.g. XFBQ4x3", desc);
@@ -82,7 +88,7 @@ static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index
     }
     return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
                      "index '%s': '%s' is not an encoding; expected Flat, PQ<m>[x<bits>], "
-                     "XFBQ[<q>x<b>], SQ8, SQfp16 or SQbf16",
+                     "XFBQ[<q>x<b>][_host], SQ8, SQfp16 or SQbf16",
                      desc, c);
 }
 
@@ -159,6 +165,9 @@ static simil_status sml_spec_check(const char *desc, int64_t dim, sml_index_spec
     SML_RETURN_IF(spec->opq_m && dim > most / coded_dim, SIMIL_ERR_INVALID_ARGUMENT,
                   "index '%s': an OPQ rotation of %" PRId64 " x %" PRId64
                   " would take more than 4 GiB", desc, dim, coded_dim);
+    SML_RETURN_IF(spec->xfbq_host && spec->ivf_nlist, SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s': _host (re-ranking floats in host memory) is for flat XFBQ; "
+                  "an inverted file keeps each vector's floats in its list rows", desc);
     SML_RETURN_IF(spec->refine && spec->encoding == SML_ENCODING_FLAT, SIMIL_ERR_INVALID_ARGUMENT,
                   "index '%s': Refine re-ranks a compressed index; Flat is already exact", desc);
     return SIMIL_OK;
@@ -237,7 +246,8 @@ void sml_index_spec_format(const sml_index_spec *spec, char *out, size_t size)
     case SML_ENCODING_FLAT: SML_APPEND("Flat"); break;
     case SML_ENCODING_PQ: SML_APPEND("PQ%" PRId64 "x%d", spec->pq_m, spec->pq_bits); break;
     case SML_ENCODING_XFBQ:
-        SML_APPEND("XFBQ%dx%d", spec->xfbq_query_bits, spec->xfbq_base_bits);
+        SML_APPEND("XFBQ%dx%d%s", spec->xfbq_query_bits, spec->xfbq_base_bits,
+                   spec->xfbq_host ? "_host" : "");
         break;
     case SML_ENCODING_SQ:
         SML_APPEND("%s", spec->sq_type == SML_SQ_8BIT   ? "SQ8"

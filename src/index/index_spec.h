@@ -1,8 +1,8 @@
 /* index_spec.h: Faiss-style index descriptions, parsed.
  *
  * Grammar (components separated by commas, in this order):
- *   [Shardss,] [IDMap,] [OPQm[_d], | RR,] [IVFn,] (Flat | PQm[xb] | XFBQ[QxB] | SQ8 |
- *   SQfp16 | SQbf16) [,Refine | ,RFlat]
+ *   [Shardss,] [IDMap,] [OPQm[_d], | RR,] [IVFn,] (Flat | PQm[xb] | XFBQ[QxB][_host] |
+ *   SQ8 | SQfp16 | SQbf16) [,Refine | ,RFlat]
  * e.g. "Flat", "IVF4096,Flat", "IVF4096,PQ32x8", "OPQ32_128,IVF4096,PQ32",
  * "XFBQ4x3", "IVF1024,XFBQ", "IVF4096,PQ32,Refine", "IVF4096,SQ8", "SQfp16".  IDMap is accepted for
  * Faiss compatibility and ignored: every simil index takes ids.  "Shardss,"
@@ -10,7 +10,8 @@
  * device list such as gpu:0,1 also does); saved sharded indexes carry it.
  * "RR" (Faiss's random rotation; "RR<dim>" also, at the input dimension) is
  * taken by XFBQ alone: its codes are made from randomly rotated vectors (the
- * XFBQ paper, section 3.5.1), while its floats stay the vectors given. */
+ * XFBQ paper, section 3.5.1), while its floats stay the vectors given.
+ * "_host" after a flat XFBQ keeps its re-ranking floats in host memory. */
 #ifndef SML_INDEX_SPEC_H
 #define SML_INDEX_SPEC_H
 
@@ -37,6 +38,7 @@ typedef struct sml_index_spec {
     int pq_bits;          /* bits per sub-quantizer code, 4..8 */
     int xfbq_query_bits;  /* 1..8 */
     int xfbq_base_bits;   /* 1..8 */
+    int xfbq_host;        /* XFBQ..._host: re-ranking floats in host memory */
     int sq_type;          /* SQ: an sml_sq_type (core/sq_code.h) */
     int refine;           /* re-rank with the float vectors */
 } sml_index_spec;

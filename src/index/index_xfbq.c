@@ -2,7 +2,9 @@
  * code and floats in a row store (row_store.h), the codes (code_bytes each,
  * xfbq.h) in one column, which the scan streams as a single list, the float
  * vectors in another, and the ids beside them.  Storage is the same on the
- * CPU and the GPU, and so are files. */
+ * CPU and the GPU, and so are files.  "XFBQ[QxB]_host" keeps the floats in
+ * host memory that the GPU reads directly (a host column of the store): only
+ * the candidates' rows are read, so a GPU holds the codes and ids alone. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -49,8 +51,8 @@ static simil_status sml_xfbq_flat_recode(simil_index *index, const sml_xfbq *q)
         s = sml_alloc((void **)&v, (size_t)(chunk * q->dim), sizeof *v, "vectors to recode");
     for (int64_t r = 0; r < n && s == SIMIL_OK; r += chunk) {
         const int64_t m = n - r < chunk ? n - r : chunk;
-        s = b->ops->mem_download(b, v, sml_row_store_at(&x->rows, SML_XFBQ_VECTORS, r),
-                                 sizeof *v * (size_t)(m * q->dim));
+        s = sml_row_store_get(b, &x->rows, SML_XFBQ_VECTORS, r, v,
+                              sizeof *v * (size_t)(m * q->dim));
         if (s == SIMIL_OK) s = sml_xfbq_flat_codes(x, q, m, v, buf);
         if (s == SIMIL_OK) {
             s = b->ops->mem_upload(b, fresh + (size_t)r * q->code_bytes, buf,
@@ -92,8 +94,8 @@ static simil_status sml_xfbq_flat_fill(const simil_index *index, sml_row_store *
             s = b->ops->mem_upload(b, sml_row_store_at(next, SML_XFBQ_CODES, at + i), buf,
                                    (size_t)m * cs);
         if (s == SIMIL_OK)
-            s = b->ops->mem_upload(b, sml_row_store_at(next, SML_XFBQ_VECTORS, at + i),
-                                   xs + i * dim, sizeof(float) * (size_t)(m * dim));
+            s = sml_row_store_put(b, next, SML_XFBQ_VECTORS, at + i, xs + i * dim,
+                                  sizeof(float) * (size_t)(m * dim));
         sml_progress("add", i + m, n);
     }
     sml_free(buf);
@@ -169,9 +171,8 @@ static simil_status sml_xfbq_flat_save(const simil_index *index, sml_writer *w)
     SML_TRY(sml_xfbq_save_params(index, w));
     const uint64_t n = (uint64_t)index->ntotal;
     SML_TRY(sml_section_write(w, sml_tag_ids, x->rows.host_ids, n * sizeof(int64_t)));
-    SML_TRY(sml_section_write_mem(w, sml_tag_vectors, index->backend,
-                                  x->rows.column[SML_XFBQ_VECTORS],
-                                  n * x->rows.width[SML_XFBQ_VECTORS]));
+    SML_TRY(sml_row_store_write_column(w, sml_tag_vectors, index->backend, &x->rows,
+                                       SML_XFBQ_VECTORS, (int64_t)n));
     return sml_section_write_mem(w, sml_tag_codes, index->backend, x->rows.column[SML_XFBQ_CODES],
                                  n * x->base.q.code_bytes);
 }
@@ -188,8 +189,7 @@ static simil_status sml_xfbq_flat_load(simil_index *index, sml_reader *r)
     index->ntotal = 0;
     SML_TRY(sml_row_store_load_ids(b, &x->rows, r, sml_tag_ids, n, index->next_id,
                                    sizeof(int64_t) + cs + vs));
-    SML_TRY(sml_section_read_mem(r, sml_tag_vectors, b, x->rows.column[SML_XFBQ_VECTORS],
-                                 (uint64_t)n * vs));
+    SML_TRY(sml_row_store_read_column(r, sml_tag_vectors, b, &x->rows, SML_XFBQ_VECTORS, n));
     SML_TRY(sml_section_read_mem(r, sml_tag_codes, b, x->rows.column[SML_XFBQ_CODES],
                                  (uint64_t)n * cs));
     index->ntotal = n;
@@ -227,6 +227,7 @@ simil_status sml_xfbq_flat_init(simil_index *index)
         return s;
     }
     x->rows = sml_row_store_empty(x->base.q.code_bytes, sizeof(float) * (size_t)index->dim);
+    if (index->spec.xfbq_host) sml_row_store_host_column(index->backend, &x->rows, SML_XFBQ_VECTORS);
     index->impl = x;
     index->vt = &sml_xfbq_flat_vtable;
     /* vectors are taken at once: the first batch chooses alpha */

@@ -7,6 +7,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/id_map.h"
+#include "core/section_mem.h"
 #include "index/index_internal.h"
 
 sml_row_store sml_row_store_empty(size_t width0, size_t width1)
@@ -15,10 +16,79 @@ sml_row_store sml_row_store_empty(size_t width0, size_t width1)
     return (sml_row_store){.width = {width0, width1}};
 }
 
+void sml_row_store_host_column(sml_backend *b, sml_row_store *s, int c)
+{
+    assert(c >= 0 && c < SML_ROW_STORE_COLUMNS && s->capacity == 0);
+    /* host memory is backend memory where the backend has no memory of its own */
+    if (b->gpu >= 0 && b->ops->pinned_alloc != NULL) s->host |= 1u << c;
+}
+
+static int sml_row_store_is_host(const sml_row_store *s, int c) { return (s->host >> c) & 1; }
+
+static simil_status sml_row_store_alloc(sml_backend *b, const sml_row_store *s, int c,
+                                        size_t bytes, void **out)
+{
+    if (!sml_row_store_is_host(s, c)) return b->ops->mem_alloc(b, bytes, out);
+    *out = NULL;
+    return b->ops->pinned_alloc(b, bytes, out);
+}
+
+static void sml_row_store_release(sml_backend *b, const sml_row_store *s, int c, void *mem)
+{
+    if (mem == NULL) return;
+    if (sml_row_store_is_host(s, c))
+        b->ops->pinned_free(b, mem);
+    else
+        b->ops->mem_free(b, mem);
+}
+
+simil_status sml_row_store_put(sml_backend *b, const sml_row_store *s, int c, int64_t at,
+                               const void *host, size_t bytes)
+{
+    assert(at >= 0 && bytes <= (size_t)(s->capacity - at) * s->width[c]);
+    void *dst = sml_row_store_at(s, c, at);
+    if (!sml_row_store_is_host(s, c)) return b->ops->mem_upload(b, dst, host, bytes);
+    if (bytes > 0) memcpy(dst, host, bytes);
+    return SIMIL_OK;
+}
+
+simil_status sml_row_store_get(sml_backend *b, const sml_row_store *s, int c, int64_t at,
+                               void *host, size_t bytes)
+{
+    const void *src = sml_row_store_at(s, c, at);
+    if (!sml_row_store_is_host(s, c)) return b->ops->mem_download(b, host, src, bytes);
+    if (bytes > 0) memcpy(host, src, bytes);
+    return SIMIL_OK;
+}
+
+simil_status sml_row_store_write_column(sml_writer *w, uint32_t tag, sml_backend *b,
+                                        const sml_row_store *s, int c, int64_t n)
+{
+    const uint64_t bytes = (uint64_t)n * s->width[c];
+    if (!sml_row_store_is_host(s, c))
+        return sml_section_write_mem(w, tag, b, s->column[c], bytes);
+    return sml_section_write(w, tag, s->column[c], bytes);
+}
+
+simil_status sml_row_store_read_column(sml_reader *r, uint32_t tag, sml_backend *b,
+                                       const sml_row_store *s, int c, int64_t n)
+{
+    const uint64_t bytes = (uint64_t)n * s->width[c];
+    if (!sml_row_store_is_host(s, c))
+        return sml_section_read_mem(r, tag, b, s->column[c], bytes);
+    uint64_t length;
+    SML_TRY(sml_section_open(r, tag, &length));
+    SML_RETURN_IF(length != bytes, SIMIL_ERR_CORRUPT,
+                  "'%s' is damaged: a section holds %llu bytes, %llu expected", r->path,
+                  (unsigned long long)length, (unsigned long long)bytes);
+    SML_TRY(sml_section_read(r, s->column[c], (size_t)bytes));
+    return sml_section_close(r);
+}
+
 void sml_row_store_free(sml_backend *b, sml_row_store *s)
 {
     for (int c = 0; c < SML_ROW_STORE_COLUMNS; c++) {
-        b->ops->mem_free(b, s->column[c]);
+        sml_row_store_release(b, s, c, s->column[c]);
         s->column[c] = NULL;
     }
     b->ops->mem_free(b, s->ids);
@@ -32,6 +102,7 @@ void sml_row_store_free(sml_backend *b, sml_row_store *s)
 static sml_row_store sml_row_store_fresh(const sml_row_store *s, int64_t capacity)
 {
     sml_row_store next = sml_row_store_empty(s->width[0], s->width[1]);
+    next.host = s->host;
     next.capacity = capacity;
     return next;
 }
@@ -46,10 +117,17 @@ simil_status sml_row_store_reserve(sml_backend *b, const sml_row_store *s, int64
     if (cap < need) cap = need;
     sml_row_store fresh = sml_row_store_fresh(s, cap);
     simil_status st = SIMIL_OK;
-    for (int c = 0; c < SML_ROW_STORE_COLUMNS && st == SIMIL_OK; c++)
-        if (s->width[c] > 0)
+    for (int c = 0; c < SML_ROW_STORE_COLUMNS && st == SIMIL_OK; c++) {
+        if (s->width[c] == 0) continue;
+        if (!sml_row_store_is_host(s, c)) {
             st = sml_mem_clone(b, &fresh.column[c], s->column[c], (size_t)used * s->width[c],
                                (size_t)cap * s->width[c]);
+        } else {
+            st = sml_row_store_alloc(b, s, c, (size_t)cap * s->width[c], &fresh.column[c]);
+            if (st == SIMIL_OK && used > 0)
+                memcpy(fresh.column[c], s->column[c], (size_t)used * s->width[c]);
+        }
+    }
     if (st == SIMIL_OK)
         st = sml_mem_clone(b, (void **)&fresh.ids, s->ids, (size_t)used * sizeof(int64_t),
                            (size_t)cap * sizeof(int64_t));
@@ -93,6 +171,17 @@ static simil_status sml_row_store_gather(sml_backend *b, void **out, const void 
     return b->ops->mem_move_rows(b, *out, NULL, src, keep, row_bytes, n);
 }
 
+/* The same for host column c of s. */
+static simil_status sml_row_store_gather_host(sml_backend *b, const sml_row_store *s, int c,
+                                              void **out, int64_t n, const int64_t *keep)
+{
+    const size_t w = s->width[c];
+    SML_TRY(sml_row_store_alloc(b, s, c, (size_t)(n > 0 ? n : 1) * w, out));
+    for (int64_t i = 0; i < n; i++)
+        memcpy((char *)*out + (size_t)i * w, (const char *)s->column[c] + (size_t)keep[i] * w, w);
+    return SIMIL_OK;
+}
+
 simil_status sml_row_store_keep(sml_backend *b, const sml_row_store *s, int64_t used,
                                 int64_t n_sorted, const int64_t *sorted_ids, sml_row_store *next,
                                 int64_t *kept)
@@ -108,9 +197,13 @@ simil_status sml_row_store_keep(sml_backend *b, const sml_row_store *s, int64_t 
     simil_status st = SIMIL_OK;
     if (n < used) {
         sml_row_store fresh = sml_row_store_fresh(s, n);
-        for (int c = 0; c < SML_ROW_STORE_COLUMNS && st == SIMIL_OK; c++)
-            if (s->width[c] > 0)
-                st = sml_row_store_gather(b, &fresh.column[c], s->column[c], s->width[c], n, keep);
+        for (int c = 0; c < SML_ROW_STORE_COLUMNS && st == SIMIL_OK; c++) {
+            if (s->width[c] == 0) continue;
+            st = sml_row_store_is_host(s, c)
+                     ? sml_row_store_gather_host(b, s, c, &fresh.column[c], n, keep)
+                     : sml_row_store_gather(b, &fresh.column[c], s->column[c], s->width[c], n,
+                                            keep);
+        }
         if (st == SIMIL_OK)
             st = sml_row_store_gather(b, (void **)&fresh.ids, s->ids, sizeof(int64_t), n, keep);
         if (st == SIMIL_OK)
@@ -147,7 +240,7 @@ simil_status sml_row_store_reconstruct(sml_backend *b, const sml_row_store *s, i
     const int64_t i = sml_row_store_find(s, used, id);
     SML_RETURN_IF(i < 0, SIMIL_ERR_INVALID_ARGUMENT,
                   "reconstruct: id %" PRId64 " is not in the index", id);
-    return b->ops->mem_download(b, out, sml_row_store_at(s, c, i), s->width[c]);
+    return sml_row_store_get(b, s, c, i, out, s->width[c]);
 }
 
 simil_status sml_row_store_load_ids(sml_backend *b, sml_row_store *s, sml_reader *r,

@@ -18,7 +18,8 @@
 
 typedef struct sml_row_store {
     size_t width[SML_ROW_STORE_COLUMNS]; /* bytes per row; 0: the column is unused */
-    void *column[SML_ROW_STORE_COLUMNS]; /* mem: capacity x width */
+    void *column[SML_ROW_STORE_COLUMNS]; /* mem: capacity x width (host: see host) */
+    unsigned host;                       /* bit c: column c is host memory (below) */
     int64_t *ids;                        /* mem: capacity */
     int64_t *host_ids;                   /* host: capacity */
     int64_t capacity;
@@ -27,6 +28,28 @@ typedef struct sml_row_store {
 /* An empty store with columns of these widths (bytes, multiples of 4; 0 for
  * none). */
 sml_row_store sml_row_store_empty(size_t width0, size_t width1);
+
+/* Column c of an empty store s is to live in host memory that b's kernels
+ * read directly (on a GPU: pinned, mapped memory, pinned_alloc), not in
+ * backend memory: for data that only a few rows of each search touch (flat
+ * XFBQ's re-ranking floats, XFBQ..._host), so that the GPU holds less.  On a
+ * backend whose memory is host memory already it changes nothing.  Whether
+ * it takes effect is fixed when the column is first allocated. */
+void sml_row_store_host_column(sml_backend *b, sml_row_store *s, int c);
+
+/* n bytes of host memory into column c at row `at`, and out of it
+ * (mem_upload / mem_download, or a copy for a host column). */
+simil_status sml_row_store_put(sml_backend *b, const sml_row_store *s, int c, int64_t at,
+                               const void *host, size_t bytes);
+simil_status sml_row_store_get(sml_backend *b, const sml_row_store *s, int c, int64_t at,
+                               void *host, size_t bytes);
+
+/* Column c's first n rows to and from a file section (section_mem.h, or the
+ * host calls for a host column). */
+simil_status sml_row_store_write_column(sml_writer *w, uint32_t tag, sml_backend *b,
+                                        const sml_row_store *s, int c, int64_t n);
+simil_status sml_row_store_read_column(sml_reader *r, uint32_t tag, sml_backend *b,
+                                       const sml_row_store *s, int c, int64_t n);
 
 void sml_row_store_free(sml_backend *b, sml_row_store *s);
 

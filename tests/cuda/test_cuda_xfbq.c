@@ -9,12 +9,16 @@
  * of 4), several blocks per query, probes of empty lists, remove, reconstruct, alpha set on the GPU, and precision on
  * Fashion-MNIST; with RR (the random rotation, rotated on the host for both)
  * the same results too, and reconstruct the vectors added.  The GPU codes the queries itself: its codes must be the
- * host encoder's, bit for bit (test_query_codes_match_host). */
+ * host encoder's, bit for bit (test_query_codes_match_host).  XFBQ_host
+ * (floats in pinned host memory) gives the same results, and holds no floats
+ * on the GPU (test_host_floats). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <cuda_runtime.h>
 
 #include "algo/xfbq.h"
 #include "cuda/cuda_backend.h"
@@ -406,6 +410,84 @@ static void test_rotation_same_as_cpu(void **state)
     free(q);
 }
 
+/* GPU memory in use, after the device is idle. */
+static size_t gpu_used(void)
+{
+    size_t free_bytes = 0, total = 0;
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    assert_int_equal(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+    return total - free_bytes;
+}
+
+/* XFBQ_host: the floats in pinned host memory that the re-ranking kernel
+ * reads: the same results as the CPU (and so as XFBQ), edits included, files
+ * either way, and the GPU holds the codes and ids alone. */
+static void test_host_floats(void **state)
+{
+    (void)state;
+    const int64_t dim = 96, n = 6000, nq = 101;
+    float *x = sml_test_malloc(sizeof(float) * n * dim);
+    float *q = sml_test_malloc(sizeof(float) * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 93, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 94, q));
+    const simil_metric metrics[] = {SIMIL_METRIC_COSINE, SIMIL_METRIC_L2};
+    for (int t = 0; t < 2; t++) {
+        simil_index *cpu, *gpu;
+        twin(t ? "RR,XFBQ_host" : "XFBQ_host", dim, metrics[t], n, x, t ? "cpu" : "gpu", &cpu,
+             &gpu);
+        const float extras[] = {0.0f, 0.01f, -1.0f};
+        for (int e = 0; e < 3; e++)
+            compare("XFBQ_host", cpu, gpu, x, n, q, nq, dim, 10, 0, extras[e], metrics[t]);
+        compare("XFBQ_host k=3000", cpu, gpu, x, n, q, 7, dim, 3000, 0, 0.01f, metrics[t]);
+        /* edits on both: a second add grows the host column, remove gathers it,
+         * alpha recodes from it */
+        SML_ASSERT_OK(simil_index_add(gpu, 500, x, NULL));
+        SML_ASSERT_OK(simil_index_add(cpu, 500, x, NULL));
+        int64_t gone[300];
+        for (int i = 0; i < 300; i++) gone[i] = 5 * i + 2;
+        SML_ASSERT_OK(simil_index_remove(gpu, 300, gone, NULL));
+        SML_ASSERT_OK(simil_index_remove(cpu, 300, gone, NULL));
+        SML_ASSERT_OK(simil_index_set_xfbq_alpha(gpu, 2.5f));
+        SML_ASSERT_OK(simil_index_set_xfbq_alpha(cpu, 2.5f));
+        compare("XFBQ_host edited", cpu, gpu, x, n, q, nq, dim, 10, 0, 0.01f, metrics[t]);
+        float a[96], b[96];
+        SML_ASSERT_OK(simil_index_reconstruct(gpu, 6017, a));
+        SML_ASSERT_OK(simil_index_reconstruct(cpu, 6017, b));
+        assert_memory_equal(a, b, sizeof a);
+        /* saved from the GPU, loaded on the CPU */
+        const char *path = sml_test_path("xfbq-host.simil");
+        SML_ASSERT_OK(simil_index_save(gpu, path));
+        simil_index *back;
+        SML_ASSERT_OK(simil_index_load(&back, path, "cpu"));
+        compare("XFBQ_host from the GPU's file", back, gpu, x, n, q, nq, dim, 10, 0, 0.01f,
+                metrics[t]);
+        simil_index_destroy(back);
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+    }
+    /* GPU bytes: 300,000 rows of 96 floats are 115 MB on the GPU without
+     * _host, and none with it (48 bytes of code and 8 of id a row stay) */
+    const int64_t big = 300000;
+    float *y = sml_test_malloc(sizeof(float) * big * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, big, dim, 95, y));
+    double per_row[2];
+    for (int t = 0; t < 2; t++) {
+        simil_index *g;
+        const size_t before = gpu_used();
+        SML_ASSERT_OK(simil_index_create(&g, dim, t ? "XFBQ_host" : "XFBQ", SIMIL_METRIC_COSINE,
+                                         "gpu"));
+        SML_ASSERT_OK(simil_index_add(g, big, y, NULL));
+        per_row[t] = (double)(gpu_used() - before) / (double)big;
+        simil_index_destroy(g);
+    }
+    printf("GPU bytes per vector, XFBQ4x3 at 96-d: %.1f; XFBQ4x3_host: %.1f\n", per_row[0],
+           per_row[1]);
+    assert_true(per_row[0] >= 384.0 && per_row[1] <= 64.0);
+    free(y);
+    free(x);
+    free(q);
+}
+
 int main(void)
 {
     sml_test_require_gpu();
@@ -418,6 +500,7 @@ int main(void)
         cmocka_unit_test(test_flat_edits_on_gpu),
         cmocka_unit_test(test_fashion_mnist_precision),
         cmocka_unit_test(test_rotation_same_as_cpu),
+        cmocka_unit_test(test_host_floats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -766,8 +766,9 @@ static void test_save_load(void **state)
     float *q = sml_test_malloc(sizeof(float) * nq * dim);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 41, x));
     SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 42, q));
-    const char *descs[] = {"XFBQ", "IVF8,XFBQ3x2", "XFBQ8x8", "RR,XFBQ", "RR,IVF8,XFBQ3x2"};
-    for (int t = 0; t < 5; t++) {
+    const char *descs[] = {"XFBQ", "IVF8,XFBQ3x2", "XFBQ8x8", "RR,XFBQ", "RR,IVF8,XFBQ3x2",
+                           "RR,XFBQ2x2_host"};
+    for (int t = 0; t < 6; t++) {
         simil_index *a;
         SML_ASSERT_OK(simil_index_create(&a, dim, descs[t], SIMIL_METRIC_COSINE, "cpu"));
         if (t == 2) SML_ASSERT_OK(simil_index_set_xfbq_alpha(a, 3.0f));
@@ -780,6 +781,7 @@ static void test_save_load(void **state)
         simil_index *b;
         SML_ASSERT_OK(simil_index_load(&b, path, "cpu"));
         assert_int_equal(simil_index_size(b), n - 3);
+        assert_string_equal(simil_index_description(b), simil_index_description(a));
         assert_float_equal(sml_xfbq_index_alpha(b), sml_xfbq_index_alpha(a), 0);
         float da[20 * 7], db[20 * 7];
         int64_t la[20 * 7], lb[20 * 7];
@@ -835,6 +837,61 @@ static void test_save_load(void **state)
 }
 
 /* ---- the random rotation (RR) ---- */
+
+/* XFBQ[QxB]_host: where the re-ranking floats live, which on the CPU changes
+ * nothing: the same results as without it (the GPU side is
+ * tests/cuda/test_cuda_xfbq.c). */
+static void test_host_floats(void **state)
+{
+    (void)state;
+    simil_index *a, *b;
+    SML_ASSERT_OK(simil_index_create(&a, 65, "XFBQ_host", SIMIL_METRIC_COSINE, "cpu"));
+    assert_string_equal(simil_index_description(a), "XFBQ4x3_host");
+    simil_index_destroy(a);
+    const char *bad[] = {"IVF8,XFBQ_host", "XFBQ4x3_hos", "XFBQ_host_host", "Flat_host",
+                         "XFBQ4_host", "XFBQhost", "SQ8_host"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        a = NULL;
+        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
+                          simil_index_create(&a, 65, bad[i], SIMIL_METRIC_COSINE, "cpu"));
+        assert_null(a);
+        printf("%s: %s\n", bad[i], simil_last_error());
+    }
+    const int64_t dim = 40, n = 2000, nq = 30, k = 10;
+    float *x = sml_test_malloc(sizeof(float) * n * dim);
+    float *q = sml_test_malloc(sizeof(float) * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 43, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 44, q));
+    SML_ASSERT_OK(simil_index_create(&a, dim, "XFBQ", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_create(&b, dim, "XFBQ_host", SIMIL_METRIC_L2, "cpu"));
+    for (int i = 0; i < 2; i++) { /* two adds: the second grows the store */
+        SML_ASSERT_OK(simil_index_add(a, n / 2, x + i * (n / 2) * dim, NULL));
+        SML_ASSERT_OK(simil_index_add(b, n / 2, x + i * (n / 2) * dim, NULL));
+    }
+    int64_t gone[2] = {7, 1500};
+    SML_ASSERT_OK(simil_index_remove(a, 2, gone, NULL));
+    SML_ASSERT_OK(simil_index_remove(b, 2, gone, NULL));
+    float da[30 * 10], db[30 * 10], v[40], w[40];
+    int64_t la[30 * 10], lb[30 * 10];
+    search_p(a, nq, q, k, 0, 0.01f, da, la);
+    search_p(b, nq, q, k, 0, 0.01f, db, lb);
+    assert_memory_equal(la, lb, sizeof la);
+    assert_memory_equal(da, db, sizeof da);
+    SML_ASSERT_OK(simil_index_reconstruct(b, 1999, v));
+    assert_memory_equal(v, x + 1999 * dim, sizeof v);
+    SML_ASSERT_OK(simil_index_set_xfbq_alpha(b, 2.0f)); /* recodes from the floats */
+    SML_ASSERT_OK(simil_index_set_xfbq_alpha(a, 2.0f));
+    search_p(a, nq, q, k, 0, 0.01f, da, la);
+    search_p(b, nq, q, k, 0, 0.01f, db, lb);
+    assert_memory_equal(la, lb, sizeof la);
+    SML_ASSERT_OK(simil_index_reconstruct(a, 3, w));
+    SML_ASSERT_OK(simil_index_reconstruct(b, 3, v));
+    assert_memory_equal(v, w, sizeof v);
+    simil_index_destroy(a);
+    simil_index_destroy(b);
+    free(x);
+    free(q);
+}
 
 static void test_rotation_spec(void **state)
 {
@@ -1061,6 +1118,7 @@ int main(void)
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_ivf_full_probe_equals_flat),
         cmocka_unit_test(test_save_load),
+        cmocka_unit_test(test_host_floats),
         cmocka_unit_test(test_rotation_spec),
         cmocka_unit_test(test_rotation_precision),
         cmocka_unit_test(test_rotation_reconstruct),
