@@ -849,7 +849,25 @@ simil_status tiled_batch_by(Device *dev, const sml_ivf_scan_args &a, long long q
                           sc.out_labels);
 }
 
-// tiled_batch_by with tile_distance_kernel and thin_tile_kernel over rows.
+// The thin tiles of a batch: staged through shared memory (thin_staged_kernel)
+// where the rows are floats and they fit, else thin_tile_kernel.
+template <bool L2, typename Rows>
+simil_status launch_thin(const TileArgs &g, const Rows &rows, int tiles, cudaStream_t st)
+{
+    const size_t smem = sizeof(float) * kThinQueries * (size_t)g.dim;
+    if constexpr (Rows::kFloatRows) {
+        if (thin_staged.load(std::memory_order_relaxed) && thin_staged_fits(g.dim)) {
+            thin_staged_kernel<L2><<<tiles, kThinThreads, smem, st>>>(g, rows);
+            SML_LAUNCH_TRY("thin_staged_kernel");
+            return SIMIL_OK;
+        }
+    }
+    thin_tile_kernel<L2><<<tiles, kThinThreads, smem, st>>>(g, rows);
+    SML_LAUNCH_TRY("thin_tile_kernel");
+    return SIMIL_OK;
+}
+
+// tiled_batch_by with the thin tiles' kernel and tile_distance_kernel over rows.
 template <typename Rows>
 simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
                          const Rows &rows, const uint32_t *allowed)
@@ -859,29 +877,9 @@ simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, 
     return tiled_batch_by(
         dev, a, q0, nq, shape, allowed, [&](TileArgs g, const TileLaunch &how) {
             if (how.nthin > 0) {
-                const size_t smem = sizeof(float) * kThinQueries * (size_t)a.dim;
-                bool staged = false;
-                if constexpr (Rows::kFloatRows)
-                    staged = thin_staged.load(std::memory_order_relaxed) && thin_staged_fits(a.dim);
-                if (staged) {
-                    if constexpr (Rows::kFloatRows) {
-                        if (l2)
-                            thin_staged_kernel<true>
-                                <<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
-                        else
-                            thin_staged_kernel<false>
-                                <<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
-                    }
-                    SML_LAUNCH_TRY("thin_staged_kernel");
-                } else {
-                    if (l2)
-                        thin_tile_kernel<true>
-                            <<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
-                    else
-                        thin_tile_kernel<false>
-                            <<<(int)how.nthin, kThinThreads, smem, how.st>>>(g, rows);
-                    SML_LAUNCH_TRY("thin_tile_kernel");
-                }
+                const int thin = (int)how.nthin;
+                SML_TRY(l2 ? launch_thin<true>(g, rows, thin, how.st)
+                           : launch_thin<false>(g, rows, thin, how.st));
             }
             g.tiles += how.nthin;
             if (how.ntiles > how.nthin) {
