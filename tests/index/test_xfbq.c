@@ -838,6 +838,18 @@ static void test_save_load(void **state)
 
 /* ---- the random rotation (RR) ---- */
 
+/* Each description is refused at dimension 65, with a message (printed). */
+static void assert_refused(const char *const *bad, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        simil_index *index = NULL;
+        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
+                          simil_index_create(&index, 65, bad[i], SIMIL_METRIC_COSINE, "cpu"));
+        assert_null(index);
+        printf("%s: %s\n", bad[i], simil_last_error());
+    }
+}
+
 /* XFBQ[QxB]_host: where the re-ranking floats live, which on the CPU changes
  * nothing: the same results as without it (the GPU side is
  * tests/cuda/test_cuda_xfbq.c). */
@@ -850,13 +862,7 @@ static void test_host_floats(void **state)
     simil_index_destroy(a);
     const char *bad[] = {"IVF8,XFBQ_host", "XFBQ4x3_hos", "XFBQ_host_host", "Flat_host",
                          "XFBQ4_host", "XFBQhost", "SQ8_host"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        a = NULL;
-        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
-                          simil_index_create(&a, 65, bad[i], SIMIL_METRIC_COSINE, "cpu"));
-        assert_null(a);
-        printf("%s: %s\n", bad[i], simil_last_error());
-    }
+    assert_refused(bad, sizeof bad / sizeof bad[0]);
     const int64_t dim = 40, n = 2000, nq = 30, k = 10;
     float *x = sml_test_malloc(sizeof(float) * n * dim);
     float *q = sml_test_malloc(sizeof(float) * nq * dim);
@@ -905,13 +911,7 @@ static void test_rotation_spec(void **state)
     simil_index_destroy(index);
     const char *bad[] = {"RR,Flat", "RR,IVF8,Flat", "RR,IVF8,PQ5", "RR,SQ8", "RR64,XFBQ",
                          "IVF8,RR,XFBQ", "RR,OPQ5,IVF8,PQ5", "RRx,XFBQ"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        index = NULL;
-        SML_ASSERT_STATUS(SIMIL_ERR_INVALID_ARGUMENT,
-                          simil_index_create(&index, 65, bad[i], SIMIL_METRIC_COSINE, "cpu"));
-        assert_null(index);
-        printf("%s: %s\n", bad[i], simil_last_error());
-    }
+    assert_refused(bad, sizeof bad / sizeof bad[0]);
     /* a file cut short of its rotation is refused before the rotation is made */
     SML_ASSERT_OK(simil_index_create(&index, 65, "RR,XFBQ", SIMIL_METRIC_COSINE, "cpu"));
     const char *path = sml_test_path("rr.simil"), *cut = sml_test_path("rr-cut.simil");
