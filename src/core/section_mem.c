@@ -34,18 +34,29 @@ simil_status sml_section_write_mem(sml_writer *w, uint32_t tag, sml_backend *b, 
     return sml_section_end(w);
 }
 
-simil_status sml_section_read_mem(sml_reader *r, uint32_t tag, sml_backend *b, void *mem,
-                                  uint64_t bytes)
+/* Open the next section, which must carry tag and hold exactly bytes. */
+static simil_status sml_section_open_sized(sml_reader *r, uint32_t tag, uint64_t bytes)
 {
     uint64_t length;
     SML_TRY(sml_section_open(r, tag, &length));
     SML_RETURN_IF(length != bytes, SIMIL_ERR_CORRUPT,
                   "'%s' is damaged: a section holds %llu bytes, %llu expected", r->path,
                   (unsigned long long)length, (unsigned long long)bytes);
-    if (b->gpu < 0) {
-        SML_TRY(sml_section_read(r, mem, bytes));
-        return sml_section_close(r);
-    }
+    return SIMIL_OK;
+}
+
+simil_status sml_section_read_host(sml_reader *r, uint32_t tag, void *host, uint64_t bytes)
+{
+    SML_TRY(sml_section_open_sized(r, tag, bytes));
+    SML_TRY(sml_section_read(r, host, bytes));
+    return sml_section_close(r);
+}
+
+simil_status sml_section_read_mem(sml_reader *r, uint32_t tag, sml_backend *b, void *mem,
+                                  uint64_t bytes)
+{
+    if (b->gpu < 0) return sml_section_read_host(r, tag, mem, bytes);
+    SML_TRY(sml_section_open_sized(r, tag, bytes));
     size_t chunk = bytes < sml_stream_chunk ? (size_t)bytes : sml_stream_chunk;
     void *buf;
     SML_TRY(sml_alloc(&buf, chunk ? chunk : 1, 1, "a load buffer"));

@@ -15,5 +15,7 @@ simil_status sml_section_write_mem(sml_writer *w, uint32_t tag, sml_backend *b,
  * backend memory mem (SIMIL_ERR_CORRUPT otherwise). */
 simil_status sml_section_read_mem(sml_reader *r, uint32_t tag, sml_backend *b, void *mem,
                                   uint64_t bytes);
+/* The same into host memory (what sml_section_read_mem does on the CPU). */
+simil_status sml_section_read_host(sml_reader *r, uint32_t tag, void *host, uint64_t bytes);
 
 #endif

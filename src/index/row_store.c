@@ -76,13 +76,7 @@ simil_status sml_row_store_read_column(sml_reader *r, uint32_t tag, sml_backend 
     const uint64_t bytes = (uint64_t)n * s->width[c];
     if (!sml_row_store_is_host(s, c))
         return sml_section_read_mem(r, tag, b, s->column[c], bytes);
-    uint64_t length;
-    SML_TRY(sml_section_open(r, tag, &length));
-    SML_RETURN_IF(length != bytes, SIMIL_ERR_CORRUPT,
-                  "'%s' is damaged: a section holds %llu bytes, %llu expected", r->path,
-                  (unsigned long long)length, (unsigned long long)bytes);
-    SML_TRY(sml_section_read(r, s->column[c], (size_t)bytes));
-    return sml_section_close(r);
+    return sml_section_read_host(r, tag, s->column[c], bytes);
 }
 
 void sml_row_store_free(sml_backend *b, sml_row_store *s)
