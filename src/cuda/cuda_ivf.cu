@@ -305,8 +305,6 @@ void carve_pair_scratch(Carve &c, const sml_ivf_scan_args &a, const PairPlan &ho
     }
     s->final_keys = c.take<float>(nq * k);
     s->final_idx = c.take<int>(nq * k);
-    s->out_dist = c.take<float>(nq * k);
-    s->out_labels = c.take<int64_t>(nq * k);
 }
 
 simil_status pair_workspace(Device *dev, const sml_ivf_scan_args &a, const void *host,
@@ -522,20 +520,20 @@ simil_status select_ragged(const RaggedRows &in, int k, float *out_keys, int *ou
 }
 
 simil_status finish_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
-                            const float *keys, const int *rows, float *dist, int64_t *labels)
+                            const float *keys, const int *rows)
 {
     cudaStream_t st = dev->stream[0];
     const size_t nk = (size_t)nq * a.k;
-    SML_TRY(launch_finish(nq, (int)a.k, keys, rows, a.metric == SIMIL_METRIC_L2, nullptr,
-                          a.lists.ids, dist, labels, st));
-    // through pinned memory: a copy to the caller's pageable memory would be
-    // staged by the driver and wait for the stream, once for each array
+    // into pinned memory: a copy to the caller's pageable memory would be
+    // staged by the driver and wait for the stream, once for each array; and
+    // written by the kernel itself, not copied out of device scratch, which
+    // took two more copies queued behind it
     char *host;
     SML_TRY(device_results(dev, 12 * nk, reinterpret_cast<void **>(&host)));
     int64_t *host_labels = reinterpret_cast<int64_t *>(host);
     float *host_dist = reinterpret_cast<float *>(host + 8 * nk);
-    SML_CUDA_TRY(cudaMemcpyAsync(host_labels, labels, 8 * nk, cudaMemcpyDeviceToHost, st));
-    SML_CUDA_TRY(cudaMemcpyAsync(host_dist, dist, 4 * nk, cudaMemcpyDeviceToHost, st));
+    SML_TRY(launch_finish(nq, (int)a.k, keys, rows, a.metric == SIMIL_METRIC_L2, nullptr,
+                          a.lists.ids, host_dist, host_labels, st));
     SML_CUDA_TRY(cudaStreamSynchronize(st));
     trace_mark(st, "ivf: results finished, to pinned memory");
     memcpy(a.labels + q0 * a.k, host_labels, 8 * nk);

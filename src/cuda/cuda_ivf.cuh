@@ -393,8 +393,6 @@ struct PairScratch {
     size_t radix_bytes;
     float *final_keys;  // nq x k
     int *final_idx;
-    float *out_dist;
-    int64_t *out_labels;
 };
 
 void carve_pair_scratch(Carve &c, const sml_ivf_scan_args &a, const PairPlan &host,
@@ -490,11 +488,12 @@ simil_status select_ragged(const RaggedRows &in, int k, float *out_keys, int *ou
                            long long out_ld, void *radix, size_t radix_bytes, cudaStream_t st);
 
 // Results of queries [q0, q0 + nq) of a from their k sorted (key, arena row)
-// pairs on dev's first stream: distances and ids into dist and labels
-// (device scratch, nq x k), then through the results buffer to a's host
-// outputs; waits for the stream.
+// pairs on dev's first stream: the finish kernel writes distances and ids
+// straight into the results buffer (pinned, mapped at its host address, as
+// SmallOut below), which is copied to a's host outputs once the stream is
+// done; waits for the stream.
 simil_status finish_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
-                            const float *keys, const int *rows, float *dist, int64_t *labels);
+                            const float *keys, const int *rows);
 
 // ---- the tiled pair scan (IVF-Flat, scalar quantizers) ------------------
 //
@@ -845,8 +844,7 @@ simil_status tiled_batch_by(Device *dev, const sml_ivf_scan_args &a, long long q
     trace_mark(st, "ivf: tiled distances");
     SML_TRY(select_pairs(a, hp.pairs, dp, sc, allowed, st));
     trace_mark(st, "ivf: pair selection");
-    return finish_to_host(dev, a, q0, nq, sc.final_keys, sc.final_idx, sc.out_dist,
-                          sc.out_labels);
+    return finish_to_host(dev, a, q0, nq, sc.final_keys, sc.final_idx);
 }
 
 // The thin tiles of a batch: staged through shared memory (thin_staged_kernel)

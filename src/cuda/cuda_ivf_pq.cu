@@ -49,15 +49,11 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     // a small batch splits each query over several blocks (cuda_ivf.cuh)
     scan.splits = nq <= ivf_small_max() && sc.k <= kSmallMaxK
                       ? small_splits(dev, nq, kPqMaxSplits) : 1;
-    float *dist;
-    int64_t *labels;
     const size_t parts = scan.splits > 1 ? nk * scan.splits : nk;
     const auto carve = [&](void *base) {
         Carve c(base);
         scan.out_keys = c.take<float>(parts);
         scan.out_idx = c.take<int>(parts);
-        dist = c.take<float>(nk);
-        labels = c.take<int64_t>(nk);
         return c.used();
     };
     char *ws;
@@ -89,7 +85,7 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     trace_mark(st, "ivf-pq: fused scan");
     if (scan.splits > 1)
         return small_out_to_host(dev, sc, q0, nq, scan.out);
-    return finish_to_host(dev, sc, q0, nq, scan.out_keys, scan.out_idx, dist, labels);
+    return finish_to_host(dev, sc, q0, nq, scan.out_keys, scan.out_idx);
 }
 
 // ---- the pair scan ------------------------------------------------------
@@ -158,8 +154,7 @@ simil_status pair_batch(Device *dev, const sml_ivf_pq_scan_args *a, long long q0
         SML_TRY(launch_pq_distances(a, batch, tables, scratch.distances, scratch.rows, st));
     }
     SML_TRY(select_pairs(sc, hp.pairs, dp, scratch, allowed, st));
-    return finish_to_host(dev, sc, q0, nq, scratch.final_keys, scratch.final_idx,
-                          scratch.out_dist, scratch.out_labels);
+    return finish_to_host(dev, sc, q0, nq, scratch.final_keys, scratch.final_idx);
 }
 
 }  // namespace

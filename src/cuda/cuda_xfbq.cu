@@ -473,8 +473,6 @@ struct Scratch {
     int *cand_query;
     float *final_keys;
     int *final_idx;
-    float *out_dist;
-    int64_t *out_labels;
     void *radix;
     size_t radix_bytes;
     uint64_t *query_codes;  // where the caller gives none
@@ -507,8 +505,6 @@ size_t carve_scratch(void *base, const sml_xfbq_scan_args *a, const Plan &p, siz
     s->cand_query = c.take<int>((size_t)cand_cap);
     s->final_keys = c.take<float>(nq * k);
     s->final_idx = c.take<int>(nq * k);
-    s->out_dist = c.take<float>(nq * k);
-    s->out_labels = c.take<int64_t>(nq * k);
     s->radix = nullptr;
     s->radix_bytes = 0;
     if (a->scan.k > kMaxWarpSelectK) {
@@ -587,8 +583,7 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p
     SML_TRY(select_ragged(rows, (int)a->scan.k, s.final_keys, s.final_idx, a->scan.k, s.radix,
                           s.radix_bytes, st));
     trace_mark(st, "xfbq: select");
-    return finish_to_host(dev, a->scan, q0 + first, n, s.final_keys, s.final_idx, s.out_dist,
-                          s.out_labels);
+    return finish_to_host(dev, a->scan, q0 + first, n, s.final_keys, s.final_idx);
 }
 
 // Queries [q0, q0 + nq) of a (device queries, their codes or none, host
