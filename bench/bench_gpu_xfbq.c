@@ -12,6 +12,8 @@
  *         ivfx   IVF4096,XFBQ4x3 over nprobes x extra distances
  *         host   XFBQ4x3_host (re-ranking floats in pinned host memory) over
  *                the extra distances, as flat
+ *         fp16   XFBQ4x3_fp16 (those, and an fp16 copy on the GPU that picks
+ *                the candidates to re-rank from them), as flat
  *   (default: prep, flat, ivf and ivfx; IVF256 in place of IVF4096 for
  *   fashion-mnist)
  *   --extra-of: what the extra distances are fractions of (search parameter
@@ -176,7 +178,7 @@ static int parse_list(const char *s, double *out)
 int main(int argc, char **argv)
 {
     if (argc < 2 || simil_gpu_count() == 0) {
-        fprintf(stderr, "usage: bench_gpu_xfbq mix10M|fashion-mnist [prep] [flat] [ivf] [ivfx] [host] "
+        fprintf(stderr, "usage: bench_gpu_xfbq mix10M|fashion-mnist [prep] [flat] [ivf] [ivfx] [host] [fp16] "
                         "[--queries N] [--flat-queries N] [--extras E,..] [--nprobes P,..] "
                         "[--ivf-extras E,..] [--extra-of range|spread]   (needs a GPU)\n");
         return 2;
@@ -193,6 +195,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[a], "ivf") == 0) parts |= 4;
         else if (strcmp(argv[a], "ivfx") == 0) parts |= 8;
         else if (strcmp(argv[a], "host") == 0) parts |= 16;
+        else if (strcmp(argv[a], "fp16") == 0) parts |= 32;
         else if (a + 1 < argc && strcmp(argv[a], "--queries") == 0) nq_limit = atoll(argv[++a]);
         else if (a + 1 < argc && strcmp(argv[a], "--flat-queries") == 0) flat_nq = atoll(argv[++a]);
         else if (a + 1 < argc && strcmp(argv[a], "--extras") == 0)
@@ -277,9 +280,11 @@ int main(int argc, char **argv)
                    b.name, xs, ivf_xfbq, is, ivf_pq, ps, ps / xs);
         }
     }
-    for (int h = 0; h < 2; h++) {
-        if (!(parts & (h ? 16 : 2))) continue;
-        const char *desc = h ? "XFBQ4x3_host" : "XFBQ4x3";
+    static const char *const flat_kinds[] = {"XFBQ4x3", "XFBQ4x3_host", "XFBQ4x3_fp16"};
+    static const int flat_parts[] = {2, 16, 32};
+    for (int h = 0; h < 3; h++) {
+        if (!(parts & flat_parts[h])) continue;
+        const char *desc = flat_kinds[h];
         simil_index *x = build(&b, desc, NULL);
         best top = {0};
         bench sub = b;

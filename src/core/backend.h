@@ -272,6 +272,10 @@ typedef struct sml_xfbq_scan_args {
     const float *vectors;        /* mem: row r's dim floats at (const char *)vectors +
                                     r * vector_stride */
     size_t vector_stride;        /* bytes, a multiple of 4 */
+    const void *shadow;          /* the backend's shadow of vectors (shadow_sync; rows
+                                    contiguous), or NULL: with it the candidates are
+                                    re-ranked from it first, and from vectors only
+                                    those whose exact key could rank in the top k */
     int bin_shift;
     int64_t nbins;               /* <= 4096 */
     int64_t extra_bins;

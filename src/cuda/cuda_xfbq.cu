@@ -17,6 +17,13 @@
 //     exact keys from their floats;
 //  4. selection of the k best per query (WarpSelect / BlockSelect over ragged
 //     rows, radix past k = 2048; select_ragged) and the ids (finish_to_host).
+// With a shadow (XFBQ_fp16: the floats in host memory, a scaled fp16 copy on
+// the GPU; cuda_shadow.cu), step 3 re-ranks every candidate from the fp16
+// copy, selects each query's k best of those approximate keys, and re-ranks
+// from the floats only the candidates whose approximate key is at most the
+// k-th one plus twice the bound on any key's error (fp16_bound): every
+// candidate that can rank in the true top k is among them, so the results are
+// those of re-ranking them all from the floats.
 // The frame, the probes (the caller's, or the coarse search's on the
 // device, taken to the host), the batches and the grouping of (query, list)
 // pairs by list are the shared IVF skeleton's (cuda_ivf.cuh).
@@ -95,6 +102,10 @@ struct Batch {
     long long code_stride;
     const char *vectors;
     long long vector_stride;
+    const __half *half_rows;      // the shadow's rows (dim each), or null
+    const float *inv_scale;       //   and their scales
+    float max_norm;               //   and the largest row norm
+    float *thresholds;            // per query: re-rank from the floats up to this key
     const Run *runs;
     const int *run_start;         // per query
     const int *run_count;
@@ -315,8 +326,17 @@ __global__ void __launch_bounds__(kThreads) xfbq_collect_kernel(const Batch b,
     }
 }
 
-// Step 3b.  The exact keys of a pass's candidates: eight lanes per candidate,
+// Step 3b.  The keys of a pass's candidates: eight lanes per candidate,
 // four candidates per warp at a time; padding slots (row -1) are skipped.
+// What a candidate's key is:
+enum class Rerank {
+    exact,    // from its floats
+    shadow,   // from the fp16 shadow: within fp16_bound of the exact key
+    refine    // from its floats where its shadow key is at most its query's
+              // threshold, else +inf
+};
+
+template <Rerank R>
 __global__ void __launch_bounds__(kThreads) xfbq_rerank_kernel(const Batch b)
 {
     const int lane = threadIdx.x & 31, sub = lane & 7;
@@ -325,23 +345,81 @@ __global__ void __launch_bounds__(kThreads) xfbq_rerank_kernel(const Batch b)
          base < b.cand_total; base += warps * 4) {
         const long long c = base + (lane >> 3);
         const int row = c < b.cand_total ? b.cand_rows[c] : -1;
+        const int q = row >= 0 ? b.cand_query[c] : 0;
+        // every lane of the eight takes the same branch: the shuffles below
+        // are over the whole warp
+        const bool skip = R == Rerank::refine && row >= 0 && !(b.cand_keys[c] <= b.thresholds[q]);
         float s = 0;
-        if (row >= 0) {
-            const float *x = b.queries + (long long)b.cand_query[c] * b.dim;
-            const float *y = reinterpret_cast<const float *>(b.vectors + row * b.vector_stride);
-            if (b.l2) {
-                for (int j = sub; j < b.dim; j += 8) {
-                    const float d = x[j] - y[j];
-                    s = fmaf(d, d, s);
+        if (row >= 0 && !skip) {
+            const float *x = b.queries + (long long)q * b.dim;
+            if constexpr (R == Rerank::shadow) {
+                // y ~ y^ inv_scale: y^ holds y scaled to a norm in [64, 128)
+                const __half *y = b.half_rows + (long long)row * b.dim;
+                const float inv = b.inv_scale[row];
+                if (b.l2) {
+                    for (int j = sub; j < b.dim; j += 8) {
+                        const float d = x[j] - __half2float(y[j]) * inv;
+                        s = fmaf(d, d, s);
+                    }
+                } else {
+                    for (int j = sub; j < b.dim; j += 8) s = fmaf(x[j], __half2float(y[j]), s);
                 }
             } else {
-                for (int j = sub; j < b.dim; j += 8) s = fmaf(x[j], y[j], s);
+                const float *y =
+                    reinterpret_cast<const float *>(b.vectors + row * b.vector_stride);
+                if (b.l2) {
+                    for (int j = sub; j < b.dim; j += 8) {
+                        const float d = x[j] - y[j];
+                        s = fmaf(d, d, s);
+                    }
+                } else {
+                    for (int j = sub; j < b.dim; j += 8) s = fmaf(x[j], y[j], s);
+                }
             }
         }
         s += __shfl_xor_sync(kFullMask, s, 4);
         s += __shfl_xor_sync(kFullMask, s, 2);
         s += __shfl_xor_sync(kFullMask, s, 1);
-        if (sub == 0 && row >= 0) b.cand_keys[c] = b.l2 ? s : -s;
+        if constexpr (R == Rerank::shadow) {
+            if (!b.l2) s *= b.inv_scale[row >= 0 ? row : 0];  // a power of two: exact
+        }
+        if (sub == 0 && row >= 0) b.cand_keys[c] = skip ? INFINITY : b.l2 ? s : -s;
+    }
+}
+
+// A bound on |shadow key - exact key| for a query of norm xn and rows of norm
+// at most m, dim components.  With s the row's scale (s ||y|| in [64, 128)),
+// each |y_j - y^_j / s| <= 2^-11 |y_j| + 2^-25 / s (fp16 rounding, subnormals
+// below 2^-14), and 1 / s <= ||y|| / 64, so the rows differ by at most
+// d = ||y|| (2^-11 + 2^-31 sqrt(dim)) in norm.  IP: |<x, y - y^/s>| <= xn d.
+// L2: |sum (x-y)^2 - (x-y^/s)^2| <= d (2 xn + 2 m + d).  Each float sum
+// adds at most (dim + 4) 2^-24 of the sum of its terms' magnitudes (eight
+// interleaved partial sums, three shuffles), twice over; doubled for margin.
+__device__ __forceinline__ float fp16_bound(float xn, float m, int dim, bool l2)
+{
+    const float d = m * (0x1p-11f + 0x1p-31f * sqrtf((float)dim));
+    const float sums = 4.0f * (dim + 4) * 0x1p-24f;
+    if (l2) return 2.0f * d * (2.0f * xn + 2.0f * m + d) + sums * (xn + m) * (xn + m) + 0x1p-100f;
+    return 2.0f * xn * d + sums * xn * (m + d) + 0x1p-100f;
+}
+
+// Step 3c (shadow): per query of the pass (a warp each), the threshold of its
+// refinement: the k-th best shadow key plus twice fp16_bound (+inf where it
+// has fewer than k candidates).  A true top-k candidate c has shadow key <=
+// exact(c) + E <= exact k-th + E, and the k candidates with shadow keys up to
+// the k-th have exact keys up to it + E, so the exact k-th <= it + E.
+__global__ void xfbq_refine_threshold_kernel(const Batch b, int first, int n,
+                                             const float *kth_keys, long long ld)
+{
+    const int i = (int)(((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    if (i >= n) return;
+    const float *x = b.queries + (long long)(first + i) * b.dim;
+    float s = 0;
+    for (int j = threadIdx.x & 31; j < b.dim; j += 32) s = fmaf(x[j], x[j], s);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
+    if ((threadIdx.x & 31) == 0) {
+        const float kth = kth_keys[(long long)i * ld + (b.k - 1)];
+        b.thresholds[first + i] = kth + 2.0f * fp16_bound(sqrtf(s), b.max_norm, b.dim, b.l2);
     }
 }
 
@@ -473,6 +551,7 @@ struct Scratch {
     int *cand_query;
     float *final_keys;
     int *final_idx;
+    float *thresholds;  // per query, with a shadow
     void *radix;
     size_t radix_bytes;
     uint64_t *query_codes;  // where the caller gives none
@@ -505,6 +584,7 @@ size_t carve_scratch(void *base, const sml_xfbq_scan_args *a, const Plan &p, siz
     s->cand_query = c.take<int>((size_t)cand_cap);
     s->final_keys = c.take<float>(nq * k);
     s->final_idx = c.take<int>(nq * k);
+    s->thresholds = c.take<float>(a->shadow ? nq : 0);
     s->radix = nullptr;
     s->radix_bytes = 0;
     if (a->scan.k > kMaxWarpSelectK) {
@@ -574,9 +654,24 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p
         xfbq_collect_kernel<DT><<<items, kThreads, 0, st>>>(b, s.citems + p.citem_start[first]);
         SML_LAUNCH_TRY("xfbq_collect_kernel");
         const long long blocks = (at + 31) / 32, cap = (long long)dev->sm_count * 8;
+        const unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
         trace_mark(st, "xfbq: collect");
-        xfbq_rerank_kernel<<<(unsigned)(blocks < cap ? blocks : cap), kThreads, 0, st>>>(b);
-        SML_LAUNCH_TRY("xfbq_rerank_kernel");
+        if (b.half_rows == nullptr) {
+            xfbq_rerank_kernel<Rerank::exact><<<grid, kThreads, 0, st>>>(b);
+            SML_LAUNCH_TRY("xfbq_rerank_kernel");
+        } else {
+            xfbq_rerank_kernel<Rerank::shadow><<<grid, kThreads, 0, st>>>(b);
+            SML_LAUNCH_TRY("xfbq_rerank_kernel (shadow)");
+            const RaggedRows approx{s.cand_keys, s.cand_rows, s.cstart + first,
+                                    s.count + first,  n,           most};
+            SML_TRY(select_ragged(approx, (int)a->scan.k, s.final_keys, s.final_idx, a->scan.k,
+                                  s.radix, s.radix_bytes, st));
+            xfbq_refine_threshold_kernel<<<(unsigned)((n + 3) / 4), 128, 0, st>>>(
+                b, first, n, s.final_keys, a->scan.k);
+            SML_LAUNCH_TRY("xfbq_refine_threshold_kernel");
+            xfbq_rerank_kernel<Rerank::refine><<<grid, kThreads, 0, st>>>(b);
+            SML_LAUNCH_TRY("xfbq_rerank_kernel (refine)");
+        }
         trace_mark(st, "xfbq: re-rank");
     }
     const RaggedRows rows{s.cand_keys, s.cand_rows, s.cstart + first, s.count + first, n, most};
@@ -625,6 +720,14 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     b.code_stride = (long long)sc.lists.code_stride;
     b.vectors = reinterpret_cast<const char *>(a->vectors);
     b.vector_stride = (long long)a->vector_stride;
+    if (a->shadow != nullptr) {
+        const Shadow *sh = static_cast<const Shadow *>(a->shadow);
+        assert(sh->dim == sc.dim);
+        b.half_rows = sh->rows;
+        b.inv_scale = sh->inv_scale;
+        b.max_norm = sh->max_norm;
+        b.thresholds = s.thresholds;
+    }
     b.runs = s.runs;
     b.run_start = s.run_start;
     b.run_count = s.run_count;

@@ -111,7 +111,7 @@ static simil_status sml_ivf_xfbq_search(const simil_index *index, const sml_sear
     const sml_ivf_scan_args scan = sml_ivf_scan_of(&x->ivf, call);
     return sml_xfbq_search(index, call, scan,
                            (const float *)(x->ivf.codes_mem + x->base.q.code_bytes),
-                           x->base.q.row_size);
+                           x->base.q.row_size, NULL);
 }
 
 static simil_status sml_ivf_xfbq_remove(simil_index *index, int64_t n_sorted,

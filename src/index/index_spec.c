@@ -46,14 +46,19 @@ static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index
         spec->encoding = SML_ENCODING_FLAT;
         return SIMIL_OK;
     }
-    /* XFBQ[QxB][_host]: the suffix, where the floats for re-ranking live */
+    /* XFBQ[QxB][_host|_fp16]: the suffix, where the floats for re-ranking live */
+    static const char *const suffix[] = {"", "_host", "_fp16"};
     char xfbq[SML_SPEC_MAX_LEN];
-    const size_t len = strlen(c), hl = strlen("_host");
-    int host = strncmp(c, "XFBQ", 4) == 0 && len > hl && strcmp(c + len - hl, "_host") == 0;
-    snprintf(xfbq, sizeof xfbq, "%.*s", (int)(host ? len - hl : len), c);
+    const size_t len = strlen(c);
+    int floats = 0;
+    for (int f = 1; f < 3 && strncmp(c, "XFBQ", 4) == 0; f++) {
+        const size_t sl = strlen(suffix[f]);
+        if (len > sl && strcmp(c + len - sl, suffix[f]) == 0) floats = f;
+    }
+    snprintf(xfbq, sizeof xfbq, "%.*s", (int)(len - strlen(suffix[floats])), c);
     if (strcmp(xfbq, "XFBQ") == 0 || sml_spec_numbers(xfbq, "XFBQ", 'x', &a, &b)) {
         spec->encoding = SML_ENCODING_XFBQ;
-        spec->xfbq_host = host;
+        spec->xfbq_floats = floats;
         if (a != 0) {
             SML_RETURN_IF(b == 0, SIMIL_ERR_INVALID_ARGUMENT,
                           "index '%s': write XFBQ<query bits>x<base bits>, e.g. XFBQ4x3", desc);
@@ -88,7 +93,7 @@ static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index
     }
     return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
                      "index '%s': '%s' is not an encoding; expected Flat, PQ<m>[x<bits>], "
-                     "XFBQ[<q>x<b>][_host], SQ8, SQfp16 or SQbf16",
+                     "XFBQ[<q>x<b>][_host|_fp16], SQ8, SQfp16 or SQbf16",
                      desc, c);
 }
 
@@ -165,8 +170,8 @@ static simil_status sml_spec_check(const char *desc, int64_t dim, sml_index_spec
     SML_RETURN_IF(spec->opq_m && dim > most / coded_dim, SIMIL_ERR_INVALID_ARGUMENT,
                   "index '%s': an OPQ rotation of %" PRId64 " x %" PRId64
                   " would take more than 4 GiB", desc, dim, coded_dim);
-    SML_RETURN_IF(spec->xfbq_host && spec->ivf_nlist, SIMIL_ERR_INVALID_ARGUMENT,
-                  "index '%s': _host (re-ranking floats in host memory) is for flat XFBQ; "
+    SML_RETURN_IF(spec->xfbq_floats && spec->ivf_nlist, SIMIL_ERR_INVALID_ARGUMENT,
+                  "index '%s': _host and _fp16 (where re-ranking floats live) are for flat XFBQ; "
                   "an inverted file keeps each vector's floats in its list rows", desc);
     SML_RETURN_IF(spec->refine && spec->encoding == SML_ENCODING_FLAT, SIMIL_ERR_INVALID_ARGUMENT,
                   "index '%s': Refine re-ranks a compressed index; Flat is already exact", desc);
@@ -247,7 +252,9 @@ void sml_index_spec_format(const sml_index_spec *spec, char *out, size_t size)
     case SML_ENCODING_PQ: SML_APPEND("PQ%" PRId64 "x%d", spec->pq_m, spec->pq_bits); break;
     case SML_ENCODING_XFBQ:
         SML_APPEND("XFBQ%dx%d%s", spec->xfbq_query_bits, spec->xfbq_base_bits,
-                   spec->xfbq_host ? "_host" : "");
+                   spec->xfbq_floats == SML_XFBQ_FLOATS_HOST   ? "_host"
+                   : spec->xfbq_floats == SML_XFBQ_FLOATS_FP16 ? "_fp16"
+                                                               : "");
         break;
     case SML_ENCODING_SQ:
         SML_APPEND("%s", spec->sq_type == SML_SQ_8BIT   ? "SQ8"

@@ -204,7 +204,8 @@ static simil_status sml_xfbq_query_codes(const simil_index *index, int64_t nq,
 }
 
 simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *call,
-                             sml_ivf_scan_args scan, const float *vectors, size_t vector_stride)
+                             sml_ivf_scan_args scan, const float *vectors, size_t vector_stride,
+                             const void *shadow)
 {
     const sml_xfbq_base *x = sml_xfbq_base_of(index);
     sml_backend *b = index->backend;
@@ -257,6 +258,7 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
             .words = x->q.words,
             .vectors = vectors,
             .vector_stride = vector_stride,
+            .shadow = shadow,
             .bin_shift = sel.shift,
             .nbins = sel.nbins,
             .extra_bins = sel.extra_bins,

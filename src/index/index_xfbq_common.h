@@ -87,9 +87,11 @@ simil_status sml_xfbq_add_with(simil_index *index, int64_t n, const float *xs,
 /* Search the type's lists (scan: queries, lists, probes, k and outputs of
  * the call): codes the queries (on the backend where it can), then the
  * backend's XFBQ scan, re-ranking from the floats at vectors, vector_stride
- * bytes apart. */
+ * bytes apart, or first from their shadow (the backend's fp16 copy, _fp16;
+ * NULL for none). */
 simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *call,
-                             sml_ivf_scan_args scan, const float *vectors, size_t vector_stride);
+                             sml_ivf_scan_args scan, const float *vectors, size_t vector_stride,
+                             const void *shadow);
 
 /* Section XFBQ: alpha, how it was chosen, the bit counts. */
 simil_status sml_xfbq_save_params(const simil_index *index, sml_writer *w);

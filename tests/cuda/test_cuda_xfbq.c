@@ -419,9 +419,35 @@ static size_t gpu_used(void)
     return total - free_bytes;
 }
 
+/* The same search of two GPU indexes: the same bits. */
+static void same_bits(const char *what, const simil_index *a, const simil_index *b,
+                      const float *q, int64_t nq, int64_t k, float extra)
+{
+    simil_search_params *p = sml_test_params("");
+    SML_ASSERT_OK(simil_search_params_set_float(p, "extra_distance", extra));
+    const size_t out = (size_t)(nq * k);
+    float *da = sml_test_malloc(4 * out), *db = sml_test_malloc(4 * out);
+    int64_t *la = sml_test_malloc(8 * out), *lb = sml_test_malloc(8 * out);
+    SML_ASSERT_OK(simil_index_search(a, nq, q, k, p, da, la));
+    SML_ASSERT_OK(simil_index_search(b, nq, q, k, p, db, lb));
+    for (size_t i = 0; i < out; i++)
+        if (la[i] != lb[i] || memcmp(&da[i], &db[i], 4) != 0)
+            fail_msg("%s k=%lld extra=%g: result %zu is (%lld, %.9g) and (%lld, %.9g)", what,
+                     (long long)k, (double)extra, i, (long long)la[i], (double)da[i],
+                     (long long)lb[i], (double)db[i]);
+    simil_search_params_destroy(p);
+    free(da);
+    free(db);
+    free(la);
+    free(lb);
+}
+
 /* XFBQ_host: the floats in pinned host memory that the re-ranking kernel
- * reads: the same results as the CPU (and so as XFBQ), edits included, files
- * either way, and the GPU holds the codes and ids alone. */
+ * reads; XFBQ_fp16: those, and an fp16 copy on the GPU that picks the
+ * candidates to re-rank from them.  The same results as the CPU (and so as
+ * XFBQ; for _fp16 the same bits as XFBQ on the GPU, whose keys come from the
+ * same kernel), edits included, files either way, and the GPU holds the
+ * codes and ids alone (_host) or with the fp16 copy (_fp16). */
 static void test_host_floats(void **state)
 {
     (void)state;
@@ -430,15 +456,35 @@ static void test_host_floats(void **state)
     float *q = sml_test_malloc(sizeof(float) * nq * dim);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 93, x));
     SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 94, q));
-    const simil_metric metrics[] = {SIMIL_METRIC_COSINE, SIMIL_METRIC_L2};
-    for (int t = 0; t < 2; t++) {
+    /* IP on unnormalized rows: norms that vary, which the fp16 bound takes */
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < dim; j++) x[i * dim + j] *= 0.25f + (float)(i % 7);
+    const char *descs[] = {"XFBQ_host", "RR,XFBQ_host", "XFBQ_fp16", "RR,XFBQ_fp16", "XFBQ_fp16"};
+    const simil_metric metrics[] = {SIMIL_METRIC_COSINE, SIMIL_METRIC_L2, SIMIL_METRIC_COSINE,
+                                    SIMIL_METRIC_IP, SIMIL_METRIC_L2};
+    for (int t = 0; t < 5; t++) {
         simil_index *cpu, *gpu;
-        twin(t ? "RR,XFBQ_host" : "XFBQ_host", dim, metrics[t], n, x, t ? "cpu" : "gpu", &cpu,
-             &gpu);
+        twin(descs[t], dim, metrics[t], n, x, t % 2 ? "cpu" : "gpu", &cpu, &gpu);
         const float extras[] = {0.0f, 0.01f, -1.0f};
         for (int e = 0; e < 3; e++)
-            compare("XFBQ_host", cpu, gpu, x, n, q, nq, dim, 10, 0, extras[e], metrics[t]);
-        compare("XFBQ_host k=3000", cpu, gpu, x, n, q, 7, dim, 3000, 0, 0.01f, metrics[t]);
+            compare(descs[t], cpu, gpu, x, n, q, nq, dim, 10, 0, extras[e], metrics[t]);
+        compare(descs[t], cpu, gpu, x, n, q, 7, dim, 3000, 0, 0.01f, metrics[t]);
+        compare(descs[t], cpu, gpu, x, n, q, nq, dim, 1, 0, 0.01f, metrics[t]);
+        if (t >= 2) {
+            /* the same index with its floats on the GPU: the same alpha (from the
+             * same rows), codes and candidates, and keys from the same kernel */
+            simil_index *plain;
+            SML_ASSERT_OK(simil_index_create(&plain, dim, t == 3 ? "RR,XFBQ" : "XFBQ",
+                                             metrics[t], "gpu"));
+            SML_ASSERT_OK(simil_index_train(plain, n, x));
+            SML_ASSERT_OK(simil_index_add(plain, n, x, NULL));
+            const int64_t ks[] = {1, 10, 100, 3000};
+            for (int i = 0; i < 4; i++) {
+                same_bits(descs[t], plain, gpu, q, nq, ks[i], 0.01f);
+                same_bits(descs[t], plain, gpu, q, nq, ks[i], 0.0f);
+            }
+            simil_index_destroy(plain);
+        }
         /* edits on both: a second add grows the host column, remove gathers it,
          * alpha recodes from it */
         SML_ASSERT_OK(simil_index_add(gpu, 500, x, NULL));
@@ -449,7 +495,7 @@ static void test_host_floats(void **state)
         SML_ASSERT_OK(simil_index_remove(cpu, 300, gone, NULL));
         SML_ASSERT_OK(simil_index_set_xfbq_alpha(gpu, 2.5f));
         SML_ASSERT_OK(simil_index_set_xfbq_alpha(cpu, 2.5f));
-        compare("XFBQ_host edited", cpu, gpu, x, n, q, nq, dim, 10, 0, 0.01f, metrics[t]);
+        compare(descs[t], cpu, gpu, x, n, q, nq, dim, 10, 0, 0.01f, metrics[t]);
         float a[96], b[96];
         SML_ASSERT_OK(simil_index_reconstruct(gpu, 6017, a));
         SML_ASSERT_OK(simil_index_reconstruct(cpu, 6017, b));
@@ -459,30 +505,31 @@ static void test_host_floats(void **state)
         SML_ASSERT_OK(simil_index_save(gpu, path));
         simil_index *back;
         SML_ASSERT_OK(simil_index_load(&back, path, "cpu"));
-        compare("XFBQ_host from the GPU's file", back, gpu, x, n, q, nq, dim, 10, 0, 0.01f,
-                metrics[t]);
+        compare(descs[t], back, gpu, x, n, q, nq, dim, 10, 0, 0.01f, metrics[t]);
         simil_index_destroy(back);
         simil_index_destroy(cpu);
         simil_index_destroy(gpu);
     }
     /* GPU bytes: 300,000 rows of 96 floats are 115 MB on the GPU without
-     * _host, and none with it (48 bytes of code and 8 of id a row stay) */
+     * _host, and none with it (48 bytes of code and 8 of id a row stay);
+     * _fp16 adds 2 bytes a component and a scale */
     const int64_t big = 300000;
     float *y = sml_test_malloc(sizeof(float) * big * dim);
     SML_ASSERT_OK(simil_generate("mix", 0, big, dim, 95, y));
-    double per_row[2];
-    for (int t = 0; t < 2; t++) {
+    const char *kinds[] = {"XFBQ", "XFBQ_host", "XFBQ_fp16"};
+    double per_row[3];
+    for (int t = 0; t < 3; t++) {
         simil_index *g;
         const size_t before = gpu_used();
-        SML_ASSERT_OK(simil_index_create(&g, dim, t ? "XFBQ_host" : "XFBQ", SIMIL_METRIC_COSINE,
-                                         "gpu"));
+        SML_ASSERT_OK(simil_index_create(&g, dim, kinds[t], SIMIL_METRIC_COSINE, "gpu"));
         SML_ASSERT_OK(simil_index_add(g, big, y, NULL));
         per_row[t] = (double)(gpu_used() - before) / (double)big;
         simil_index_destroy(g);
     }
-    printf("GPU bytes per vector, XFBQ4x3 at 96-d: %.1f; XFBQ4x3_host: %.1f\n", per_row[0],
-           per_row[1]);
+    printf("GPU bytes per vector at 96-d: XFBQ4x3 %.1f, XFBQ4x3_host %.1f, XFBQ4x3_fp16 %.1f\n",
+           per_row[0], per_row[1], per_row[2]);
     assert_true(per_row[0] >= 384.0 && per_row[1] <= 64.0);
+    assert_true(per_row[2] >= 56.0 + 192.0 && per_row[2] < per_row[0]);
     free(y);
     free(x);
     free(q);

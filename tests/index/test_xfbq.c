@@ -850,8 +850,8 @@ static void assert_refused(const char *const *bad, size_t n)
     }
 }
 
-/* XFBQ[QxB]_host: where the re-ranking floats live, which on the CPU changes
- * nothing: the same results as without it (the GPU side is
+/* XFBQ[QxB]_host and _fp16: where the re-ranking floats live, which on the
+ * CPU changes nothing: the same results as without them (the GPU side is
  * tests/cuda/test_cuda_xfbq.c). */
 static void test_host_floats(void **state)
 {
@@ -860,8 +860,12 @@ static void test_host_floats(void **state)
     SML_ASSERT_OK(simil_index_create(&a, 65, "XFBQ_host", SIMIL_METRIC_COSINE, "cpu"));
     assert_string_equal(simil_index_description(a), "XFBQ4x3_host");
     simil_index_destroy(a);
+    SML_ASSERT_OK(simil_index_create(&a, 65, "RR,XFBQ2x5_fp16", SIMIL_METRIC_L2, "cpu"));
+    assert_string_equal(simil_index_description(a), "RR,XFBQ2x5_fp16");
+    simil_index_destroy(a);
     const char *bad[] = {"IVF8,XFBQ_host", "XFBQ4x3_hos", "XFBQ_host_host", "Flat_host",
-                         "XFBQ4_host", "XFBQhost", "SQ8_host"};
+                         "XFBQ4_host", "XFBQhost", "SQ8_host", "IVF8,XFBQ_fp16",
+                         "XFBQ_fp16_host", "XFBQ_host_fp16", "Flat_fp16"};
     assert_refused(bad, sizeof bad / sizeof bad[0]);
     const int64_t dim = 40, n = 2000, nq = 30, k = 10;
     float *x = sml_test_malloc(sizeof(float) * n * dim);
@@ -869,7 +873,7 @@ static void test_host_floats(void **state)
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 43, x));
     SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 44, q));
     SML_ASSERT_OK(simil_index_create(&a, dim, "XFBQ", SIMIL_METRIC_L2, "cpu"));
-    SML_ASSERT_OK(simil_index_create(&b, dim, "XFBQ_host", SIMIL_METRIC_L2, "cpu"));
+    SML_ASSERT_OK(simil_index_create(&b, dim, "XFBQ_fp16", SIMIL_METRIC_L2, "cpu"));
     for (int i = 0; i < 2; i++) { /* two adds: the second grows the store */
         SML_ASSERT_OK(simil_index_add(a, n / 2, x + i * (n / 2) * dim, NULL));
         SML_ASSERT_OK(simil_index_add(b, n / 2, x + i * (n / 2) * dim, NULL));
