@@ -236,7 +236,10 @@ void sml_test_check_same(const char *context, const float *base, int64_t n, cons
             if (!sml_test_close(d[j], rd[j], rel_tol, scale))
                 fail_msg("%s: query %lld rank %lld: distance %.9g, reference %.9g", context,
                          (long long)q, (long long)j, d[j], rd[j]);
-            if (l[j] >= n) fail_msg("%s: label %lld out of range", context, (long long)l[j]);
+            if (l[j] >= n)
+                fail_msg("%s: query %lld rank %lld: label %lld out of [0,%lld), reference %lld",
+                         context, (long long)q, (long long)j, (long long)l[j], (long long)n,
+                         (long long)rl[j]);
             double true_d = sml_test_distance(queries + q * dim, base + l[j] * dim, dim,
                                               metric == SIMIL_METRIC_L2 ? metric : SIMIL_METRIC_IP);
             if (!sml_test_close(d[j], true_d, rel_tol, scale))
