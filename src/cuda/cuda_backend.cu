@@ -105,6 +105,7 @@ void free_buffers(Device *dev)
         if (dev->stream[i]) cudaStreamSynchronize(dev->stream[i]);
     device_free(dev->workspace);
     device_free(dev->io);
+    device_free(dev->out);
     device_free(dev->filter);
     device_free(dev->tickets);
     pinned_free(dev->pinned);
@@ -113,11 +114,11 @@ void free_buffers(Device *dev)
     pinned_free(dev->sent.host);
     dev->sent.device = dev->sent.host = nullptr;
     dev->sent.device_bytes = dev->sent.host_bytes = dev->sent.held = 0;
-    dev->workspace = dev->io = dev->filter = dev->pinned = dev->results = nullptr;
+    dev->workspace = dev->io = dev->out = dev->filter = dev->pinned = dev->results = nullptr;
     dev->tickets = nullptr;
     dev->tickets_bytes = 0;
-    dev->workspace_bytes = dev->io_bytes = dev->filter_bytes = dev->pinned_bytes =
-        dev->results_bytes = 0;
+    dev->workspace_bytes = dev->io_bytes = dev->out_bytes = dev->filter_bytes =
+        dev->pinned_bytes = dev->results_bytes = 0;
 }
 
 void backend_close(sml_backend *b)
@@ -413,6 +414,11 @@ simil_status device_workspace(Device *dev, size_t bytes, void **out)
 simil_status device_io(Device *dev, size_t bytes, void **out)
 {
     return grow_device_buffer(&dev->io, &dev->io_bytes, bytes, out);
+}
+
+simil_status device_out(Device *dev, size_t bytes, void **out)
+{
+    return grow_device_buffer(&dev->out, &dev->out_bytes, bytes, out);
 }
 
 simil_status device_filter(Device *dev, size_t bytes, void **out)

@@ -58,6 +58,8 @@ struct Device {
     size_t results_bytes;
     void *io;  // a search's inputs, beside the workspace that its steps use
     size_t io_bytes;
+    void *out;  // a large batch's finished results, before their copy to `results`
+    size_t out_bytes;
     void *filter;  // a filtered search's allowed rows (cuda_filter.cuh)
     size_t filter_bytes;
     unsigned *tickets;  // a small batch's counters, zero between calls (ivf_small_merge.cuh)
@@ -112,6 +114,8 @@ simil_status device_filter(Device *dev, size_t bytes, void **out);
 // Pinned memory apart from device_pinned's, for results going to the host:
 // a scan's plan in the pinned buffer stays intact while they come back.
 simil_status device_results(Device *dev, size_t bytes, void **out);
+// Device memory for a large batch's finished results (finish_to_host).
+simil_status device_out(Device *dev, size_t bytes, void **out);
 
 // n counters of device memory, zero, for a kernel that leaves them zero
 // (device_tickets_reset after a failed call, which may not have).

@@ -524,16 +524,30 @@ simil_status finish_to_host(Device *dev, const sml_ivf_scan_args &a, long long q
 {
     cudaStream_t st = dev->stream[0];
     const size_t nk = (size_t)nq * a.k;
-    // into pinned memory: a copy to the caller's pageable memory would be
-    // staged by the driver and wait for the stream, once for each array; and
-    // written by the kernel itself, not copied out of device scratch, which
-    // took two more copies queued behind it
+    const bool l2 = a.metric == SIMIL_METRIC_L2;
+    // through pinned memory: a copy to the caller's pageable memory would be
+    // staged by the driver and wait for the stream, once for each array
     char *host;
     SML_TRY(device_results(dev, 12 * nk, reinterpret_cast<void **>(&host)));
     int64_t *host_labels = reinterpret_cast<int64_t *>(host);
     float *host_dist = reinterpret_cast<float *>(host + 8 * nk);
-    SML_TRY(launch_finish(nq, (int)a.k, keys, rows, a.metric == SIMIL_METRIC_L2, nullptr,
-                          a.lists.ids, host_dist, host_labels, st));
+    if (nq <= kFinishWarpRows) {
+        // a warp per row writes whole rows straight into the results buffer
+        // (mapped at its host address): one launch, where device scratch took
+        // a copy more (docs/benchmarks.md, online search)
+        SML_TRY(launch_finish(nq, (int)a.k, keys, rows, l2, nullptr, a.lists.ids, host_dist,
+                              host_labels, st));
+    } else {
+        // a thread per row would write entry by entry over the bus and read
+        // them back: finished in device memory, then copied
+        char *out;
+        SML_TRY(device_out(dev, 12 * nk, reinterpret_cast<void **>(&out)));
+        int64_t *labels = reinterpret_cast<int64_t *>(out);
+        float *dist = reinterpret_cast<float *>(out + 8 * nk);
+        SML_TRY(launch_finish(nq, (int)a.k, keys, rows, l2, nullptr, a.lists.ids, dist, labels,
+                              st));
+        SML_CUDA_TRY(cudaMemcpyAsync(host, out, 12 * nk, cudaMemcpyDeviceToHost, st));
+    }
     SML_CUDA_TRY(cudaStreamSynchronize(st));
     trace_mark(st, "ivf: results finished, to pinned memory");
     memcpy(a.labels + q0 * a.k, host_labels, 8 * nk);

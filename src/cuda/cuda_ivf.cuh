@@ -488,10 +488,11 @@ simil_status select_ragged(const RaggedRows &in, int k, float *out_keys, int *ou
                            long long out_ld, void *radix, size_t radix_bytes, cudaStream_t st);
 
 // Results of queries [q0, q0 + nq) of a from their k sorted (key, arena row)
-// pairs on dev's first stream: the finish kernel writes distances and ids
-// straight into the results buffer (pinned, mapped at its host address, as
-// SmallOut below), which is copied to a's host outputs once the stream is
-// done; waits for the stream.
+// pairs on dev's first stream: up to kFinishWarpRows queries, the finish
+// kernel writes distances and ids straight into the results buffer (pinned,
+// mapped at its host address, as SmallOut below); more are finished in
+// device memory and copied there.  The results buffer is copied to a's host
+// outputs once the stream is done; waits for the stream.
 simil_status finish_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
                             const float *keys, const int *rows);
 

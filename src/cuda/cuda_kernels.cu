@@ -106,9 +106,6 @@ __global__ void finish_kernel(int nq, int k, const float *keys, const int *pos, 
         finish_row(k, keys + o, pos + o, l2, qn, ids, distances + o, labels + o);
 }
 
-// Rows up to which finish_kernel takes a warp per row.
-constexpr int kFinishWarpRows = 1024;
-
 unsigned blocks_for(long long threads, int per_block)
 {
     long long b = (threads + per_block - 1) / per_block;

@@ -57,6 +57,12 @@ simil_status launch_rerank(int nq, int dim, const float *queries, const float *b
 // distance = key + (add_query_norms ? ||x||^2 clamped at 0 : 0) for l2, -key
 // for ip; label = ids[position] (or -1), and runs of equal distances ordered by
 // label.  Writes rows of stride ld_out into distances / labels.
+// Rows up to which launch_finish takes a warp per row: its writes to a row
+// are one store per 32 entries, and it reads them back only where two
+// entries tie.  Past it, a thread per row writes its entries one by one and
+// reads them back to order ties, which is fast in device memory only.
+constexpr int kFinishWarpRows = 1024;
+
 simil_status launch_finish(int nq, int k, const float *keys, const int *pos, bool l2,
                            const float *query_norms, const int64_t *ids, float *distances,
                            int64_t *labels, cudaStream_t s);
