@@ -156,11 +156,12 @@ simil_status sml_ivf_pq_init(simil_index *index);
 simil_status sml_opq_init(simil_index *index);
 simil_status sml_refine_init(simil_index *index);
 /* XFBQ (index_xfbq.c) and IVFn,XFBQ (index_ivf_xfbq.c); the scale alpha of
- * such an index (0 until chosen, and for other types), for tests
- * (index_xfbq_common.c). */
+ * such an index (0 until chosen, and for other types) and its RR rotation
+ * (dim x dim, or NULL), for tests (index_xfbq_common.c). */
 simil_status sml_xfbq_flat_init(simil_index *index);
 simil_status sml_ivf_xfbq_init(simil_index *index);
 float sml_xfbq_index_alpha(const simil_index *index);
+const float *sml_xfbq_index_rotation(const simil_index *index);
 simil_status sml_shards_init(simil_index *index);
 /* Scalar quantizers: SQ8, SQfp16, SQbf16 (index_sq.c) and IVFn,SQ.. (index_ivf_sq.c). */
 simil_status sml_sq_flat_init(simil_index *index);

@@ -1007,6 +1007,58 @@ static void test_rotation_reconstruct(void **state)
     free(x);
 }
 
+/* Every RR index of one dimension has the same rotation: made once while
+ * another lives (the memo), again after the last is gone, and loaded. */
+static void test_rotation_shared(void **state)
+{
+    (void)state;
+    const int64_t dim = 40, n = 500;
+    const size_t bytes = sizeof(float) * dim * dim;
+    float *x = sml_test_malloc(sizeof(float) * n * dim), *first = sml_test_malloc(bytes);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 8, x));
+    simil_index *a, *b, *c, *sharded, *other;
+    SML_ASSERT_OK(simil_index_create(&a, dim, "RR,XFBQ", SIMIL_METRIC_COSINE, "cpu"));
+    const float *ra = sml_xfbq_index_rotation(a);
+    assert_non_null(ra);
+    memcpy(first, ra, bytes);
+    /* while a lives: another type, another dimension, then a's again */
+    SML_ASSERT_OK(simil_index_create(&b, dim, "RR,IVF4,XFBQ3x2", SIMIL_METRIC_L2, "cpu"));
+    assert_memory_equal(sml_xfbq_index_rotation(b), first, bytes);
+    SML_ASSERT_OK(simil_index_create(&other, dim + 1, "RR,XFBQ", SIMIL_METRIC_L2, "cpu"));
+    assert_non_null(sml_xfbq_index_rotation(other));
+    /* the memo now holds dim + 1: made again, the same up to the SVD's rounding */
+    SML_ASSERT_OK(simil_index_create(&c, dim, "RR,XFBQ", SIMIL_METRIC_IP, "cpu"));
+    const float *rc = sml_xfbq_index_rotation(c);
+    for (int64_t i = 0; i < dim * dim; i++) assert_float_equal(rc[i], first[i], 1e-6);
+    /* a sharded RR index searches as the plain one, shard by shard */
+    SML_ASSERT_OK(simil_index_create(&sharded, dim, "Shards3,RR,XFBQ", SIMIL_METRIC_COSINE,
+                                     "cpu"));
+    SML_ASSERT_OK(simil_index_add(a, n, x, NULL));
+    SML_ASSERT_OK(simil_index_add(sharded, n, x, NULL));
+    float d0[5 * 4], d1[5 * 4];
+    int64_t l0[5 * 4], l1[5 * 4];
+    search_p(a, 5, x, 4, 0, 1.0f, d0, l0);
+    search_p(sharded, 5, x, 4, 0, 1.0f, d1, l1);
+    assert_memory_equal(l0, l1, sizeof l0);
+    const char *path = sml_test_path("rr-shared.simil");
+    SML_ASSERT_OK(simil_index_save(a, path));
+    simil_index_destroy(a);
+    simil_index_destroy(b);
+    simil_index_destroy(c);
+    simil_index_destroy(sharded);
+    simil_index_destroy(other);
+    /* none lives (the memo went with the last): made again */
+    SML_ASSERT_OK(simil_index_create(&a, dim, "RR,XFBQ", SIMIL_METRIC_COSINE, "cpu"));
+    const float *again = sml_xfbq_index_rotation(a);
+    for (int64_t i = 0; i < dim * dim; i++) assert_float_equal(again[i], first[i], 1e-6);
+    simil_index_destroy(a);
+    SML_ASSERT_OK(simil_index_load(&a, path, "cpu"));
+    assert_memory_equal(sml_xfbq_index_rotation(a), first, bytes);
+    simil_index_destroy(a);
+    free(first);
+    free(x);
+}
+
 /* ---- out of memory ---- */
 
 enum { OOM_N = 300, OOM_DIM = 20, OOM_Q = 7, OOM_K = 5 };
@@ -1126,6 +1178,7 @@ int main(void)
         cmocka_unit_test(test_rotation_spec),
         cmocka_unit_test(test_rotation_precision),
         cmocka_unit_test(test_rotation_reconstruct),
+        cmocka_unit_test(test_rotation_shared),
         cmocka_unit_test(test_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
