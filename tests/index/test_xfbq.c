@@ -850,6 +850,15 @@ static void assert_refused(const char *const *bad, size_t n)
     }
 }
 
+/* desc makes a 65-d index that describes itself as want. */
+static void assert_described(const char *desc, simil_metric metric, const char *want)
+{
+    simil_index *index;
+    SML_ASSERT_OK(simil_index_create(&index, 65, desc, metric, "cpu"));
+    assert_string_equal(simil_index_description(index), want);
+    simil_index_destroy(index);
+}
+
 /* XFBQ[QxB]_host and _fp16: where the re-ranking floats live, which on the
  * CPU changes nothing: the same results as without them (the GPU side is
  * tests/cuda/test_cuda_xfbq.c). */
@@ -857,12 +866,8 @@ static void test_host_floats(void **state)
 {
     (void)state;
     simil_index *a, *b;
-    SML_ASSERT_OK(simil_index_create(&a, 65, "XFBQ_host", SIMIL_METRIC_COSINE, "cpu"));
-    assert_string_equal(simil_index_description(a), "XFBQ4x3_host");
-    simil_index_destroy(a);
-    SML_ASSERT_OK(simil_index_create(&a, 65, "RR,XFBQ2x5_fp16", SIMIL_METRIC_L2, "cpu"));
-    assert_string_equal(simil_index_description(a), "RR,XFBQ2x5_fp16");
-    simil_index_destroy(a);
+    assert_described("XFBQ_host", SIMIL_METRIC_COSINE, "XFBQ4x3_host");
+    assert_described("RR,XFBQ2x5_fp16", SIMIL_METRIC_L2, "RR,XFBQ2x5_fp16");
     const char *bad[] = {"IVF8,XFBQ_host", "XFBQ4x3_hos", "XFBQ_host_host", "Flat_host",
                          "XFBQ4_host", "XFBQhost", "SQ8_host", "IVF8,XFBQ_fp16",
                          "XFBQ_fp16_host", "XFBQ_host_fp16", "Flat_fp16"};
@@ -906,17 +911,13 @@ static void test_host_floats(void **state)
 static void test_rotation_spec(void **state)
 {
     (void)state;
-    simil_index *index;
-    SML_ASSERT_OK(simil_index_create(&index, 65, "RR65,XFBQ", SIMIL_METRIC_COSINE, "cpu"));
-    assert_string_equal(simil_index_description(index), "RR,XFBQ4x3");
-    simil_index_destroy(index);
-    SML_ASSERT_OK(simil_index_create(&index, 65, "RR,IVF8,XFBQ3x2", SIMIL_METRIC_L2, "cpu"));
-    assert_string_equal(simil_index_description(index), "RR,IVF8,XFBQ3x2");
-    simil_index_destroy(index);
+    assert_described("RR65,XFBQ", SIMIL_METRIC_COSINE, "RR,XFBQ4x3");
+    assert_described("RR,IVF8,XFBQ3x2", SIMIL_METRIC_L2, "RR,IVF8,XFBQ3x2");
     const char *bad[] = {"RR,Flat", "RR,IVF8,Flat", "RR,IVF8,PQ5", "RR,SQ8", "RR64,XFBQ",
                          "IVF8,RR,XFBQ", "RR,OPQ5,IVF8,PQ5", "RRx,XFBQ"};
     assert_refused(bad, sizeof bad / sizeof bad[0]);
     /* a file cut short of its rotation is refused before the rotation is made */
+    simil_index *index;
     SML_ASSERT_OK(simil_index_create(&index, 65, "RR,XFBQ", SIMIL_METRIC_COSINE, "cpu"));
     const char *path = sml_test_path("rr.simil"), *cut = sml_test_path("rr-cut.simil");
     SML_ASSERT_OK(simil_index_save(index, path));
