@@ -1,6 +1,7 @@
 /* index_spec.c: the factory-string parser (grammar in index_spec.h). */
 #include "index/index_spec.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -39,6 +40,10 @@ static int sml_spec_numbers(const char *s, const char *name, char sep, int64_t *
     return *p == '\0';
 }
 
+/* The description's suffix for each place of XFBQ's re-ranking floats
+ * (SML_XFBQ_FLOATS_*): parsed and written from this one table. */
+static const char *const sml_xfbq_floats_suffix[] = {"", "_host", "_fp16"};
+
 static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index_spec *spec)
 {
     int64_t a = 0, b = 0;
@@ -47,15 +52,15 @@ static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index
         return SIMIL_OK;
     }
     /* XFBQ[QxB][_host|_fp16]: the suffix, where the floats for re-ranking live */
-    static const char *const suffix[] = {"", "_host", "_fp16"};
     char xfbq[SML_SPEC_MAX_LEN];
     const size_t len = strlen(c);
-    int floats = 0;
-    for (int f = 1; f < 3 && strncmp(c, "XFBQ", 4) == 0; f++) {
-        const size_t sl = strlen(suffix[f]);
-        if (len > sl && strcmp(c + len - sl, suffix[f]) == 0) floats = f;
+    int floats = SML_XFBQ_FLOATS_BACKEND;
+    for (int f = SML_XFBQ_FLOATS_HOST; f <= SML_XFBQ_FLOATS_FP16 && strncmp(c, "XFBQ", 4) == 0;
+         f++) {
+        const size_t sl = strlen(sml_xfbq_floats_suffix[f]);
+        if (len > sl && strcmp(c + len - sl, sml_xfbq_floats_suffix[f]) == 0) floats = f;
     }
-    snprintf(xfbq, sizeof xfbq, "%.*s", (int)(len - strlen(suffix[floats])), c);
+    snprintf(xfbq, sizeof xfbq, "%.*s", (int)(len - strlen(sml_xfbq_floats_suffix[floats])), c);
     if (strcmp(xfbq, "XFBQ") == 0 || sml_spec_numbers(xfbq, "XFBQ", 'x', &a, &b)) {
         spec->encoding = SML_ENCODING_XFBQ;
         spec->xfbq_floats = floats;
@@ -251,10 +256,9 @@ void sml_index_spec_format(const sml_index_spec *spec, char *out, size_t size)
     case SML_ENCODING_FLAT: SML_APPEND("Flat"); break;
     case SML_ENCODING_PQ: SML_APPEND("PQ%" PRId64 "x%d", spec->pq_m, spec->pq_bits); break;
     case SML_ENCODING_XFBQ:
+        assert(spec->xfbq_floats >= 0 && spec->xfbq_floats <= SML_XFBQ_FLOATS_FP16);
         SML_APPEND("XFBQ%dx%d%s", spec->xfbq_query_bits, spec->xfbq_base_bits,
-                   spec->xfbq_floats == SML_XFBQ_FLOATS_HOST   ? "_host"
-                   : spec->xfbq_floats == SML_XFBQ_FLOATS_FP16 ? "_fp16"
-                                                               : "");
+                   sml_xfbq_floats_suffix[spec->xfbq_floats]);
         break;
     case SML_ENCODING_SQ:
         SML_APPEND("%s", spec->sq_type == SML_SQ_8BIT   ? "SQ8"
