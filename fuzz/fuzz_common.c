@@ -204,7 +204,8 @@ int sml_fuzz_params_too_large(const char *desc, int64_t dim)
     const double limit = (double)(1 << 20); /* floats: 4 MB */
     double floats = (double)spec.ivf_nlist * (double)dim;
     if (spec.encoding == SML_ENCODING_PQ) floats += (double)(1 << spec.pq_bits) * (double)dim;
-    /* RR: a dim x dim rotation, made by one SVD, in every shard */
+    /* RR: a dim x dim rotation held by every shard (made by one SVD, which
+     * shards of one index share) */
     if (spec.rotate)
         floats += (double)dim * (double)dim * (double)(spec.shards > 1 ? spec.shards : 1);
     return floats > limit || spec.ivf_nlist > limit;

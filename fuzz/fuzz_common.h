@@ -45,7 +45,7 @@ void sml_fuzz_fail(const char *fmt, ...)
 
 /* 1 when desc parses for dim as an index whose fixed parameters would take
  * more than 4 MB (IVF: nlist x dim centroids; PQ: 2^bits x dim codebook
- * floats; RR: a dim x dim rotation per shard, each made by an SVD), and
+ * floats; RR: a dim x dim rotation per shard, the first made by an SVD), and
  * SIMIL_FUZZ_NO_WORKAROUNDS is not 1.  Creating such an index
  * allocates all of it at once (the library caps it at 4 GiB): the targets
  * skip those to keep fuzzing fast. */

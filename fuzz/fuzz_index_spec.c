@@ -9,8 +9,9 @@
  * Descriptions whose fixed parameters would pass 4 MB are only parsed, not
  * created (sml_fuzz_params_too_large): the library allows up to 4 GiB of
  * them and 2^24 lists, which is correct but would slow fuzzing to a crawl
- * (so would RR's rotation, one SVD of dim x dim per shard: "Shards62,RR,XFBQ"
- * at dim 728 took over 10 s to create twice under ASan);
+ * (so would RR's rotation of dim x dim floats in every shard: "Shards62,RR,XFBQ"
+ * at dim 728 took over 10 s to create twice under ASan while each shard made
+ * its own by an SVD);
  * SIMIL_FUZZ_NO_WORKAROUNDS=1 creates them. */
 #include <stdlib.h>
 #include <string.h>
