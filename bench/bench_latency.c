@@ -47,6 +47,10 @@
  *   --ivf-thin staged|plain  GPU IVF-Flat batch path: thin tiles' rows staged
  *                      through shared memory (staged, the default) or read
  *                      lane by lane (plain)
+ *   --replay 0|1|both  GPU IVF small batches: each call's work as one CUDA
+ *                      graph launch (1, the default) or operation by
+ *                      operation (0); both: the callers run with 0, 1, 0, 1
+ *                      (the batch sizes with the default)
  *   --csv FILE         append the results as CSV (header when new)
  *   --write-fvecs DIR  write DIR/base.fvecs, DIR/train.fvecs and
  *                      DIR/queries-B.fvecs (B of --batch) of exactly the
@@ -93,8 +97,12 @@ typedef struct options {
     int nlanes;       /* 0: the library's */
     long long small_max;  /* -1: the library's */
     const char *csv;
+    int replay;  /* --replay: -1 (not given: the default, on), 0, 1 or 2 (both) */
     const char *fvecs_dir;
 } options;
+
+/* The replay setting of the callers now running (--replay), -1: not set. */
+static int replay_now = -1;
 
 static double now(void)
 {
@@ -143,7 +151,7 @@ static void usage(void)
             "                     [--wait-us W] [--lanes 1,2,...] [--small-max Q]\n"
             "                     [--ivf-small-max Q]\n"
             "                     [--small-cores tensor|cuda] [--knn-one 0|1]\n"
-            "                     [--ivf-thin staged|plain]\n"
+            "                     [--ivf-thin staged|plain] [--replay 0|1|both]\n"
             "                     [--csv FILE]\n"
             "                     [--write-fvecs DIR] INDEX[@NPROBE] ...\n"
             "(see the comment at the top of bench/bench_latency.c)\n");
@@ -387,8 +395,13 @@ static void run_callers(const options *o, simil_index *index, const char *name,
     const int lanes = index->backend->batch_lanes;
     if (!batching) snprintf(mode, sizeof mode, "threads-alone-lanes%d", lanes);
     else snprintf(mode, sizeof mode, "threads-batching-wait%" PRId64 "-lanes%d", wait_us, lanes);
-    printf("  %-18s %-10s %3d callers, %-26s %10.0f QPS  p50 %8.3f ms  p99 %8.3f ms\n", name,
-           params, o->threads, mode, qps, p50, p99);
+    if (o->replay >= 0)
+        snprintf(mode + strlen(mode), sizeof mode - strlen(mode), "-replay%d", replay_now);
+    long long hits, builds, direct;
+    sml_cuda_replay_counts(&hits, &builds, &direct);
+    printf("  %-18s %-10s %3d callers, %-26s %10.0f QPS  p50 %8.3f ms  p99 %8.3f ms"
+           "  (graphs so far: %lld reused, %lld made, %lld one by one)\n",
+           name, params, o->threads, mode, qps, p50, p99, hits, builds, direct);
     csv_row(csv, o->device, name, params, o->k, 1, o->threads, mode, total, p50, p99, qps);
     free(all);
     simil_index_set_batching(index, 1, 0);
@@ -469,7 +482,7 @@ static void recall_check(const options *o, simil_index *index, const char *name,
 int main(int argc, char **argv)
 {
     options o = {.n = 10000000, .metric = SIMIL_METRIC_COSINE, .k = 10, .reps = 200,
-                 .threads = 16, .seconds = 1, .wait_us = -1, .small_max = -1};
+                 .threads = 16, .seconds = 1, .wait_us = -1, .small_max = -1, .replay = -1};
     o.device = simil_gpu_count() > 0 ? "gpu" : "cpu";
     parse_batches("1,4,16,64,256,1024,10000", &o);
     const char *specs[MAX_INDEXES];
@@ -514,6 +527,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(arg, "--knn-one")) {
             if (strcmp(val, "0") && strcmp(val, "1")) usage();
             sml_cuda_knn_small_one_launch(atoi(val));
+        } else if (!strcmp(arg, "--replay")) {
+            if (strcmp(val, "0") && strcmp(val, "1") && strcmp(val, "both")) usage();
+            o.replay = !strcmp(val, "both") ? 2 : atoi(val);
         } else if (!strcmp(arg, "--csv")) o.csv = val;
         else if (!strcmp(arg, "--write-fvecs")) o.fvecs_dir = val;
         else usage();
@@ -522,6 +538,7 @@ int main(int argc, char **argv)
         o.threads > MAX_THREADS || o.seconds <= 0 || nspecs == 0)
         usage();
     if (o.small_max >= 0) sml_cuda_knn_small_max(o.small_max);
+    if (o.replay == 0 || o.replay == 1) sml_cuda_replay(o.replay);
     const int64_t ntrain = o.n / 2 < 500000 ? o.n / 2 : 500000;
     double t0 = now();
     float *base = xmalloc(sizeof(float) * (size_t)(o.n * DIM));
@@ -573,9 +590,17 @@ int main(int argc, char **argv)
                 sml_cuda_lanes(o.lanes[l]);
                 index->backend->batch_lanes = o.lanes[l];
             }
-            run_callers(&o, index, desc, p, params, q, 1, 0, csv);
-            if (o.wait_us > 0) run_callers(&o, index, desc, p, params, q, 1, o.wait_us, csv);
-            run_callers(&o, index, desc, p, params, q, 0, 0, csv);
+            /* --replay both: off, on, off, on, on the same lanes */
+            const int runs = o.replay == 2 ? 4 : 1;
+            for (int i = 0; i < runs; i++) {
+                replay_now = o.replay == 2 ? i % 2 : o.replay;
+                if (o.replay == 2) sml_cuda_replay(replay_now);
+                run_callers(&o, index, desc, p, params, q, 1, 0, csv);
+                if (o.wait_us > 0)
+                    run_callers(&o, index, desc, p, params, q, 1, o.wait_us, csv);
+                run_callers(&o, index, desc, p, params, q, 0, 0, csv);
+            }
+            if (o.replay == 2) sml_cuda_replay(1);
         }
         simil_index_destroy(index);
         simil_search_params_destroy(p);

@@ -15,6 +15,7 @@
 #include "core/vectors.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_device.cuh"
+#include "cuda/cuda_replay.cuh"
 #include "cuda/cuda_kernels.cuh"
 #include "cuda/cuda_stream.cuh"
 #include "cuda/cuda_util.cuh"
@@ -108,6 +109,7 @@ void free_buffers(Device *dev)
     device_free(dev->out);
     device_free(dev->filter);
     device_free(dev->tickets);
+    replay_free(dev);  // its graphs name the buffers
     pinned_free(dev->pinned);
     pinned_free(dev->results);
     device_free(dev->sent.device);

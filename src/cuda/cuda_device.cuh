@@ -41,6 +41,8 @@ struct FilterCopy {
     uint64_t stamp;  // sml_id_filter::stamp of the bytes held, or 0
 };
 
+struct ReplayCache;  // cuda_replay.cuh
+
 struct Device {
     int gpu;
     int refs;  // backends open on it; at 0 its buffers are freed, the rest kept
@@ -65,6 +67,7 @@ struct Device {
     unsigned *tickets;  // a small batch's counters, zero between calls (ivf_small_merge.cuh)
     size_t tickets_bytes;
     FilterCopy sent;  // the last filter uploaded (cuda_filter.cuh)
+    ReplayCache *replay;  // small calls' graphs (cuda_replay.cuh), or null
     pthread_mutex_t lock;
     // lane 0 only: the other lanes, lane[0 .. lanes - 1] (written under
     // lanes_lock, before lanes grows; read without it)

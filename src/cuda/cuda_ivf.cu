@@ -23,6 +23,7 @@
 #include "core/vectors.h"
 #include "cuda/cuda_ivf.cuh"
 #include "cuda/cuda_kernels.cuh"
+#include "cuda/cuda_replay.cuh"
 #include "cuda/select.cuh"
 
 namespace sml {
@@ -111,7 +112,7 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
         sml_copy_parallel(h.keys, a->probes.keys + q0 * np, 4 * pairs);
     }
     if (staged > 0) {
-        SML_CUDA_TRY(cudaMemcpyAsync(io, host, staged, cudaMemcpyHostToDevice, st));
+        SML_CUDA_TRY(copy_async(io, host, staged, cudaMemcpyHostToDevice, st));
         // No wait for the copy, but where the host writes the pinned buffer
         // next without one: a scan planned on the host writes its plan there,
         // after the coarse search's wait, or where the probes are given, right
@@ -132,6 +133,8 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
         SML_TRY(device_tickets(dev, (size_t)nq, &tickets));
         return launch_coarse(*a, in->queries, nq, lay.coarse, tickets, lay.probes, lay.keys, st);
     }
+    // knn_locked issues its work directly: it would run before a recorded upload
+    assert(replay_recording() == nullptr);
     const sml_knn_args knn =
         sml_knn_of(a->probes.coarse_search, in->queries, nq, np, lay.keys, lay.probes);
     return knn_locked(dev, &knn);

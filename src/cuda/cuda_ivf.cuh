@@ -45,6 +45,7 @@
 #include "core/backend.h"
 #include "cuda/cuda_device.cuh"
 #include "cuda/cuda_filter.cuh"
+#include "cuda/cuda_replay.cuh"
 #include "cuda/cuda_util.cuh"
 #include "cuda/cuda_workspace.cuh"
 
@@ -461,10 +462,28 @@ struct SmallOut {
 // o for a batch of nq queries of a on dev's lane.
 simil_status small_out(Device *dev, const sml_ivf_scan_args &a, int nq, SmallOut *o);
 
-// After the scan kernel is queued: waits for the stream, and copies queries
-// [q0, q0 + nq)'s results from o to a's outputs.
+// After the scan kernel is queued: issues the batch's recorded work (a
+// SmallReplay's), waits for the stream, and copies queries [q0, q0 + nq)'s
+// results from o to a's outputs.
 simil_status small_out_to_host(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
                                const SmallOut &o);
+
+// A small batch of nq queries of a, from staging to small_out_to_host, as one
+// graph launch on dev's lane (cuda_replay.cuh) where every stream operation
+// of it can be recorded: its probes given or found by launch_coarse, and
+// split (k <= kSmallMaxK).  A filter is uploaded before (scan_filter).  Each buffer that a recorded operation names
+// is sized before its first use in the batch and not grown again before the
+// submit, so none is freed under the record.
+struct SmallReplay {
+    SmallReplay(Device *dev, const sml_ivf_scan_args &a, int nq)
+        : replay(nq <= ivf_small_max() && a.k <= kSmallMaxK &&
+                         (a.probes.lists != nullptr || coarse_on_device(a, nq))
+                     ? dev
+                     : nullptr)
+    {
+    }
+    Replay replay;
+};
 
 // How many blocks to split each of `blocks` units of work into: about four
 // blocks per SM in all, at most `most`, at least 1.

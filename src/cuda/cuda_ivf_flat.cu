@@ -110,8 +110,8 @@ template <bool L2, int K>
 simil_status launch_probe_scan(const ProbeScan &p, int nq, cudaStream_t st)
 {
     const dim3 grid((unsigned)p.splits, (unsigned)p.nprobe, (unsigned)nq);
-    probe_scan_kernel<L2, K><<<grid, kProbeThreads, sizeof(float) * (size_t)p.dim, st>>>(p);
-    SML_LAUNCH_TRY("probe_scan_kernel");
+    SML_CUDA_TRY(launch(probe_scan_kernel<L2, K>, grid, dim3(kProbeThreads),
+                        sizeof(float) * (size_t)p.dim, st, p));
     return SIMIL_OK;
 }
 
@@ -181,6 +181,7 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
             for (long long q0 = 0; q0 < a->nq;) {
                 const int n = input_batch(a, q0, host_queries, true);
                 Inputs in{};
+                const SmallReplay replay(dev, *a, n);
                 trace_mark(dev->stream[0], "ivf: lock and join");
                 SML_TRY(stage_inputs(dev, a, q0, n, true, host_queries, &in));
                 trace_mark(dev->stream[0], "ivf: inputs staged, coarse search on the device");

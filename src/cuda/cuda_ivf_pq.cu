@@ -60,6 +60,8 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     SML_TRY(device_workspace(dev, carve(nullptr), reinterpret_cast<void **>(&ws)));
     carve(ws);
     if (scan.splits > 1) SML_TRY(small_out(dev, sc, nq, &scan.out));
+    // a recorded batch ends in small_out_to_host's submit (SmallReplay)
+    assert(scan.splits > 1 || replay_recording() == nullptr);
     scan.queries = in.queries;
     scan.probes = in.probes;
     scan.probe_keys = in.keys;
@@ -185,6 +187,7 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
         for (long long q0 = 0; q0 < sc->nq;) {
             const int n = input_batch(sc, q0, host_queries, true);
             Inputs in{};
+            const SmallReplay replay(dev, *sc, n);
             trace_mark(dev->stream[0], "ivf: lock and join");
             SML_TRY(stage_inputs(dev, sc, q0, n, true, host_queries, &in));
             trace_mark(dev->stream[0], "ivf: inputs staged, coarse search on the device");

@@ -247,8 +247,8 @@ simil_status launch_query(const PqQueryScan &a, int nq, cudaStream_t st)
     if (smem > (48 << 10))
         SML_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)smem));
-    kernel<<<dim3((unsigned)nq, (unsigned)a.splits), kPqThreads, smem, st>>>(a);
-    SML_LAUNCH_TRY("pq_query_kernel");
+    SML_CUDA_TRY(launch(kernel, dim3((unsigned)nq, (unsigned)a.splits), dim3(kPqThreads), smem,
+                        st, a));
     return SIMIL_OK;
 }
 

@@ -240,9 +240,8 @@ simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int
     const dim3 grid((unsigned)((n + kKeyWarps * kCentroidsPerWarp - 1) /
                                (kKeyWarps * kCentroidsPerWarp)),
                     (unsigned)nq);
-    coarse_kernel<<<grid, kKeyThreads, 0, st>>>(queries, c.base, n, (int)c.dim, l2, np,
-                                                c.base_ids, scratch, tickets, probes, distances);
-    SML_LAUNCH_TRY("coarse_kernel");
+    SML_CUDA_TRY(launch(coarse_kernel, grid, dim3(kKeyThreads), 0, st, queries, c.base, n,
+                        (int)c.dim, l2, np, c.base_ids, scratch, tickets, probes, distances));
     return SIMIL_OK;
 }
 
@@ -265,6 +264,7 @@ simil_status small_out_to_host(Device *dev, const sml_ivf_scan_args &a, long lon
                                const SmallOut &o)
 {
     const size_t nk = (size_t)nq * o.k;
+    SML_TRY(replay_submit(dev));
     SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[0]));
     trace_mark(dev->stream[0], "ivf: split scan, parts merged into pinned memory");
     memcpy(a.labels + q0 * o.k, o.labels, 8 * nk);

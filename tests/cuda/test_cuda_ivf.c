@@ -603,6 +603,76 @@ static void test_small_batches(void **state)
     free(q);
 }
 
+/* Small batches replayed as CUDA graphs (cuda_replay.cuh): every search
+ * gets the same bits as with its operations issued one by one, when a
+ * graph is reused for new queries of the same shape, made anew for another
+ * batch size, k or nprobe, and after an add has grown the lists; and graphs
+ * are reused (a record that never matched would make one every call). */
+static void test_replay(void **state)
+{
+    (void)state;
+    const int64_t n = 20000, dim = 48, sets = 3, most = 5;
+    float *x = sml_test_malloc(4 * 2 * n * dim), *q = sml_test_malloc(4 * sets * most * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, 2 * n, dim, 101, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, sets * most, dim, 102, q));
+    const char *specs[] = {"IVF64,Flat", "IVF32,PQ8"};
+    const char *params[] = {"nprobe=7", "nprobe=9,precomputed_tables=1"};
+    const int64_t nqs[] = {1, most}, ks[] = {10, 64};
+    const size_t out = (size_t)(most * 64);
+    float *dr = sml_test_malloc(4 * out), *dg = sml_test_malloc(4 * out);
+    int64_t *lr = sml_test_malloc(8 * out), *lg = sml_test_malloc(8 * out);
+    for (int s = 0; s < 2; s++) {
+        simil_index *cpu, *gpu;
+        twin(specs[s], dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
+        simil_index_destroy(cpu);
+        simil_search_params *p = sml_test_params(params[s]);
+        long long hits0, builds0, direct0, hits, builds, direct;
+        sml_cuda_replay_counts(&hits0, &builds0, &direct0);
+        for (int grown = 0; grown < 2; grown++) {
+            if (grown) SML_ASSERT_OK(simil_index_add(gpu, n, x + n * dim, NULL));
+            for (int round = 0; round < 2; round++)
+                for (size_t b = 0; b < 2; b++)
+                    for (size_t c = 0; c < 2; c++)
+                        for (int64_t set = 0; set < sets; set++) {
+                            const int64_t nq = nqs[b], k = ks[c];
+                            const float *qs = q + set * most * dim;
+                            sml_cuda_replay(0);
+                            SML_ASSERT_OK(simil_index_search(gpu, nq, qs, k, p, dr, lr));
+                            sml_cuda_replay(1);
+                            SML_ASSERT_OK(simil_index_search(gpu, nq, qs, k, p, dg, lg));
+                            for (int64_t e = 0; e < nq * k; e++)
+                                if (lr[e] != lg[e] || memcmp(&dr[e], &dg[e], 4) != 0)
+                                    fail_msg("%s grown %d round %d nq=%lld k=%lld set %lld: "
+                                             "query %lld rank %lld: replayed id %lld dist %.9g, "
+                                             "issued id %lld dist %.9g",
+                                             specs[s], grown, round, (long long)nq, (long long)k,
+                                             (long long)set, (long long)(e / k),
+                                             (long long)(e % k), (long long)lg[e], dg[e],
+                                             (long long)lr[e], dr[e]);
+                        }
+        }
+        sml_cuda_replay_counts(&hits, &builds, &direct);
+        printf("%s: %lld graphs reused, %lld made, %lld batches issued one by one\n", specs[s],
+               hits - hits0, builds - builds0, direct - direct0);
+        /* 48 searches of 4 shapes, 3 query sets in a row each: a graph is
+         * made at most once per shape, round and size of the index (the
+         * lane's workspace may grow between shapes), and the next two sets
+         * reuse it */
+        assert_int_equal(direct - direct0, 0);
+        assert_int_equal(hits - hits0 + builds - builds0, 48);
+        assert_true(builds - builds0 >= 4 && builds - builds0 <= 16);
+        assert_true(hits - hits0 >= 32);
+        simil_search_params_destroy(p);
+        simil_index_destroy(gpu);
+    }
+    free(dr);
+    free(dg);
+    free(lr);
+    free(lg);
+    free(x);
+    free(q);
+}
+
 /* ---- the coarse selection of small batches ---- */
 
 /* kind 0: distinct keys; 1: keys of 7 values (many ties at the np-th);
@@ -697,6 +767,7 @@ int main(void)
         cmocka_unit_test(test_ivf_pq_fashion_56_bytes),
         cmocka_unit_test(test_thin_staged),
         cmocka_unit_test(test_small_batches),
+        cmocka_unit_test(test_replay),
         cmocka_unit_test(test_coarse_select),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
