@@ -2,9 +2,11 @@
  * code and floats in a row store (row_store.h), the codes (code_bytes each,
  * xfbq.h) in one column, which the scan streams as a single list, the float
  * vectors in another, and the ids beside them.  Storage is the same on the
- * CPU and the GPU, and so are files.  "XFBQ[QxB]_host" keeps the floats in
- * host memory that the GPU reads directly (a host column of the store): only
- * the candidates' rows are read, so a GPU holds the codes and ids alone. */
+ * CPU and the GPU, and so are files.  Except with "_fp32", the floats live
+ * in host memory that the GPU reads directly (a host column of the store):
+ * only the candidates' rows are read, so with "_host" a GPU holds the codes
+ * and ids alone, and by default ("XFBQ[QxB]", or "_fp16") an fp16 shadow of
+ * the floats besides, which picks the candidates to read. */
 #include <string.h>
 
 #include "core/alloc.h"
