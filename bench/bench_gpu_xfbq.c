@@ -5,15 +5,19 @@
  *   bench_gpu_xfbq mix10M|fashion-mnist [PART ...] [--queries N] [--flat-queries N]
  *                  [--extras E,E,...] [--nprobes P,P,...] [--ivf-extras E,E,...]
  *                  [--extra-of range|spread]
- *   PART: prep   preprocessing: XFBQ4x3 add (alpha, quantize, upload) and
+ *   PART: prep   preprocessing: XFBQ4x3_fp32 add (alpha, quantize, upload) and
  *                IVF4096,XFBQ train + add, against IVF4096,PQ32 train + add
- *         flat   XFBQ4x3 over the extra distances (--flat-queries of the queries)
+ *         flat   XFBQ4x3_fp32 (re-ranking floats on the GPU) over the extra
+ *                distances (--flat-queries of the queries)
  *         ivf    IVF4096,Flat over the nprobes
  *         ivfx   IVF4096,XFBQ4x3 over nprobes x extra distances
  *         host   XFBQ4x3_host (re-ranking floats in pinned host memory) over
  *                the extra distances, as flat
- *         fp16   XFBQ4x3_fp16 (those, and an fp16 copy on the GPU that picks
- *                the candidates to re-rank from them), as flat
+ *         fp16   XFBQ4x3_fp16, flat XFBQ's default (those, and an fp16 copy
+ *                on the GPU that picks the candidates to re-rank from them),
+ *                as flat
+ *   (flat and prep name _fp32, which was plain XFBQ's placement before fp16
+ *   became the default, so that their figures stay comparable)
  *   (default: prep, flat, ivf and ivfx; IVF256 in place of IVF4096 for
  *   fashion-mnist)
  *   --extra-of: what the extra distances are fractions of (search parameter
@@ -269,18 +273,18 @@ int main(int argc, char **argv)
     snprintf(ivf_xfbq, sizeof ivf_xfbq, "IVF%lld,XFBQ4x3", (long long)b.nlist);
     if (parts & 1) {
         double xs, ps, is;
-        simil_index *x = build(&b, "XFBQ4x3", &xs);
+        simil_index *x = build(&b, "XFBQ4x3_fp32", &xs);
         simil_index_destroy(x);
         x = build(&b, ivf_xfbq, &is);
         simil_index_destroy(x);
         if (b.dim % 32 == 0) {
             x = build(&b, ivf_pq, &ps);
             simil_index_destroy(x);
-            printf("%s preprocessing: XFBQ4x3 %.3f s, %s %.3f s, %s %.3f s (%.1fx XFBQ)\n",
+            printf("%s preprocessing: XFBQ4x3_fp32 %.3f s, %s %.3f s, %s %.3f s (%.1fx XFBQ)\n",
                    b.name, xs, ivf_xfbq, is, ivf_pq, ps, ps / xs);
         }
     }
-    static const char *const flat_kinds[] = {"XFBQ4x3", "XFBQ4x3_host", "XFBQ4x3_fp16"};
+    static const char *const flat_kinds[] = {"XFBQ4x3_fp32", "XFBQ4x3_host", "XFBQ4x3_fp16"};
     static const int flat_parts[] = {2, 16, 32};
     for (int h = 0; h < 3; h++) {
         if (!(parts & flat_parts[h])) continue;

@@ -355,12 +355,6 @@ typedef struct sml_backend_ops {
     simil_status (*select_k)(sml_backend *b, int64_t rows, int64_t cols, const float *values,
                              int64_t k, int largest, float *out_values, int64_t *out_indices);
 
-    /* Optional, NULL where a backend has none: a private copy of a stored
-     * matrix that makes knn faster (the CUDA backend keeps scaled fp16 rows).
-     * shadow_sync brings *shadow (NULL at first) up to date with rows [0, n)
-     * of base (mem), of which rows [0, have) are unchanged since the last
-     * sync.  On failure *shadow is left as it was.  knn receives the shadow
-     * through sml_knn_args.base_shadow. */
     /* k-means update: sums (host, k x dim) = for each cluster c, the sum of the
      * rows i of x (mem, n x dim) with labels[i] == c (labels: host, in
      * [0, k)), added in row order so the result does not depend on threads;
@@ -368,6 +362,13 @@ typedef struct sml_backend_ops {
     simil_status (*cluster_sums)(sml_backend *b, int64_t n, int64_t dim, const float *x,
                                  const int64_t *labels, int64_t k, float *sums, int64_t *counts);
 
+    /* Optional, NULL where a backend has none: a private copy of a stored
+     * matrix that makes knn faster (the CUDA backend keeps scaled fp16 rows).
+     * shadow_sync brings *shadow (NULL at first) up to date with rows [0, n)
+     * of base (mem), of which rows [0, have) are unchanged since the last
+     * sync.  On failure *shadow is left as it was.  knn receives the shadow
+     * through sml_knn_args.base_shadow (XFBQ's scan through its shadow); a
+     * row store keeps one of a column (row_store.h). */
     simil_status (*shadow_sync)(sml_backend *b, void **shadow, const float *base, int64_t have,
                                 int64_t n, int64_t dim, simil_metric metric);
     void (*shadow_free)(sml_backend *b, void *shadow);

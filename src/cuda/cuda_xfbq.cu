@@ -418,7 +418,10 @@ __global__ void xfbq_refine_threshold_kernel(const Batch b, int first, int n,
     for (int j = threadIdx.x & 31; j < b.dim; j += 32) s = fmaf(x[j], x[j], s);
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
     if ((threadIdx.x & 31) == 0) {
-        const float kth = kth_keys[(long long)i * ld + (b.k - 1)];
+        // read the k-th key only where there is one: past a query's
+        // candidates radix selection (k > 2048) leaves the slots as they were
+        const float kth =
+            b.count[first + i] < b.k ? INFINITY : kth_keys[(long long)i * ld + (b.k - 1)];
         b.thresholds[first + i] = kth + 2.0f * fp16_bound(sqrtf(s), b.max_norm, b.dim, b.l2);
     }
 }

@@ -1,10 +1,10 @@
 /* index_flat.c: "Flat", exact search over the stored vectors.
  *
  * Vectors, their squared norms (L2 only) and their ids live in a row store
- * (row_store.h): backend memory, a host copy of the ids for remove and
- * reconstruct, growth by half, and new arrays built beside the old ones and
- * swapped in only when complete, so a failure leaves the old arrays (and the
- * backend's shadow) as they were. */
+ * (row_store.h), with the backend's shadow of the vectors: backend memory, a
+ * host copy of the ids for remove and reconstruct, growth by half, and new
+ * arrays built beside the old ones and swapped in only when complete, so a
+ * failure leaves the old arrays (and the shadow) as they were. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -16,30 +16,11 @@
 enum { SML_FLAT_VECTORS = 0, SML_FLAT_NORMS = 1 };
 
 typedef struct sml_flat {
-    sml_row_store rows;  /* vectors (dim floats), norms (a float, L2 only) */
-    void *shadow;        /* the backend's fast copy of the vectors (backend.h), or NULL */
+    sml_row_store rows;  /* vectors (dim floats, shadowed), norms (a float, L2 only) */
 } sml_flat;
 
 static float *sml_flat_vectors(const sml_row_store *rows) { return rows->column[SML_FLAT_VECTORS]; }
 static float *sml_flat_norms(const sml_row_store *rows) { return rows->column[SML_FLAT_NORMS]; }
-
-/* Bring *shadow up to rows [0, n) of rows' vectors, of which [0, have) it has;
- * on failure *shadow is left as it was. */
-static simil_status sml_flat_sync_shadow(const simil_index *index, const sml_row_store *rows,
-                                         void **shadow, int64_t have, int64_t n)
-{
-    sml_backend *b = index->backend;
-    if (b->ops->shadow_sync == NULL) return SIMIL_OK;
-    return b->ops->shadow_sync(b, shadow, sml_flat_vectors(rows), have, n, index->dim,
-                               index->metric);
-}
-
-static void sml_flat_free_arrays(sml_backend *b, sml_flat *f)
-{
-    if (f->shadow != NULL) b->ops->shadow_free(b, f->shadow);
-    f->shadow = NULL;
-    sml_row_store_free(b, &f->rows);
-}
 
 /* Fill rows [at, at + n) of next with x and ids. */
 static simil_status sml_flat_fill(const simil_index *index, sml_row_store *next, int64_t at,
@@ -67,16 +48,12 @@ static simil_status sml_flat_add(simil_index *index, int64_t n, const float *x, 
     const int64_t at = index->ntotal;
     sml_row_store next;
     SML_TRY(sml_row_store_reserve(b, &f->rows, at, at + n, &next));
-    void *shadow = f->shadow;
-    simil_status s = sml_flat_fill(index, &next, at, n, x, ids);
-    if (s == SIMIL_OK) s = sml_flat_sync_shadow(index, &next, &shadow, at, at + n);
+    const simil_status s = sml_flat_fill(index, &next, at, n, x, ids);
     if (s != SIMIL_OK) {
         sml_row_store_discard(b, &f->rows, &next);
         return s;
     }
-    f->shadow = shadow;
-    sml_row_store_commit(b, &f->rows, &next);
-    return SIMIL_OK;
+    return sml_row_store_commit(b, &f->rows, &next, at + n);
 }
 
 static simil_status sml_flat_search(const simil_index *index, const sml_search_call *call)
@@ -95,7 +72,7 @@ static simil_status sml_flat_search(const simil_index *index, const sml_search_c
         .distances = call->distances,
         .labels = call->labels,
         .threads = call->params.threads,
-        .base_shadow = f->shadow,
+        .base_shadow = f->rows.shadow,
         .filter = call->params.allow,
         .queries_host = call->queries_host,
         .outputs_host = call->outputs_host,
@@ -103,29 +80,12 @@ static simil_status sml_flat_search(const simil_index *index, const sml_search_c
     return index->backend->ops->knn(index->backend, &args);
 }
 
-/* The kept rows gathered into new arrays (and a new shadow), swapped in when
- * complete. */
 static simil_status sml_flat_remove(simil_index *index, int64_t n_sorted, const int64_t *sorted,
                                     int64_t *removed)
 {
     sml_flat *f = index->impl;
-    sml_backend *b = index->backend;
-    sml_row_store next;
-    int64_t kept;
-    *removed = 0;
-    SML_TRY(sml_row_store_keep(b, &f->rows, index->ntotal, n_sorted, sorted, &next, &kept));
-    if (kept == index->ntotal) return SIMIL_OK;
-    void *shadow = NULL;
-    simil_status s = sml_flat_sync_shadow(index, &next, &shadow, 0, kept);
-    if (s != SIMIL_OK) {
-        sml_row_store_discard(b, &f->rows, &next);
-        return s;
-    }
-    sml_flat_free_arrays(b, f);
-    f->rows = next;
-    f->shadow = shadow;
-    *removed = index->ntotal - kept;
-    return SIMIL_OK;
+    return sml_row_store_remove(index->backend, &f->rows, index->ntotal, n_sorted, sorted,
+                                removed);
 }
 
 static simil_status sml_flat_reconstruct(const simil_index *index, int64_t id, float *out)
@@ -137,7 +97,8 @@ static simil_status sml_flat_reconstruct(const simil_index *index, int64_t id, f
 
 static void sml_flat_reset(simil_index *index)
 {
-    sml_flat_free_arrays(index->backend, index->impl);
+    sml_flat *f = index->impl;
+    sml_row_store_free(index->backend, &f->rows);
 }
 
 static const uint32_t sml_tag_ids = SML_TAG('I', 'D', 'S', ' ');
@@ -167,14 +128,14 @@ static simil_status sml_flat_load(simil_index *index, sml_reader *r)
     SML_TRY(sml_section_read_mem(r, sml_tag_vectors, b, vectors, (uint64_t)n * row));
     if (f->rows.width[SML_FLAT_NORMS] > 0)
         SML_TRY(b->ops->row_norms(b, n, index->dim, vectors, sml_flat_norms(&f->rows)));
-    SML_TRY(sml_flat_sync_shadow(index, &f->rows, &f->shadow, 0, n));
+    SML_TRY(sml_row_store_sync(b, &f->rows, n));
     index->ntotal = n;
     return SIMIL_OK;
 }
 
 static void sml_flat_destroy(simil_index *index)
 {
-    sml_flat_free_arrays(index->backend, index->impl);
+    sml_flat_reset(index);
     sml_free(index->impl);
 }
 
@@ -212,6 +173,7 @@ simil_status sml_flat_init(simil_index *index)
     SML_TRY(sml_calloc((void **)&f, 1, sizeof *f, "a Flat index"));
     f->rows = sml_row_store_empty((size_t)index->dim * sizeof(float),
                                   index->metric == SIMIL_METRIC_L2 ? sizeof(float) : 0);
+    sml_row_store_shadow(&f->rows, SML_FLAT_VECTORS, index->metric);
     index->impl = f;
     index->vt = &sml_flat_vtable;
     index->trained = 1;

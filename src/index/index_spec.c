@@ -42,7 +42,17 @@ static int sml_spec_numbers(const char *s, const char *name, char sep, int64_t *
 
 /* The description's suffix for each place of XFBQ's re-ranking floats
  * (SML_XFBQ_FLOATS_*): parsed and written from this one table. */
-static const char *const sml_xfbq_floats_suffix[] = {"", "_host", "_fp16"};
+static const char *const sml_xfbq_floats_suffix[] = {"_fp32", "_host", "_fp16"};
+
+/* The place a description without a suffix means, and whose suffix is not
+ * written: for flat XFBQ the fp16 copy, which on a GPU gives the results of
+ * fp32 floats at about their speed in 253 bytes a 96-d vector, not 440
+ * (docs/xfbq.md); an inverted file keeps its floats in its list rows, in
+ * backend memory, and takes no suffix. */
+static int sml_xfbq_floats_default(const sml_index_spec *spec)
+{
+    return spec->ivf_nlist ? SML_XFBQ_FLOATS_BACKEND : SML_XFBQ_FLOATS_FP16;
+}
 
 static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index_spec *spec)
 {
@@ -51,19 +61,26 @@ static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index
         spec->encoding = SML_ENCODING_FLAT;
         return SIMIL_OK;
     }
-    /* XFBQ[QxB][_host|_fp16]: the suffix, where the floats for re-ranking live */
+    /* XFBQ[QxB][_fp32|_host|_fp16]: the suffix, where the floats for re-ranking
+     * live; -1: none */
     char xfbq[SML_SPEC_MAX_LEN];
     const size_t len = strlen(c);
-    int floats = SML_XFBQ_FLOATS_BACKEND;
-    for (int f = SML_XFBQ_FLOATS_HOST; f <= SML_XFBQ_FLOATS_FP16 && strncmp(c, "XFBQ", 4) == 0;
+    int floats = -1;
+    for (int f = SML_XFBQ_FLOATS_BACKEND; f <= SML_XFBQ_FLOATS_FP16 && strncmp(c, "XFBQ", 4) == 0;
          f++) {
         const size_t sl = strlen(sml_xfbq_floats_suffix[f]);
         if (len > sl && strcmp(c + len - sl, sml_xfbq_floats_suffix[f]) == 0) floats = f;
     }
-    snprintf(xfbq, sizeof xfbq, "%.*s", (int)(len - strlen(sml_xfbq_floats_suffix[floats])), c);
+    snprintf(xfbq, sizeof xfbq, "%.*s",
+             (int)(len - (floats < 0 ? 0 : strlen(sml_xfbq_floats_suffix[floats]))), c);
     if (strcmp(xfbq, "XFBQ") == 0 || sml_spec_numbers(xfbq, "XFBQ", 'x', &a, &b)) {
+        /* the inverted file comes before the encoding, so it is known here */
+        SML_RETURN_IF(floats >= 0 && spec->ivf_nlist, SIMIL_ERR_INVALID_ARGUMENT,
+                      "index '%s': _fp32, _host and _fp16 (where re-ranking floats live) are "
+                      "for flat XFBQ; an inverted file keeps each vector's floats in its list "
+                      "rows", desc);
         spec->encoding = SML_ENCODING_XFBQ;
-        spec->xfbq_floats = floats;
+        spec->xfbq_floats = floats >= 0 ? floats : sml_xfbq_floats_default(spec);
         if (a != 0) {
             SML_RETURN_IF(b == 0, SIMIL_ERR_INVALID_ARGUMENT,
                           "index '%s': write XFBQ<query bits>x<base bits>, e.g. XFBQ4x3", desc);
@@ -98,7 +115,7 @@ static simil_status sml_spec_encoding(const char *c, const char *desc, sml_index
     }
     return sml_error(SIMIL_ERR_INVALID_ARGUMENT,
                      "index '%s': '%s' is not an encoding; expected Flat, PQ<m>[x<bits>], "
-                     "XFBQ[<q>x<b>][_host|_fp16], SQ8, SQfp16 or SQbf16",
+                     "XFBQ[<q>x<b>][_fp32|_host|_fp16], SQ8, SQfp16 or SQbf16",
                      desc, c);
 }
 
@@ -175,9 +192,6 @@ static simil_status sml_spec_check(const char *desc, int64_t dim, sml_index_spec
     SML_RETURN_IF(spec->opq_m && dim > most / coded_dim, SIMIL_ERR_INVALID_ARGUMENT,
                   "index '%s': an OPQ rotation of %" PRId64 " x %" PRId64
                   " would take more than 4 GiB", desc, dim, coded_dim);
-    SML_RETURN_IF(spec->xfbq_floats && spec->ivf_nlist, SIMIL_ERR_INVALID_ARGUMENT,
-                  "index '%s': _host and _fp16 (where re-ranking floats live) are for flat XFBQ; "
-                  "an inverted file keeps each vector's floats in its list rows", desc);
     SML_RETURN_IF(spec->refine && spec->encoding == SML_ENCODING_FLAT, SIMIL_ERR_INVALID_ARGUMENT,
                   "index '%s': Refine re-ranks a compressed index; Flat is already exact", desc);
     return SIMIL_OK;
@@ -257,8 +271,11 @@ void sml_index_spec_format(const sml_index_spec *spec, char *out, size_t size)
     case SML_ENCODING_PQ: SML_APPEND("PQ%" PRId64 "x%d", spec->pq_m, spec->pq_bits); break;
     case SML_ENCODING_XFBQ:
         assert(spec->xfbq_floats >= 0 && spec->xfbq_floats <= SML_XFBQ_FLOATS_FP16);
+        assert(!spec->ivf_nlist || spec->xfbq_floats == SML_XFBQ_FLOATS_BACKEND);
         SML_APPEND("XFBQ%dx%d%s", spec->xfbq_query_bits, spec->xfbq_base_bits,
-                   sml_xfbq_floats_suffix[spec->xfbq_floats]);
+                   spec->xfbq_floats == sml_xfbq_floats_default(spec)
+                       ? ""
+                       : sml_xfbq_floats_suffix[spec->xfbq_floats]);
         break;
     case SML_ENCODING_SQ:
         SML_APPEND("%s", spec->sq_type == SML_SQ_8BIT   ? "SQ8"

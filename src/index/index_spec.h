@@ -1,7 +1,7 @@
 /* index_spec.h: Faiss-style index descriptions, parsed.
  *
  * Grammar (components separated by commas, in this order):
- *   [Shardss,] [IDMap,] [OPQm[_d], | RR,] [IVFn,] (Flat | PQm[xb] | XFBQ[QxB][_host|_fp16] |
+ *   [Shardss,] [IDMap,] [OPQm[_d], | RR,] [IVFn,] (Flat | PQm[xb] | XFBQ[QxB][_fp32|_host|_fp16] |
  *   SQ8 | SQfp16 | SQbf16) [,Refine | ,RFlat]
  * e.g. "Flat", "IVF4096,Flat", "IVF4096,PQ32x8", "OPQ32_128,IVF4096,PQ32",
  * "XFBQ4x3", "IVF1024,XFBQ", "IVF4096,PQ32,Refine", "IVF4096,SQ8", "SQfp16".  IDMap is accepted for
@@ -11,8 +11,10 @@
  * "RR" (Faiss's random rotation; "RR<dim>" also, at the input dimension) is
  * taken by XFBQ alone: its codes are made from randomly rotated vectors (the
  * XFBQ paper, section 3.5.1), while its floats stay the vectors given.
- * "_host" after a flat XFBQ keeps its re-ranking floats in host memory, and
- * "_fp16" adds an fp16 copy of them on the backend for a first re-ranking. */
+ * A flat XFBQ keeps its re-ranking floats in host memory with an fp16 copy
+ * of them on the backend for a first re-ranking ("_fp16", the default, not
+ * written back); "_host" keeps the floats in host memory alone, "_fp32" in
+ * backend memory. */
 #ifndef SML_INDEX_SPEC_H
 #define SML_INDEX_SPEC_H
 
@@ -28,9 +30,10 @@ typedef enum sml_encoding {
     SML_ENCODING_SQ = 3
 } sml_encoding;
 
-/* Flat XFBQ's re-ranking floats: in backend memory; in host memory the
- * backend reads (_host); or in host memory with an fp16 copy in backend
- * memory that picks the few candidates to re-rank from them (_fp16). */
+/* Flat XFBQ's re-ranking floats: in backend memory (_fp32, and IVF-XFBQ's,
+ * in its list rows); in host memory the backend reads (_host); or in host
+ * memory with an fp16 copy in backend memory that picks the few candidates
+ * to re-rank from them (_fp16, flat XFBQ's default). */
 enum { SML_XFBQ_FLOATS_BACKEND = 0, SML_XFBQ_FLOATS_HOST = 1, SML_XFBQ_FLOATS_FP16 = 2 };
 
 typedef struct sml_index_spec {

@@ -181,8 +181,7 @@ simil_status sml_sq_flat_append_codes(simil_index *index, int64_t n, const uint8
         sml_row_store_discard(b, &f->rows, &next);
         return s;
     }
-    sml_row_store_commit(b, &f->rows, &next);
-    return SIMIL_OK;
+    return sml_row_store_commit(b, &f->rows, &next, at + n);
 }
 
 /* Coded on the host in chunks (for progress), then appended at once. */

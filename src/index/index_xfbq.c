@@ -2,9 +2,11 @@
  * code and floats in a row store (row_store.h), the codes (code_bytes each,
  * xfbq.h) in one column, which the scan streams as a single list, the float
  * vectors in another, and the ids beside them.  Storage is the same on the
- * CPU and the GPU, and so are files.  "XFBQ[QxB]_host" keeps the floats in
- * host memory that the GPU reads directly (a host column of the store): only
- * the candidates' rows are read, so a GPU holds the codes and ids alone. */
+ * CPU and the GPU, and so are files.  Except with "_fp32", the floats live
+ * in host memory that the GPU reads directly (a host column of the store):
+ * only the candidates' rows are read, so with "_host" a GPU holds the codes
+ * and ids alone, and by default ("XFBQ[QxB]", or "_fp16") an fp16 shadow of
+ * the floats besides, which picks the candidates to read. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -21,31 +23,10 @@ enum { SML_XFBQ_CODES = 0, SML_XFBQ_VECTORS = 1 };
 
 typedef struct sml_xfbq_flat {
     sml_xfbq_base base;  /* first: index_xfbq_common.c reads it */
-    sml_row_store rows;  /* codes (code_bytes), vectors (dim floats) */
-    void *shadow;        /* _fp16: the backend's fp16 copy of the vectors, or NULL */
+    sml_row_store rows;  /* codes (code_bytes), vectors (dim floats; _fp16: shadowed) */
 } sml_xfbq_flat;
 
 static sml_xfbq_flat *sml_xfbq_flat_of(const simil_index *index) { return index->impl; }
-
-/* _fp16: bring *shadow up to rows [0, n) of rows' vectors, of which [0, have)
- * it has (backend.h, shadow_sync); on failure *shadow is left as it was.
- * Nothing where the backend keeps no shadow (the CPU re-ranks from the floats
- * directly). */
-static simil_status sml_xfbq_flat_sync_shadow(const simil_index *index, const sml_row_store *rows,
-                                              void **shadow, int64_t have, int64_t n)
-{
-    sml_backend *b = index->backend;
-    if (index->spec.xfbq_floats != SML_XFBQ_FLOATS_FP16 || b->ops->shadow_sync == NULL)
-        return SIMIL_OK;
-    return b->ops->shadow_sync(b, shadow, rows->column[SML_XFBQ_VECTORS], have, n, index->dim,
-                               sml_kernel_metric(index->metric));
-}
-
-static void sml_xfbq_flat_free_shadow(sml_backend *b, sml_xfbq_flat *x)
-{
-    if (x->shadow != NULL) b->ops->shadow_free(b, x->shadow);
-    x->shadow = NULL;
-}
 
 /* Codes of n host vectors into buf (code_bytes each, padding zeroed). */
 static simil_status sml_xfbq_flat_codes(const sml_xfbq_flat *x, const sml_xfbq *q, int64_t n,
@@ -132,16 +113,12 @@ static simil_status sml_xfbq_flat_append(simil_index *index, int64_t n, const fl
     sml_row_store next;
     const int64_t at = index->ntotal;
     SML_TRY(sml_row_store_reserve(b, &x->rows, at, at + n, &next));
-    void *shadow = x->shadow;
-    simil_status s = sml_xfbq_flat_fill(index, &next, n, xs, ids);
-    if (s == SIMIL_OK) s = sml_xfbq_flat_sync_shadow(index, &next, &shadow, at, at + n);
+    const simil_status s = sml_xfbq_flat_fill(index, &next, n, xs, ids);
     if (s != SIMIL_OK) {
         sml_row_store_discard(b, &x->rows, &next);
         return s;
     }
-    x->shadow = shadow;
-    sml_row_store_commit(b, &x->rows, &next);
-    return SIMIL_OK;
+    return sml_row_store_commit(b, &x->rows, &next, at + n);
 }
 
 static simil_status sml_xfbq_flat_add(simil_index *index, int64_t n, const float *xs,
@@ -159,34 +136,16 @@ static simil_status sml_xfbq_flat_search(const simil_index *index, const sml_sea
     SML_TRY(sml_row_store_scan(&x->rows, SML_XFBQ_CODES, index->ntotal, index->dim,
                                sml_kernel_metric(index->metric), call, &one, &scan));
     const simil_status s = sml_xfbq_search(index, call, scan, x->rows.column[SML_XFBQ_VECTORS],
-                                           x->rows.width[SML_XFBQ_VECTORS], x->shadow);
+                                           x->rows.width[SML_XFBQ_VECTORS], x->rows.shadow);
     sml_row_store_scan_free(&one);
     return s;
 }
 
-/* The kept rows gathered into new arrays (and a new shadow), swapped in when
- * complete. */
 static simil_status sml_xfbq_flat_remove(simil_index *index, int64_t n_sorted,
                                          const int64_t *sorted, int64_t *removed)
 {
-    sml_xfbq_flat *x = sml_xfbq_flat_of(index);
-    sml_backend *b = index->backend;
-    sml_row_store next;
-    int64_t kept;
-    *removed = 0;
-    SML_TRY(sml_row_store_keep(b, &x->rows, index->ntotal, n_sorted, sorted, &next, &kept));
-    if (kept == index->ntotal) return SIMIL_OK;
-    void *shadow = NULL;
-    const simil_status s = sml_xfbq_flat_sync_shadow(index, &next, &shadow, 0, kept);
-    if (s != SIMIL_OK) {
-        sml_row_store_discard(b, &x->rows, &next);
-        return s;
-    }
-    sml_xfbq_flat_free_shadow(b, x);
-    x->shadow = shadow;
-    sml_row_store_commit(b, &x->rows, &next);
-    *removed = index->ntotal - kept;
-    return SIMIL_OK;
+    return sml_row_store_remove(index->backend, &sml_xfbq_flat_of(index)->rows, index->ntotal,
+                                n_sorted, sorted, removed);
 }
 
 /* The stored floats of the first row with this id. */
@@ -203,7 +162,6 @@ static void sml_xfbq_flat_ids(const simil_index *index, int64_t *out)
 
 static void sml_xfbq_flat_reset(simil_index *index)
 {
-    sml_xfbq_flat_free_shadow(index->backend, sml_xfbq_flat_of(index));
     sml_row_store_free(index->backend, &sml_xfbq_flat_of(index)->rows);
 }
 
@@ -235,7 +193,7 @@ static simil_status sml_xfbq_flat_load(simil_index *index, sml_reader *r)
     SML_TRY(sml_row_store_read_column(r, sml_tag_vectors, b, &x->rows, SML_XFBQ_VECTORS, n));
     SML_TRY(sml_section_read_mem(r, sml_tag_codes, b, x->rows.column[SML_XFBQ_CODES],
                                  (uint64_t)n * cs));
-    SML_TRY(sml_xfbq_flat_sync_shadow(index, &x->rows, &x->shadow, 0, n));
+    SML_TRY(sml_row_store_sync(b, &x->rows, n));
     index->ntotal = n;
     return SIMIL_OK;
 }
@@ -273,6 +231,9 @@ simil_status sml_xfbq_flat_init(simil_index *index)
     x->rows = sml_row_store_empty(x->base.q.code_bytes, sizeof(float) * (size_t)index->dim);
     if (index->spec.xfbq_floats != SML_XFBQ_FLOATS_BACKEND)
         sml_row_store_host_column(index->backend, &x->rows, SML_XFBQ_VECTORS);
+    /* the CPU keeps no shadow: it re-ranks from the floats directly */
+    if (index->spec.xfbq_floats == SML_XFBQ_FLOATS_FP16)
+        sml_row_store_shadow(&x->rows, SML_XFBQ_VECTORS, sml_kernel_metric(index->metric));
     index->impl = x;
     index->vt = &sml_xfbq_flat_vtable;
     /* vectors are taken at once: the first batch chooses alpha */

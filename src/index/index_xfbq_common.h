@@ -87,8 +87,8 @@ simil_status sml_xfbq_add_with(simil_index *index, int64_t n, const float *xs,
 /* Search the type's lists (scan: queries, lists, probes, k and outputs of
  * the call): codes the queries (on the backend where it can), then the
  * backend's XFBQ scan, re-ranking from the floats at vectors, vector_stride
- * bytes apart, or first from their shadow (the backend's fp16 copy, _fp16;
- * NULL for none). */
+ * bytes apart, or first from their shadow (the backend's fp16 copy, flat
+ * XFBQ's default; NULL for none). */
 simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *call,
                              sml_ivf_scan_args scan, const float *vectors, size_t vector_stride,
                              const void *shadow);

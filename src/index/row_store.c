@@ -13,7 +13,15 @@
 sml_row_store sml_row_store_empty(size_t width0, size_t width1)
 {
     assert(width0 % 4 == 0 && width1 % 4 == 0);
-    return (sml_row_store){.width = {width0, width1}};
+    return (sml_row_store){.width = {width0, width1}, .shadow_column = -1};
+}
+
+void sml_row_store_shadow(sml_row_store *s, int c, simil_metric metric)
+{
+    assert(c >= 0 && c < SML_ROW_STORE_COLUMNS && s->capacity == 0);
+    assert(s->width[c] > 0 && s->width[c] % sizeof(float) == 0);
+    s->shadow_column = c;
+    s->shadow_metric = metric;
 }
 
 void sml_row_store_host_column(sml_backend *b, sml_row_store *s, int c)
@@ -79,7 +87,8 @@ simil_status sml_row_store_read_column(sml_reader *r, uint32_t tag, sml_backend 
     return sml_section_read_host(r, tag, s->column[c], bytes);
 }
 
-void sml_row_store_free(sml_backend *b, sml_row_store *s)
+/* Free s's blocks, not its shadow (which a commit may hand on). */
+static void sml_row_store_free_blocks(sml_backend *b, sml_row_store *s)
 {
     for (int c = 0; c < SML_ROW_STORE_COLUMNS; c++) {
         sml_row_store_release(b, s, c, s->column[c]);
@@ -92,11 +101,38 @@ void sml_row_store_free(sml_backend *b, sml_row_store *s)
     s->capacity = 0;
 }
 
-/* A store of s's widths whose blocks are all fresh (none yet). */
+static void sml_row_store_free_shadow(sml_backend *b, sml_row_store *s)
+{
+    if (s->shadow != NULL) b->ops->shadow_free(b, s->shadow);
+    s->shadow = NULL;
+    s->shadow_rows = 0;
+}
+
+void sml_row_store_free(sml_backend *b, sml_row_store *s)
+{
+    sml_row_store_free_blocks(b, s);
+    sml_row_store_free_shadow(b, s);
+}
+
+simil_status sml_row_store_sync(sml_backend *b, sml_row_store *s, int64_t used)
+{
+    assert(used >= 0 && used <= s->capacity);
+    const int c = s->shadow_column;
+    if (c < 0 || b->ops->shadow_sync == NULL) return SIMIL_OK;
+    SML_TRY(b->ops->shadow_sync(b, &s->shadow, s->column[c], s->shadow_rows, used,
+                                (int64_t)(s->width[c] / sizeof(float)), s->shadow_metric));
+    s->shadow_rows = used;
+    return SIMIL_OK;
+}
+
+/* A store of s's widths, host columns and shadowed column whose blocks are
+ * all fresh (none yet), and no shadow yet. */
 static sml_row_store sml_row_store_fresh(const sml_row_store *s, int64_t capacity)
 {
     sml_row_store next = sml_row_store_empty(s->width[0], s->width[1]);
     next.host = s->host;
+    next.shadow_column = s->shadow_column;
+    next.shadow_metric = s->shadow_metric;
     next.capacity = capacity;
     return next;
 }
@@ -106,6 +142,8 @@ simil_status sml_row_store_reserve(sml_backend *b, const sml_row_store *s, int64
 {
     assert(used >= 0 && used <= s->capacity);
     *next = *s;
+    /* the shadow goes on with next, whose first used rows are s's */
+    next->shadow_rows = used;
     if (need <= s->capacity) return SIMIL_OK;
     int64_t cap = s->capacity + s->capacity / 2;
     if (cap < need) cap = need;
@@ -128,23 +166,40 @@ simil_status sml_row_store_reserve(sml_backend *b, const sml_row_store *s, int64
     if (st == SIMIL_OK)
         st = sml_alloc((void **)&fresh.host_ids, (size_t)cap, sizeof(int64_t), "ids");
     if (st != SIMIL_OK) {
-        sml_row_store_free(b, &fresh);
+        sml_row_store_free_blocks(b, &fresh);
         return st;
     }
     if (used > 0) memcpy(fresh.host_ids, s->host_ids, (size_t)used * sizeof(int64_t));
+    fresh.shadow = next->shadow;
+    fresh.shadow_rows = next->shadow_rows;
     *next = fresh;
     return SIMIL_OK;
 }
 
-void sml_row_store_commit(sml_backend *b, sml_row_store *s, const sml_row_store *next)
+simil_status sml_row_store_commit(sml_backend *b, sml_row_store *s, sml_row_store *next,
+                                  int64_t used)
 {
-    if (next->host_ids != s->host_ids) sml_row_store_free(b, s);
+    /* reserve hands s's shadow on to next, which the sync then replaces or
+     * extends (freeing the old one itself); keep gives next none yet, and
+     * s's is freed once next has its own */
+    const int own_shadow = next->shadow != s->shadow;
+    assert(!own_shadow || next->shadow == NULL);
+    const simil_status st = sml_row_store_sync(b, next, used);
+    if (st != SIMIL_OK) {
+        sml_row_store_discard(b, s, next);
+        return st;
+    }
+    if (next->host_ids != s->host_ids) sml_row_store_free_blocks(b, s);
+    if (own_shadow) sml_row_store_free_shadow(b, s);
     *s = *next;
+    return SIMIL_OK;
 }
 
 void sml_row_store_discard(sml_backend *b, const sml_row_store *s, sml_row_store *next)
 {
-    if (next->host_ids != s->host_ids) sml_row_store_free(b, next);
+    /* next's shadow is s's or none: only commit syncs it, and on success */
+    assert(next->shadow == s->shadow || next->shadow == NULL);
+    if (next->host_ids != s->host_ids) sml_row_store_free_blocks(b, next);
     *next = *s;
 }
 
@@ -208,7 +263,7 @@ simil_status sml_row_store_keep(sml_backend *b, const sml_row_store *s, int64_t 
             *next = fresh;
             *kept = n;
         } else {
-            sml_row_store_free(b, &fresh);
+            sml_row_store_free_blocks(b, &fresh);
         }
     }
     sml_free(keep);
@@ -241,7 +296,7 @@ simil_status sml_row_store_load_ids(sml_backend *b, sml_row_store *s, sml_reader
                                     uint32_t tag, int64_t n, int64_t next_id,
                                     uint64_t file_row_bytes)
 {
-    assert(s->capacity == 0 && file_row_bytes > 0);
+    assert(s->capacity == 0 && s->shadow == NULL && file_row_bytes > 0);
     uint64_t bytes;
     SML_TRY(sml_section_open(r, tag, &bytes));
     SML_RETURN_IF(bytes != (uint64_t)n * sizeof(int64_t), SIMIL_ERR_CORRUPT,
@@ -253,7 +308,9 @@ simil_status sml_row_store_load_ids(sml_backend *b, sml_row_store *s, sml_reader
                   (unsigned long long)r->size);
     sml_row_store next;
     SML_TRY(sml_row_store_reserve(b, s, 0, n, &next));
-    sml_row_store_commit(b, s, &next);
+    /* s was empty: nothing to free, and no shadow to sync before the rows
+     * are read (the caller syncs it after, to the size of the rows) */
+    *s = next;
     SML_TRY(sml_section_read(r, s->host_ids, (size_t)bytes));
     SML_TRY(sml_section_close(r));
     SML_TRY(sml_ids_check(r->path, n, s->host_ids, next_id));
@@ -267,7 +324,8 @@ simil_status sml_row_store_remove(sml_backend *b, sml_row_store *s, int64_t used
     int64_t kept;
     *removed = 0;
     SML_TRY(sml_row_store_keep(b, s, used, n_sorted, sorted_ids, &next, &kept));
-    sml_row_store_commit(b, s, &next);
+    if (kept == used) return SIMIL_OK; /* next is s */
+    SML_TRY(sml_row_store_commit(b, s, &next, kept));
     *removed = used - kept;
     return SIMIL_OK;
 }

@@ -1,5 +1,6 @@
 /* test_cuda_fault_injection.c: every GPU allocation (device memory and pinned
- * host memory) on the GPU paths of Flat, IVF16,Flat, IVF16,PQ8, XFBQ and
+ * host memory) on the GPU paths of Flat, IVF16,Flat, IVF16,PQ8, XFBQ (whose
+ * floats are in pinned memory, with an fp16 shadow on the GPU), XFBQ_fp32,
  * IVF16,XFBQ and of simil_select_k, made to fail in turn
  * (src/core/alloc.h, sml_device_alloc_fail_at: the CUDA backend asks it in
  * device_malloc and pinned_malloc, which every cudaMalloc and cudaMallocHost
@@ -336,7 +337,7 @@ static void test_index_paths(void **state)
     static const index_type types[] = {
         {"Flat", SIMIL_METRIC_L2},        {"IVF16,Flat", SIMIL_METRIC_IP},
         {"IVF16,PQ8", SIMIL_METRIC_L2},   {"XFBQ", SIMIL_METRIC_COSINE},
-        {"IVF16,XFBQ", SIMIL_METRIC_COSINE},
+        {"XFBQ_fp32", SIMIL_METRIC_COSINE}, {"IVF16,XFBQ", SIMIL_METRIC_COSINE},
     };
     const sml_fi_case cases[] = {
         {"create and train", NULL, op_create_train, check_create_failed, check_trained,

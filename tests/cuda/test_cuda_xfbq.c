@@ -9,9 +9,11 @@
  * of 4), several blocks per query, probes of empty lists, remove, reconstruct, alpha set on the GPU, and precision on
  * Fashion-MNIST; with RR (the random rotation, rotated on the host for both)
  * the same results too, and reconstruct the vectors added.  The GPU codes the queries itself: its codes must be the
- * host encoder's, bit for bit (test_query_codes_match_host).  XFBQ_host
- * (floats in pinned host memory) gives the same results, and holds no floats
- * on the GPU (test_host_floats). */
+ * host encoder's, bit for bit (test_query_codes_match_host).  Each place of
+ * flat XFBQ's re-ranking floats gives the same results: XFBQ (the default,
+ * _fp16: pinned host memory and an fp16 copy on the GPU), XFBQ_fp32 (on the
+ * GPU) and XFBQ_host (pinned host memory alone, no floats on the GPU)
+ * (test_flat_same_as_cpu, test_host_floats). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,27 +105,32 @@ static void test_flat_same_as_cpu(void **state)
         float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
         SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 60 + t, x));
         SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 70 + t, q));
-        simil_index *cpu, *gpu;
-        twin("XFBQ", dim, SIMIL_METRIC_COSINE, n, x, t % 2 ? "gpu" : "cpu", &cpu, &gpu);
-        char what[64];
-        snprintf(what, sizeof what, "XFBQ dim %lld", (long long)dim);
-        const int64_t ks[] = {1, 10, 100};
-        const float extras[] = {0.0f, 0.005f, -1.0f};
-        for (int i = 0; i < 3; i++)
-            for (int e = 0; e < 3; e++)
-                compare(what, cpu, gpu, x, n, q, nq, dim, ks[i], 0, extras[e],
-                        SIMIL_METRIC_COSINE);
-        /* the window as a fraction of each query's spread (the median bin) */
-        compare_of(what, cpu, gpu, x, n, q, nq, dim, 10, 0, 0.05f, "spread",
-                   SIMIL_METRIC_COSINE);
-        compare_of(what, cpu, gpu, x, n, q, nq, dim, 100, 0, 0.2f, "spread",
-                   SIMIL_METRIC_COSINE);
-        if (dim == 96) {
-            compare(what, cpu, gpu, x, n, q, 17, dim, 3000, 0, 0.01f, SIMIL_METRIC_COSINE);
-            compare(what, cpu, gpu, x, n, q, 9, dim, n + 10, 0, 0.0f, SIMIL_METRIC_COSINE);
+        /* the default (floats on the host, an fp16 copy on the GPU) and the
+         * floats on the GPU */
+        const char *places[] = {"XFBQ", "XFBQ_fp32"};
+        for (int p = 0; p < 2; p++) {
+            simil_index *cpu, *gpu;
+            twin(places[p], dim, SIMIL_METRIC_COSINE, n, x, t % 2 ? "gpu" : "cpu", &cpu, &gpu);
+            char what[64];
+            snprintf(what, sizeof what, "%s dim %lld", places[p], (long long)dim);
+            const int64_t ks[] = {1, 10, 100};
+            const float extras[] = {0.0f, 0.005f, -1.0f};
+            for (int i = 0; i < 3; i++)
+                for (int e = 0; e < 3; e++)
+                    compare(what, cpu, gpu, x, n, q, nq, dim, ks[i], 0, extras[e],
+                            SIMIL_METRIC_COSINE);
+            /* the window as a fraction of each query's spread (the median bin) */
+            compare_of(what, cpu, gpu, x, n, q, nq, dim, 10, 0, 0.05f, "spread",
+                       SIMIL_METRIC_COSINE);
+            compare_of(what, cpu, gpu, x, n, q, nq, dim, 100, 0, 0.2f, "spread",
+                       SIMIL_METRIC_COSINE);
+            if (dim == 96) {
+                compare(what, cpu, gpu, x, n, q, 17, dim, 3000, 0, 0.01f, SIMIL_METRIC_COSINE);
+                compare(what, cpu, gpu, x, n, q, 9, dim, n + 10, 0, 0.0f, SIMIL_METRIC_COSINE);
+            }
+            simil_index_destroy(cpu);
+            simil_index_destroy(gpu);
         }
-        simil_index_destroy(cpu);
-        simil_index_destroy(gpu);
         free(x);
         free(q);
     }
@@ -443,11 +450,12 @@ static void same_bits(const char *what, const simil_index *a, const simil_index 
 }
 
 /* XFBQ_host: the floats in pinned host memory that the re-ranking kernel
- * reads; XFBQ_fp16: those, and an fp16 copy on the GPU that picks the
- * candidates to re-rank from them.  The same results as the CPU (and so as
- * XFBQ; for _fp16 the same bits as XFBQ on the GPU, whose keys come from the
- * same kernel), edits included, files either way, and the GPU holds the
- * codes and ids alone (_host) or with the fp16 copy (_fp16). */
+ * reads; XFBQ, the default, or XFBQ_fp16: those, and an fp16 copy on the GPU
+ * that picks the candidates to re-rank from them.  The same results as the
+ * CPU (and so as XFBQ_fp32; for the fp16 copy the same bits as XFBQ_fp32 on
+ * the GPU, whose keys come from the same kernel), edits included, files
+ * either way, and the GPU holds the codes and ids alone (_host), with the
+ * fp16 copy (the default) or with the floats (_fp32). */
 static void test_host_floats(void **state)
 {
     (void)state;
@@ -459,7 +467,7 @@ static void test_host_floats(void **state)
     /* IP on unnormalized rows: norms that vary, which the fp16 bound takes */
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < dim; j++) x[i * dim + j] *= 0.25f + (float)(i % 7);
-    const char *descs[] = {"XFBQ_host", "RR,XFBQ_host", "XFBQ_fp16", "RR,XFBQ_fp16", "XFBQ_fp16"};
+    const char *descs[] = {"XFBQ_host", "RR,XFBQ_host", "XFBQ", "RR,XFBQ_fp16", "XFBQ_fp16"};
     const simil_metric metrics[] = {SIMIL_METRIC_COSINE, SIMIL_METRIC_L2, SIMIL_METRIC_COSINE,
                                     SIMIL_METRIC_IP, SIMIL_METRIC_L2};
     for (int t = 0; t < 5; t++) {
@@ -473,17 +481,17 @@ static void test_host_floats(void **state)
         if (t >= 2) {
             /* the same index with its floats on the GPU: the same alpha (from the
              * same rows), codes and candidates, and keys from the same kernel */
-            simil_index *plain;
-            SML_ASSERT_OK(simil_index_create(&plain, dim, t == 3 ? "RR,XFBQ" : "XFBQ",
+            simil_index *fp32;
+            SML_ASSERT_OK(simil_index_create(&fp32, dim, t == 3 ? "RR,XFBQ_fp32" : "XFBQ_fp32",
                                              metrics[t], "gpu"));
-            SML_ASSERT_OK(simil_index_train(plain, n, x));
-            SML_ASSERT_OK(simil_index_add(plain, n, x, NULL));
+            SML_ASSERT_OK(simil_index_train(fp32, n, x));
+            SML_ASSERT_OK(simil_index_add(fp32, n, x, NULL));
             const int64_t ks[] = {1, 10, 100, 3000};
             for (int i = 0; i < 4; i++) {
-                same_bits(descs[t], plain, gpu, q, nq, ks[i], 0.01f);
-                same_bits(descs[t], plain, gpu, q, nq, ks[i], 0.0f);
+                same_bits(descs[t], fp32, gpu, q, nq, ks[i], 0.01f);
+                same_bits(descs[t], fp32, gpu, q, nq, ks[i], 0.0f);
             }
-            simil_index_destroy(plain);
+            simil_index_destroy(fp32);
         }
         /* edits on both: a second add grows the host column, remove gathers it,
          * alpha recodes from it */
@@ -515,13 +523,13 @@ static void test_host_floats(void **state)
         simil_index_destroy(cpu);
         simil_index_destroy(gpu);
     }
-    /* GPU bytes: 300,000 rows of 96 floats are 115 MB on the GPU without
-     * _host, and none with it (48 bytes of code and 8 of id a row stay);
-     * _fp16 adds 2 bytes a component and a scale */
+    /* GPU bytes: 300,000 rows of 96 floats are 115 MB on the GPU with _fp32,
+     * and none with _host (48 bytes of code and 8 of id a row stay); the
+     * default (_fp16) adds 2 bytes a component and a scale to those */
     const int64_t big = 300000;
     float *y = sml_test_malloc(sizeof(float) * big * dim);
     SML_ASSERT_OK(simil_generate("mix", 0, big, dim, 95, y));
-    const char *kinds[] = {"XFBQ", "XFBQ_host", "XFBQ_fp16"};
+    const char *kinds[] = {"XFBQ_fp32", "XFBQ_host", "XFBQ"};
     double per_row[3];
     for (int t = 0; t < 3; t++) {
         simil_index *g;
@@ -531,7 +539,7 @@ static void test_host_floats(void **state)
         per_row[t] = (double)(gpu_used() - before) / (double)big;
         simil_index_destroy(g);
     }
-    printf("GPU bytes per vector at 96-d: XFBQ4x3 %.1f, XFBQ4x3_host %.1f, XFBQ4x3_fp16 %.1f\n",
+    printf("GPU bytes per vector at 96-d: XFBQ4x3_fp32 %.1f, XFBQ4x3_host %.1f, XFBQ4x3 %.1f\n",
            per_row[0], per_row[1], per_row[2]);
     assert_true(per_row[0] >= 384.0 && per_row[1] <= 64.0);
     assert_true(per_row[2] >= 56.0 + 192.0 && per_row[2] < per_row[0]);

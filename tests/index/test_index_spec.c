@@ -87,11 +87,45 @@ static void test_refuses(void **state)
     assert_int_equal(sml_index_spec_parse(NULL, 8, &spec), SIMIL_ERR_INVALID_ARGUMENT);
 }
 
+/* desc puts flat XFBQ's re-ranking floats in place `floats`
+ * (SML_XFBQ_FLOATS_*) and normalizes to canonical, which parses back the
+ * same. */
+static void expect_floats(const char *desc, const char *canonical, int floats)
+{
+    expect_parse(desc, 64, canonical);
+    expect_parse(canonical, 64, canonical);
+    sml_index_spec spec;
+    SML_ASSERT_OK(sml_index_spec_parse(desc, 64, &spec));
+    if (spec.xfbq_floats != floats)
+        fail_msg("'%s': floats in place %d, want %d", desc, spec.xfbq_floats, floats);
+}
+
+/* Flat XFBQ keeps an fp16 copy of its floats unless its suffix says
+ * otherwise; _fp16 names that default and is not written back. */
+static void test_xfbq_floats(void **state)
+{
+    (void)state;
+    expect_floats("XFBQ", "XFBQ4x3", SML_XFBQ_FLOATS_FP16);
+    expect_floats("XFBQ_fp16", "XFBQ4x3", SML_XFBQ_FLOATS_FP16);
+    expect_floats("RR,XFBQ2x5_fp16,Refine", "RR,XFBQ2x5,Refine", SML_XFBQ_FLOATS_FP16);
+    expect_floats("XFBQ_fp32", "XFBQ4x3_fp32", SML_XFBQ_FLOATS_BACKEND);
+    expect_floats("Shards2,RR,XFBQ8x1_fp32", "Shards2,RR,XFBQ8x1_fp32", SML_XFBQ_FLOATS_BACKEND);
+    expect_floats("XFBQ_host", "XFBQ4x3_host", SML_XFBQ_FLOATS_HOST);
+    /* an inverted file's floats are in its list rows, in backend memory */
+    expect_floats("IVF8,XFBQ", "IVF8,XFBQ4x3", SML_XFBQ_FLOATS_BACKEND);
+    expect_error("IVF8,XFBQ_fp32", 64, "_fp32, _host and _fp16");
+    expect_error("IVF8,XFBQ_fp16", 64, "are for flat XFBQ");
+    expect_error("XFBQ_fp32_fp16", 64, "not an encoding");
+    expect_error("XFBQ_fp64", 64, "XFBQ[<q>x<b>][_fp32|_host|_fp16]");
+    expect_error("Flat_fp32", 64, "not an encoding");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accepts),
         cmocka_unit_test(test_refuses),
+        cmocka_unit_test(test_xfbq_floats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -767,8 +767,8 @@ static void test_save_load(void **state)
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 41, x));
     SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 42, q));
     const char *descs[] = {"XFBQ", "IVF8,XFBQ3x2", "XFBQ8x8", "RR,XFBQ", "RR,IVF8,XFBQ3x2",
-                           "RR,XFBQ2x2_host"};
-    for (int t = 0; t < 6; t++) {
+                           "RR,XFBQ2x2_host", "XFBQ_fp32"};
+    for (int t = 0; t < 7; t++) {
         simil_index *a;
         SML_ASSERT_OK(simil_index_create(&a, dim, descs[t], SIMIL_METRIC_COSINE, "cpu"));
         if (t == 2) SML_ASSERT_OK(simil_index_set_xfbq_alpha(a, 3.0f));
@@ -782,6 +782,7 @@ static void test_save_load(void **state)
         SML_ASSERT_OK(simil_index_load(&b, path, "cpu"));
         assert_int_equal(simil_index_size(b), n - 3);
         assert_string_equal(simil_index_description(b), simil_index_description(a));
+        assert_int_equal(b->spec.xfbq_floats, a->spec.xfbq_floats);
         assert_float_equal(sml_xfbq_index_alpha(b), sml_xfbq_index_alpha(a), 0);
         float da[20 * 7], db[20 * 7];
         int64_t la[20 * 7], lb[20 * 7];
@@ -859,51 +860,97 @@ static void assert_described(const char *desc, simil_metric metric, const char *
     simil_index_destroy(index);
 }
 
-/* XFBQ[QxB]_host and _fp16: where the re-ranking floats live, which on the
- * CPU changes nothing: the same results as without them (the GPU side is
- * tests/cuda/test_cuda_xfbq.c). */
+/* The file at path with its description `from` written as `to`, of the same
+ * length, as an older simil may have written it. */
+static void redescribe_file(const char *path, const char *from, const char *to)
+{
+    /* HEAD's payload follows the magic, the version and its section header;
+     * its description follows two u32, three i64 and the u32 length
+     * (index_file.c) */
+    enum { HEAD_PAYLOAD = 16 + 24, DESC_AT = HEAD_PAYLOAD + 36 };
+    const size_t len = strlen(from);
+    assert_int_equal(strlen(to), len);
+    long size;
+    unsigned char *buf = sml_test_read_file(path, &size);
+    uint64_t length;
+    memcpy(&length, buf + 16 + 8, 8);
+    assert_true(HEAD_PAYLOAD + (long)length + 4 <= size && DESC_AT + len <= length + HEAD_PAYLOAD);
+    assert_memory_equal(buf + DESC_AT, from, len);
+    memcpy(buf + DESC_AT, to, len);
+    const uint32_t crc = sml_crc32(0, buf + HEAD_PAYLOAD, (size_t)length);
+    memcpy(buf + HEAD_PAYLOAD + length, &crc, 4);
+    sml_test_write_file(path, buf, size);
+    free(buf);
+}
+
+/* XFBQ[QxB], _fp32, _host and _fp16: where the re-ranking floats live, which
+ * on the CPU changes nothing: the same results in every place (the GPU side
+ * is tests/cuda/test_cuda_xfbq.c).  Plain XFBQ is _fp16, which is not written
+ * back, and a file whose description says _fp16 loads as plain XFBQ. */
 static void test_host_floats(void **state)
 {
     (void)state;
-    simil_index *a, *b;
+    assert_described("XFBQ", SIMIL_METRIC_COSINE, "XFBQ4x3");
+    assert_described("XFBQ_fp16", SIMIL_METRIC_COSINE, "XFBQ4x3");
+    assert_described("XFBQ_fp32", SIMIL_METRIC_COSINE, "XFBQ4x3_fp32");
     assert_described("XFBQ_host", SIMIL_METRIC_COSINE, "XFBQ4x3_host");
-    assert_described("RR,XFBQ2x5_fp16", SIMIL_METRIC_L2, "RR,XFBQ2x5_fp16");
+    assert_described("RR,XFBQ2x5_fp16", SIMIL_METRIC_L2, "RR,XFBQ2x5");
+    assert_described("RR,XFBQ2x5_fp32", SIMIL_METRIC_L2, "RR,XFBQ2x5_fp32");
     const char *bad[] = {"IVF8,XFBQ_host", "XFBQ4x3_hos", "XFBQ_host_host", "Flat_host",
                          "XFBQ4_host", "XFBQhost", "SQ8_host", "IVF8,XFBQ_fp16",
-                         "XFBQ_fp16_host", "XFBQ_host_fp16", "Flat_fp16"};
+                         "XFBQ_fp16_host", "XFBQ_host_fp16", "Flat_fp16", "IVF8,XFBQ_fp32",
+                         "XFBQ_fp32_fp32", "XFBQ_fp16_fp32", "XFBQfp32", "SQ8_fp32"};
     assert_refused(bad, sizeof bad / sizeof bad[0]);
     const int64_t dim = 40, n = 2000, nq = 30, k = 10;
     float *x = sml_test_malloc(sizeof(float) * n * dim);
     float *q = sml_test_malloc(sizeof(float) * nq * dim);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 43, x));
     SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 44, q));
-    SML_ASSERT_OK(simil_index_create(&a, dim, "XFBQ", SIMIL_METRIC_L2, "cpu"));
-    SML_ASSERT_OK(simil_index_create(&b, dim, "XFBQ_fp16", SIMIL_METRIC_L2, "cpu"));
-    for (int i = 0; i < 2; i++) { /* two adds: the second grows the store */
-        SML_ASSERT_OK(simil_index_add(a, n / 2, x + i * (n / 2) * dim, NULL));
-        SML_ASSERT_OK(simil_index_add(b, n / 2, x + i * (n / 2) * dim, NULL));
+    /* each place against the first, fp32 floats in backend memory */
+    const char *places[] = {"XFBQ_fp32", "XFBQ", "XFBQ_host", "XFBQ_fp16"};
+    simil_index *index[4];
+    for (int p = 0; p < 4; p++) {
+        SML_ASSERT_OK(simil_index_create(&index[p], dim, places[p], SIMIL_METRIC_L2, "cpu"));
+        for (int i = 0; i < 2; i++) /* two adds: the second grows the store */
+            SML_ASSERT_OK(simil_index_add(index[p], n / 2, x + i * (n / 2) * dim, NULL));
+        int64_t gone[2] = {7, 1500};
+        SML_ASSERT_OK(simil_index_remove(index[p], 2, gone, NULL));
     }
-    int64_t gone[2] = {7, 1500};
-    SML_ASSERT_OK(simil_index_remove(a, 2, gone, NULL));
-    SML_ASSERT_OK(simil_index_remove(b, 2, gone, NULL));
+    assert_int_equal(index[0]->spec.xfbq_floats, SML_XFBQ_FLOATS_BACKEND);
+    assert_int_equal(index[1]->spec.xfbq_floats, SML_XFBQ_FLOATS_FP16);
     float da[30 * 10], db[30 * 10], v[40], w[40];
     int64_t la[30 * 10], lb[30 * 10];
-    search_p(a, nq, q, k, 0, 0.01f, da, la);
-    search_p(b, nq, q, k, 0, 0.01f, db, lb);
+    search_p(index[0], nq, q, k, 0, 0.01f, da, la);
+    for (int p = 1; p < 4; p++) {
+        search_p(index[p], nq, q, k, 0, 0.01f, db, lb);
+        assert_memory_equal(la, lb, sizeof la);
+        assert_memory_equal(da, db, sizeof da);
+        SML_ASSERT_OK(simil_index_reconstruct(index[p], 1999, v));
+        assert_memory_equal(v, x + 1999 * dim, sizeof v);
+    }
+    for (int p = 0; p < 4; p++) /* recodes from the floats */
+        SML_ASSERT_OK(simil_index_set_xfbq_alpha(index[p], 2.0f));
+    search_p(index[0], nq, q, k, 0, 0.01f, da, la);
+    SML_ASSERT_OK(simil_index_reconstruct(index[0], 3, w));
+    for (int p = 1; p < 4; p++) {
+        search_p(index[p], nq, q, k, 0, 0.01f, db, lb);
+        assert_memory_equal(la, lb, sizeof la);
+        SML_ASSERT_OK(simil_index_reconstruct(index[p], 3, v));
+        assert_memory_equal(v, w, sizeof v);
+    }
+    /* a file that names _fp16 (or nothing, from before fp16 was the default)
+     * loads as plain XFBQ */
+    const char *path = sml_test_path("xfbq-fp16.simil");
+    SML_ASSERT_OK(simil_index_save(index[0], path));
+    redescribe_file(path, "XFBQ4x3_fp32", "XFBQ4x3_fp16");
+    simil_index *loaded;
+    SML_ASSERT_OK(simil_index_load(&loaded, path, "cpu"));
+    assert_string_equal(simil_index_description(loaded), "XFBQ4x3");
+    assert_int_equal(loaded->spec.xfbq_floats, SML_XFBQ_FLOATS_FP16);
+    search_p(loaded, nq, q, k, 0, 0.01f, db, lb);
     assert_memory_equal(la, lb, sizeof la);
-    assert_memory_equal(da, db, sizeof da);
-    SML_ASSERT_OK(simil_index_reconstruct(b, 1999, v));
-    assert_memory_equal(v, x + 1999 * dim, sizeof v);
-    SML_ASSERT_OK(simil_index_set_xfbq_alpha(b, 2.0f)); /* recodes from the floats */
-    SML_ASSERT_OK(simil_index_set_xfbq_alpha(a, 2.0f));
-    search_p(a, nq, q, k, 0, 0.01f, da, la);
-    search_p(b, nq, q, k, 0, 0.01f, db, lb);
-    assert_memory_equal(la, lb, sizeof la);
-    SML_ASSERT_OK(simil_index_reconstruct(a, 3, w));
-    SML_ASSERT_OK(simil_index_reconstruct(b, 3, v));
-    assert_memory_equal(v, w, sizeof v);
-    simil_index_destroy(a);
-    simil_index_destroy(b);
+    simil_index_destroy(loaded);
+    for (int p = 0; p < 4; p++) simil_index_destroy(index[p]);
     free(x);
     free(q);
 }
