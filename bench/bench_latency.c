@@ -48,8 +48,8 @@
  *                      through shared memory (staged, the default) or read
  *                      lane by lane (plain)
  *   --replay 0|1|both  GPU IVF small batches: each call's work as one CUDA
- *                      graph launch (1, the default) or operation by
- *                      operation (0); both: the callers run with 0, 1, 0, 1
+ *                      graph launch (1) or operation by operation (0, the
+ *                      default); both: the callers run with 0, 1, 0, 1
  *                      (the batch sizes with the default)
  *   --csv FILE         append the results as CSV (header when new)
  *   --write-fvecs DIR  write DIR/base.fvecs, DIR/train.fvecs and
@@ -600,7 +600,7 @@ int main(int argc, char **argv)
                     run_callers(&o, index, desc, p, params, q, 1, o.wait_us, csv);
                 run_callers(&o, index, desc, p, params, q, 0, 0, csv);
             }
-            if (o.replay == 2) sml_cuda_replay(1);
+            if (o.replay == 2) sml_cuda_replay(0); /* the default */
         }
         simil_index_destroy(index);
         simil_search_params_destroy(p);

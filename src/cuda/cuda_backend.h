@@ -109,8 +109,9 @@ void sml_cuda_knn_small_one_launch(int on);
 
 /* Whether a small IVF batch's stream work (the upload, the coarse search,
  * the scan) is replayed as one CUDA graph launch, the graph kept per lane
- * for work that is byte for byte the same (the default, on; cuda_replay.cuh),
- * or issued operation by operation (0): the same bits, for benchmarks and
+ * for work that is byte for byte the same (1; cuda_replay.cuh), or issued
+ * operation by operation (0, the default until a many-thread test that did
+ * not finish with it on is explained): the same bits, for benchmarks and
  * tests that compare the two.  Not for concurrent use. */
 void sml_cuda_replay(int on);
 

@@ -665,6 +665,7 @@ static void test_replay(void **state)
         simil_search_params_destroy(p);
         simil_index_destroy(gpu);
     }
+    sml_cuda_replay(0); /* the default */
     free(dr);
     free(dg);
     free(lr);
