@@ -14,7 +14,12 @@
  * run alone; a batch that fails gives every caller the failure in its own
  * thread; and the setting's arguments are checked.  On the CPU, two searches
  * of the same k and parameters but different allowed ids must not join.
- * A lone caller pays a batch's wait on its first call only. */
+ * A lone caller pays a batch's wait on its first call only.
+ *
+ * SIMIL_TEST_REPLAY=1 turns on the GPU's graph replay of small IVF batches
+ * (sml_cuda_replay), off by default: with it on, this test did not finish
+ * on an H200 (docs/benchmarks.md).  Each phase prints a line before it
+ * starts, so that a run that stops says where. */
 #define _GNU_SOURCE /* pthread_barrier_t */
 #include <pthread.h>
 #include <stdio.h>
@@ -23,6 +28,7 @@
 #include <time.h>
 
 #include "core/alloc.h"
+#include "cuda/cuda_backend.h"
 #include "index/index_internal.h"
 #include "index/search_batch.h"
 #include "util/test_util.h"
@@ -106,6 +112,10 @@ static void run_threads(const char *desc, simil_index *index, const float *q, lo
                         int64_t wait_us)
 {
     SML_ASSERT_OK(simil_index_set_batching(index, wait_us >= 0, wait_us >= 0 ? wait_us : 0));
+    printf("%s on %s: %d threads, batching %s (wait %lld us), %d lanes\n", desc, device(),
+           THREADS, wait_us < 0 ? "off" : "on", (long long)(wait_us > 0 ? wait_us : 0),
+           index->backend->batch_lanes);
+    fflush(stdout);
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, THREADS);
     worker w[THREADS];
@@ -352,6 +362,8 @@ static void test_setting(void **state)
 int main(void)
 {
     if (strcmp(device(), "cpu") != 0) sml_test_require_gpu();
+    const char *replay = getenv("SIMIL_TEST_REPLAY");
+    if (replay && strcmp(replay, "1") == 0) sml_cuda_replay(1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_setting),  cmocka_unit_test(test_flat),
         cmocka_unit_test(test_ivf_flat), cmocka_unit_test(test_ivf_pq),
