@@ -112,9 +112,13 @@ static void run_threads(const char *desc, simil_index *index, const float *q, lo
                         int64_t wait_us)
 {
     SML_ASSERT_OK(simil_index_set_batching(index, wait_us >= 0, wait_us >= 0 ? wait_us : 0));
-    printf("%s on %s: %d threads, batching %s (wait %lld us), %d lanes\n", desc, device(),
-           THREADS, wait_us < 0 ? "off" : "on", (long long)(wait_us > 0 ? wait_us : 0),
-           index->backend->batch_lanes);
+    long long hits, builds, direct;
+    sml_cuda_replay_counts(&hits, &builds, &direct);
+    printf("%s on %s: %d threads, batching %s (wait %lld us), %d lanes; graphs so far: %lld "
+           "reused, %lld made, %lld one by one\n",
+           desc, device(), THREADS, wait_us < 0 ? "off" : "on",
+           (long long)(wait_us > 0 ? wait_us : 0), index->backend->batch_lanes, hits, builds,
+           direct);
     fflush(stdout);
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, THREADS);
