@@ -15,8 +15,8 @@
 #include "core/vectors.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_device.cuh"
-#include "cuda/cuda_replay.cuh"
 #include "cuda/cuda_kernels.cuh"
+#include "cuda/cuda_replay.cuh"
 #include "cuda/cuda_stream.cuh"
 #include "cuda/cuda_util.cuh"
 

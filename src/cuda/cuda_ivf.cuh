@@ -471,9 +471,10 @@ simil_status small_out_to_host(Device *dev, const sml_ivf_scan_args &a, long lon
 // A small batch of nq queries of a, from staging to small_out_to_host, as one
 // graph launch on dev's lane (cuda_replay.cuh) where every stream operation
 // of it can be recorded: its probes given or found by launch_coarse, and
-// split (k <= kSmallMaxK).  A filter is uploaded before (scan_filter).  Each buffer that a recorded operation names
-// is sized before its first use in the batch and not grown again before the
-// submit, so none is freed under the record.
+// split (k <= kSmallMaxK).  A filter is uploaded before (scan_filter).  Each
+// buffer that a recorded operation names is sized before its first use in the
+// batch and not grown again before the submit, so none is freed under the
+// record.
 struct SmallReplay {
     SmallReplay(Device *dev, const sml_ivf_scan_args &a, int nq)
         : replay(nq <= ivf_small_max() && a.k <= kSmallMaxK &&

@@ -81,12 +81,20 @@ bool same_record(const ReplayRecord &a, const ReplayRecord &b)
     return memcmp(a.bytes, b.bytes, a.used) == 0;
 }
 
+// The kernel op's arguments where r holds them, as cudaLaunchKernel and a
+// kernel node take them.
+void params_of(const ReplayRecord &r, const Op &op, void **params)
+{
+    assert(op.kernel && op.nparams <= kMaxParams);
+    for (int i = 0; i < op.nparams; ++i)
+        params[i] = const_cast<unsigned char *>(r.bytes) + op.offset[i];
+}
+
 cudaError_t issue(const ReplayRecord &r, const Op &op, cudaStream_t st)
 {
     if (!op.kernel) return cudaMemcpyAsync(op.dst, op.src, op.bytes, op.kind, st);
     void *params[kMaxParams];
-    for (int i = 0; i < op.nparams; ++i)
-        params[i] = const_cast<unsigned char *>(r.bytes) + op.offset[i];
+    params_of(r, op, params);
     return cudaLaunchKernel(op.func, op.grid, op.block, params, op.smem, st);
 }
 
@@ -112,8 +120,7 @@ cudaError_t build(const ReplayRecord &r, cudaGraphExec_t *exec)
         const size_t ndeps = prev != nullptr ? 1 : 0;
         if (op.kernel) {
             void *params[kMaxParams];
-            for (int j = 0; j < op.nparams; ++j)
-                params[j] = const_cast<unsigned char *>(r.bytes) + op.offset[j];
+            params_of(r, op, params);
             cudaKernelNodeParams kp{};
             kp.func = const_cast<void *>(op.func);
             kp.gridDim = op.grid;
@@ -162,19 +169,14 @@ bool replay_kernel(ReplayRecord *r, const void *func, dim3 grid, dim3 block, siz
     op.smem = smem;
     op.nparams = nparams;
     for (int i = 0; i < nparams; ++i) {
-        at = (at + 15) / 16 * 16;
-        if (at + sizes[i] > kMaxBytes) return false;
-        memcpy(r->bytes + at, params[i], sizes[i]);
-        op.offset[i] = (unsigned)at;
+        const size_t aligned = (at + 15) / 16 * 16;
+        if (aligned + sizes[i] > kMaxBytes) return false;
+        // the alignment gap zeroed, so that records compare by their bytes
+        memset(r->bytes + at, 0, aligned - at);
+        memcpy(r->bytes + aligned, params[i], sizes[i]);
+        op.offset[i] = (unsigned)aligned;
         op.size[i] = (unsigned)sizes[i];
-        at += sizes[i];
-    }
-    // the alignment gaps, so that records compare by their bytes
-    for (size_t i = r->used; i < at; ++i) {
-        bool inside = false;
-        for (int j = 0; j < nparams && !inside; ++j)
-            inside = i >= op.offset[j] && i < op.offset[j] + op.size[j];
-        if (!inside) r->bytes[i] = 0;
+        at = aligned + sizes[i];
     }
     r->used = at;
     ++r->nops;
