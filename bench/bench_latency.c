@@ -48,8 +48,8 @@
  *                      through shared memory (staged, the default) or read
  *                      lane by lane (plain)
  *   --replay 0|1|both  GPU IVF small batches: each call's work as one CUDA
- *                      graph launch (1) or operation by operation (0, the
- *                      default); both: the callers run with 0, 1, 0, 1
+ *                      graph launch (1, the default) or operation by
+ *                      operation (0); both: the callers run with 0, 1, 0, 1
  *                      (the batch sizes with the default)
  *   --csv FILE         append the results as CSV (header when new)
  *   --write-fvecs DIR  write DIR/base.fvecs, DIR/train.fvecs and
@@ -397,11 +397,11 @@ static void run_callers(const options *o, simil_index *index, const char *name,
     else snprintf(mode, sizeof mode, "threads-batching-wait%" PRId64 "-lanes%d", wait_us, lanes);
     if (o->replay >= 0)
         snprintf(mode + strlen(mode), sizeof mode - strlen(mode), "-replay%d", replay_now);
-    long long hits, builds, direct;
-    sml_cuda_replay_counts(&hits, &builds, &direct);
+    long long hits, builds, direct, dropped;
+    sml_cuda_replay_counts(&hits, &builds, &direct, &dropped);
     printf("  %-18s %-10s %3d callers, %-26s %10.0f QPS  p50 %8.3f ms  p99 %8.3f ms"
-           "  (graphs so far: %lld reused, %lld made, %lld one by one)\n",
-           name, params, o->threads, mode, qps, p50, p99, hits, builds, direct);
+           "  (graphs so far: %lld reused, %lld made, %lld one by one, %lld dropped)\n",
+           name, params, o->threads, mode, qps, p50, p99, hits, builds, direct, dropped);
     csv_row(csv, o->device, name, params, o->k, 1, o->threads, mode, total, p50, p99, qps);
     free(all);
     simil_index_set_batching(index, 1, 0);
@@ -600,7 +600,7 @@ int main(int argc, char **argv)
                     run_callers(&o, index, desc, p, params, q, 1, o.wait_us, csv);
                 run_callers(&o, index, desc, p, params, q, 0, 0, csv);
             }
-            if (o.replay == 2) sml_cuda_replay(0); /* the default */
+            if (o.replay == 2) sml_cuda_replay(1); /* the default */
         }
         simil_index_destroy(index);
         simil_search_params_destroy(p);

@@ -104,12 +104,12 @@ void free_buffers(Device *dev)
     // a device_create that failed part way has no streams to wait for
     for (int i = 0; i < 2; ++i)
         if (dev->stream[i]) cudaStreamSynchronize(dev->stream[i]);
+    replay_free(dev);  // its graphs name the buffers
     device_free(dev->workspace);
     device_free(dev->io);
     device_free(dev->out);
     device_free(dev->filter);
     device_free(dev->tickets);
-    replay_free(dev);  // its graphs name the buffers
     pinned_free(dev->pinned);
     pinned_free(dev->results);
     device_free(dev->sent.device);
@@ -393,9 +393,15 @@ void pinned_free(void *p)
 
 namespace {
 
-simil_status grow_device_buffer(void **buffer, size_t *have, size_t bytes, void **out)
+// A block of the lane's that is freed and made again may come back at the
+// same address; a graph whose copy named the old block would then look like
+// the new work and be replayed (cuGraphLaunch crashed on such a graph on an
+// H200), so the lane's graphs go with it.
+simil_status grow_device_buffer(Device *dev, void **buffer, size_t *have, size_t bytes,
+                                void **out)
 {
     if (bytes > *have) {
+        if (*buffer != nullptr) replay_forget(dev);
         device_free(*buffer);
         *buffer = nullptr;
         *have = 0;
@@ -410,22 +416,22 @@ simil_status grow_device_buffer(void **buffer, size_t *have, size_t bytes, void 
 
 simil_status device_workspace(Device *dev, size_t bytes, void **out)
 {
-    return grow_device_buffer(&dev->workspace, &dev->workspace_bytes, bytes, out);
+    return grow_device_buffer(dev, &dev->workspace, &dev->workspace_bytes, bytes, out);
 }
 
 simil_status device_io(Device *dev, size_t bytes, void **out)
 {
-    return grow_device_buffer(&dev->io, &dev->io_bytes, bytes, out);
+    return grow_device_buffer(dev, &dev->io, &dev->io_bytes, bytes, out);
 }
 
 simil_status device_out(Device *dev, size_t bytes, void **out)
 {
-    return grow_device_buffer(&dev->out, &dev->out_bytes, bytes, out);
+    return grow_device_buffer(dev, &dev->out, &dev->out_bytes, bytes, out);
 }
 
 simil_status device_filter(Device *dev, size_t bytes, void **out)
 {
-    return grow_device_buffer(&dev->filter, &dev->filter_bytes, bytes, out);
+    return grow_device_buffer(dev, &dev->filter, &dev->filter_bytes, bytes, out);
 }
 
 namespace {
@@ -436,8 +442,10 @@ simil_status grow_pinned_buffer(Device *dev, void **buffer, size_t *have, size_t
                                 void **out)
 {
     if (bytes > *have) {
-        if (*buffer != nullptr)
+        if (*buffer != nullptr) {
             for (int i = 0; i < 2; ++i) SML_CUDA_TRY(cudaStreamSynchronize(dev->stream[i]));
+            replay_forget(dev);  // as grow_device_buffer's
+        }
         pinned_free(*buffer);
         *buffer = nullptr;
         *have = 0;
@@ -465,8 +473,8 @@ simil_status device_tickets(Device *dev, size_t n, unsigned **out)
     const size_t bytes = (n + 255) / 256 * 256 * sizeof(unsigned);
     if (bytes > dev->tickets_bytes) {
         void *grown;
-        SML_TRY(grow_device_buffer(reinterpret_cast<void **>(&dev->tickets), &dev->tickets_bytes,
-                                   bytes, &grown));
+        SML_TRY(grow_device_buffer(dev, reinterpret_cast<void **>(&dev->tickets),
+                                   &dev->tickets_bytes, bytes, &grown));
         // zeroed once: every kernel that takes tickets leaves them zero
         const cudaError_t e = cudaMemsetAsync(grown, 0, bytes, dev->stream[0]);
         if (e != cudaSuccess) dev->tickets_bytes = 0;  // grown and zeroed again next time
@@ -483,6 +491,7 @@ void device_tickets_reset(Device *dev)
         cudaStreamSynchronize(dev->stream[0]) != cudaSuccess) {
         cudaGetLastError();
         // counters that may be wrong are not used again
+        replay_forget(dev);  // as grow_device_buffer's
         device_free(dev->tickets);
         dev->tickets = nullptr;
         dev->tickets_bytes = 0;

@@ -109,16 +109,17 @@ void sml_cuda_knn_small_one_launch(int on);
 
 /* Whether a small IVF batch's stream work (the upload, the coarse search,
  * the scan) is replayed as one CUDA graph launch, the graph kept per lane
- * for work that is byte for byte the same (1; cuda_replay.cuh), or issued
- * operation by operation (0, the default until a many-thread test that did
- * not finish with it on is explained): the same bits, for benchmarks and
+ * for work that is byte for byte the same (1, the default; cuda_replay.cuh),
+ * or issued operation by operation (0): the same bits, for benchmarks and
  * tests that compare the two.  Not for concurrent use. */
 void sml_cuda_replay(int on);
 
 /* Since the process began, small batches whose work was: replayed by a
  * graph kept from before (hits), by a graph made for it (builds), or issued
- * operation by operation though recorded (direct). */
-void sml_cuda_replay_counts(long long *hits, long long *builds, long long *direct);
+ * operation by operation though recorded (direct); and graphs dropped
+ * because a buffer of their lane was freed (dropped). */
+void sml_cuda_replay_counts(long long *hits, long long *builds, long long *direct,
+                            long long *dropped);
 
 #ifdef __cplusplus
 }

@@ -35,12 +35,8 @@ struct Op {
     cudaMemcpyKind kind;
 };
 
-// Off by default: with it on, test_search_batch_gpu (8 threads, batches of 1
-// to 24 queries of mixed k and nprobe, on up to 8 lanes) did not finish in
-// 100 s and 310 s on an H200, where it took 4-6 s before; the cause is not
-// yet found (docs/benchmarks.md, "16 callers, each call one graph launch").
-std::atomic<bool> replay_on{false};  // sml_cuda_replay
-std::atomic<long long> count_hits{0}, count_builds{0}, count_direct{0};
+std::atomic<bool> replay_on{true};  // sml_cuda_replay
+std::atomic<long long> count_hits{0}, count_builds{0}, count_direct{0}, count_dropped{0};
 
 bool same_dim(dim3 a, dim3 b) { return a.x == b.x && a.y == b.y && a.z == b.z; }
 
@@ -283,11 +279,22 @@ simil_status replay_submit(Device *dev)
     return SIMIL_OK;
 }
 
-void replay_free(Device *dev)
+void replay_forget(Device *dev)
 {
     if (dev->replay == nullptr) return;
-    for (int i = 0; i < kEntries; ++i)
-        if (dev->replay->exec[i] != nullptr) cudaGraphExecDestroy(dev->replay->exec[i]);
+    for (int i = 0; i < kEntries; ++i) {
+        cudaGraphExec_t &e = dev->replay->exec[i];
+        if (e == nullptr) continue;
+        // one in flight is freed when it completes
+        cudaGraphExecDestroy(e);
+        e = nullptr;
+        count_dropped.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+void replay_free(Device *dev)
+{
+    replay_forget(dev);
     free(dev->replay);
     dev->replay = nullptr;
 }
@@ -296,9 +303,11 @@ void replay_free(Device *dev)
 
 extern "C" void sml_cuda_replay(int on) { sml::replay_on.store(on != 0); }
 
-extern "C" void sml_cuda_replay_counts(long long *hits, long long *builds, long long *direct)
+extern "C" void sml_cuda_replay_counts(long long *hits, long long *builds, long long *direct,
+                                       long long *dropped)
 {
     *hits = sml::count_hits.load();
     *builds = sml::count_builds.load();
     *direct = sml::count_direct.load();
+    *dropped = sml::count_dropped.load();
 }

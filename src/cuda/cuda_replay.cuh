@@ -67,7 +67,11 @@ private:
 // and close it.
 simil_status replay_submit(Device *dev);
 
-// The lane's graphs, freed with its buffers.
+// Destroys the lane's graphs: one of its buffers is about to be freed
+// (cuda_backend.cu's grow_device_buffer says why).
+void replay_forget(Device *dev);
+
+// The lane's graphs and their cache, freed with its buffers.
 void replay_free(Device *dev);
 
 // A parameter's padding bytes, zeroed so that records compare by their bytes:

@@ -61,9 +61,10 @@ void sml_cuda_knn_small_max(long long nq) { (void)nq; }
 void sml_cuda_knn_small_tensor(int on) { (void)on; }
 void sml_cuda_knn_small_one_launch(int on) { (void)on; }
 void sml_cuda_replay(int on) { (void)on; }
-void sml_cuda_replay_counts(long long *hits, long long *builds, long long *direct)
+void sml_cuda_replay_counts(long long *hits, long long *builds, long long *direct,
+                            long long *dropped)
 {
-    *hits = *builds = *direct = 0;
+    *hits = *builds = *direct = *dropped = 0;
 }
 void sml_cuda_ivf_thin_staged(int on) { (void)on; }
 

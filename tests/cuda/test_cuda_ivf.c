@@ -626,8 +626,8 @@ static void test_replay(void **state)
         twin(specs[s], dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
         simil_index_destroy(cpu);
         simil_search_params *p = sml_test_params(params[s]);
-        long long hits0, builds0, direct0, hits, builds, direct;
-        sml_cuda_replay_counts(&hits0, &builds0, &direct0);
+        long long hits0, builds0, direct0, dropped0, hits, builds, direct, dropped;
+        sml_cuda_replay_counts(&hits0, &builds0, &direct0, &dropped0);
         for (int grown = 0; grown < 2; grown++) {
             if (grown) SML_ASSERT_OK(simil_index_add(gpu, n, x + n * dim, NULL));
             for (int round = 0; round < 2; round++)
@@ -651,9 +651,10 @@ static void test_replay(void **state)
                                              (long long)lr[e], dr[e]);
                         }
         }
-        sml_cuda_replay_counts(&hits, &builds, &direct);
-        printf("%s: %lld graphs reused, %lld made, %lld batches issued one by one\n", specs[s],
-               hits - hits0, builds - builds0, direct - direct0);
+        sml_cuda_replay_counts(&hits, &builds, &direct, &dropped);
+        printf("%s: %lld graphs reused, %lld made, %lld batches issued one by one, %lld "
+               "dropped\n",
+               specs[s], hits - hits0, builds - builds0, direct - direct0, dropped - dropped0);
         /* 48 searches of 4 shapes, 3 query sets in a row each: a graph is
          * made at most once per shape, round and size of the index (the
          * lane's workspace may grow between shapes), and the next two sets
@@ -665,7 +666,60 @@ static void test_replay(void **state)
         simil_search_params_destroy(p);
         simil_index_destroy(gpu);
     }
-    sml_cuda_replay(0); /* the default */
+    sml_cuda_replay(1); /* the default */
+    free(dr);
+    free(dg);
+    free(lr);
+    free(lg);
+    free(x);
+    free(q);
+}
+
+/* A lane whose buffers grow drops its graphs: a graph whose copy named a
+ * freed block would otherwise be replayed where a new block came back at
+ * the same address (cuGraphLaunch crashed so on an H200, in
+ * test_search_batch with graphs on).  First in main, so that its large
+ * batch grows buffers that no earlier test grew. */
+static void test_replay_after_growth(void **state)
+{
+    (void)state;
+    const int64_t n = 20000, dim = 48, most = 64, kbig = 128;
+    float *x = sml_test_malloc(4 * n * dim), *q = sml_test_malloc(4 * most * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 103, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, most, dim, 104, q));
+    simil_index *cpu, *gpu;
+    twin("IVF256,Flat", dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
+    simil_index_destroy(cpu);
+    simil_search_params *few = sml_test_params("nprobe=4"), *all = sml_test_params("nprobe=256");
+    float *dr = sml_test_malloc(4 * most * kbig), *dg = sml_test_malloc(4 * most * kbig);
+    int64_t *lr = sml_test_malloc(8 * most * kbig), *lg = sml_test_malloc(8 * most * kbig);
+    long long hits[4], made[4], direct[4], dropped[4];
+    sml_cuda_replay(1);
+    sml_cuda_replay_counts(&hits[0], &made[0], &direct[0], &dropped[0]);
+    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, dg, lg));
+    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, dg, lg));
+    sml_cuda_replay_counts(&hits[1], &made[1], &direct[1], &dropped[1]);
+    assert_int_equal(made[1] - made[0], 1); /* made, */
+    assert_int_equal(hits[1] - hits[0], 1); /* then reused */
+    /* every buffer of the small path grows */
+    SML_ASSERT_OK(simil_index_search(gpu, most, q, kbig, all, dg, lg));
+    sml_cuda_replay_counts(&hits[2], &made[2], &direct[2], &dropped[2]);
+    printf("after growth: %lld graphs dropped\n", dropped[2] - dropped[1]);
+    assert_true(dropped[2] - dropped[1] >= 1);
+    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, dg, lg));
+    sml_cuda_replay_counts(&hits[3], &made[3], &direct[3], &dropped[3]);
+    assert_int_equal(hits[3], hits[2]); /* the graph from before is gone */
+    assert_int_equal(made[3] - made[2], 1);
+    sml_cuda_replay(0);
+    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, dr, lr));
+    sml_cuda_replay(1); /* the default */
+    for (int e = 0; e < 10; e++)
+        if (lr[e] != lg[e] || memcmp(&dr[e], &dg[e], 4) != 0)
+            fail_msg("rank %d: replayed id %lld dist %.9g, issued id %lld dist %.9g", e,
+                     (long long)lg[e], dg[e], (long long)lr[e], dr[e]);
+    simil_search_params_destroy(few);
+    simil_search_params_destroy(all);
+    simil_index_destroy(gpu);
     free(dr);
     free(dg);
     free(lr);
@@ -757,6 +811,7 @@ int main(void)
 {
     sml_test_require_gpu();
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_replay_after_growth),
         cmocka_unit_test(test_same_as_cpu),
         cmocka_unit_test(test_many_lists_and_probes),
         cmocka_unit_test(test_remove_readd_files),

@@ -16,10 +16,12 @@
  * of the same k and parameters but different allowed ids must not join.
  * A lone caller pays a batch's wait on its first call only.
  *
- * SIMIL_TEST_REPLAY=1 turns on the GPU's graph replay of small IVF batches
- * (sml_cuda_replay), off by default: with it on, this test did not finish
- * on an H200 (docs/benchmarks.md).  Each phase prints a line before it
- * starts, so that a run that stops says where. */
+ * SIMIL_TEST_REPLAY=0 turns off the GPU's graph replay of small IVF batches
+ * (sml_cuda_replay; on by default).  With it on, this test once stopped on
+ * an H200: a lane's buffer grew, a new block came back at a freed one's
+ * address, and a graph whose copy named the old block was replayed.  Each
+ * phase prints a line before it starts, so that a run that stops says
+ * where. */
 #define _GNU_SOURCE /* pthread_barrier_t */
 #include <pthread.h>
 #include <stdio.h>
@@ -112,13 +114,13 @@ static void run_threads(const char *desc, simil_index *index, const float *q, lo
                         int64_t wait_us)
 {
     SML_ASSERT_OK(simil_index_set_batching(index, wait_us >= 0, wait_us >= 0 ? wait_us : 0));
-    long long hits, builds, direct;
-    sml_cuda_replay_counts(&hits, &builds, &direct);
+    long long hits, builds, direct, dropped;
+    sml_cuda_replay_counts(&hits, &builds, &direct, &dropped);
     printf("%s on %s: %d threads, batching %s (wait %lld us), %d lanes; graphs so far: %lld "
-           "reused, %lld made, %lld one by one\n",
+           "reused, %lld made, %lld one by one, %lld dropped\n",
            desc, device(), THREADS, wait_us < 0 ? "off" : "on",
            (long long)(wait_us > 0 ? wait_us : 0), index->backend->batch_lanes, hits, builds,
-           direct);
+           direct, dropped);
     fflush(stdout);
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, THREADS);
@@ -367,7 +369,7 @@ int main(void)
 {
     if (strcmp(device(), "cpu") != 0) sml_test_require_gpu();
     const char *replay = getenv("SIMIL_TEST_REPLAY");
-    if (replay && strcmp(replay, "1") == 0) sml_cuda_replay(1);
+    if (replay) sml_cuda_replay(strcmp(replay, "0") != 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_setting),  cmocka_unit_test(test_flat),
         cmocka_unit_test(test_ivf_flat), cmocka_unit_test(test_ivf_pq),
