@@ -59,8 +59,16 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     char *ws;
     SML_TRY(device_workspace(dev, carve(nullptr), reinterpret_cast<void **>(&ws)));
     carve(ws);
-    if (scan.splits > 1) SML_TRY(small_out(dev, sc, nq, &scan.out));
-    // a recorded batch ends in small_out_to_host's submit (SmallReplay)
+    if (scan.splits > 1) {
+        // a recorded batch ends in small_out_to_host's submit (SmallReplay)
+        SML_TRY(small_out(dev, sc, nq, &scan.out));
+    } else {
+        // a batch of at least four queries an SM does not split (a GPU of 16
+        // SMs or fewer, or a raised ivf_small_max), and its finish issues its
+        // operations directly: what a SmallReplay recorded goes first, or
+        // the scan would read inputs that were never uploaded
+        SML_TRY(replay_submit(dev));
+    }
     assert(scan.splits > 1 || replay_recording() == nullptr);
     scan.queries = in.queries;
     scan.probes = in.probes;
