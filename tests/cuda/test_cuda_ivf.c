@@ -454,31 +454,52 @@ static void test_ivf_pq_fashion_56_bytes(void **state)
     free(lt);
 }
 
+/* Two searches' results of up to n = nq x k entries each, a and b. */
+typedef struct two_results {
+    float *da, *db;
+    int64_t *la, *lb;
+} two_results;
+
+static two_results two_results_alloc(int64_t n)
+{
+    return (two_results){sml_test_malloc(4 * (size_t)n), sml_test_malloc(4 * (size_t)n),
+                         sml_test_malloc(8 * (size_t)n), sml_test_malloc(8 * (size_t)n)};
+}
+
+static void two_results_free(two_results *r)
+{
+    free(r->da);
+    free(r->db);
+    free(r->la);
+    free(r->lb);
+}
+
+/* a and b of r (named so in a failure) the same bits for nq x k entries. */
+static void same_bits(const char *what, const char *a, const char *b, int64_t nq, int64_t k,
+                      const two_results *r)
+{
+    for (int64_t e = 0; e < nq * k; e++)
+        if (r->la[e] != r->lb[e] || memcmp(&r->da[e], &r->db[e], 4) != 0)
+            fail_msg("%s nq=%lld k=%lld: query %lld rank %lld: %s id %lld dist %.9g, %s id "
+                     "%lld dist %.9g",
+                     what, (long long)nq, (long long)k, (long long)(e / k), (long long)(e % k),
+                     a, (long long)r->la[e], r->da[e], b, (long long)r->lb[e], r->db[e]);
+}
+
 /* A GPU search of nq queries on the small-batch path (probes on the device)
  * and on the batch path: the same bits. */
 static void small_same_as_batch(const char *what, const simil_index *gpu,
                                 const simil_search_params *p, int64_t nq, const float *q,
                                 int64_t k)
 {
-    const size_t out = (size_t)(nq * k);
-    float *ds = sml_test_malloc(4 * out), *db = sml_test_malloc(4 * out);
-    int64_t *ls = sml_test_malloc(8 * out), *lb = sml_test_malloc(8 * out);
+    two_results r = two_results_alloc(nq * k);
     sml_cuda_ivf_small_max(-1);
-    SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, ds, ls));
+    SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, r.da, r.la));
     sml_cuda_ivf_small_max(0);
-    SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, db, lb));
+    SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, r.db, r.lb));
     sml_cuda_ivf_small_max(-1);
-    for (size_t e = 0; e < out; e++)
-        if (ls[e] != lb[e] || memcmp(&ds[e], &db[e], 4) != 0)
-            fail_msg("%s nq=%lld k=%lld: query %lld rank %lld: small path id %lld dist %.9g, "
-                     "batch path id %lld dist %.9g",
-                     what, (long long)nq, (long long)k, (long long)(e / (size_t)k),
-                     (long long)(e % (size_t)k), (long long)ls[e], ds[e], (long long)lb[e],
-                     db[e]);
-    free(ds);
-    free(db);
-    free(ls);
-    free(lb);
+    same_bits(what, "small path", "batch path", nq, k, &r);
+    two_results_free(&r);
 }
 
 /* The batch path's thin tiles (at most 8 pairs of a list) staged through
@@ -501,34 +522,24 @@ static void test_thin_staged(void **state)
             simil_index *cpu, *gpu;
             /* 128 lists of 1,562 rows on average at 200,000 rows, 156 at 20,000 */
             twin("IVF128,Flat", dim, metric, n, x, &cpu, &gpu);
-            const size_t out = (size_t)(nq * k);
-            float *ds = sml_test_malloc(4 * out), *dp = sml_test_malloc(4 * out);
-            int64_t *ls = sml_test_malloc(8 * out), *lp = sml_test_malloc(8 * out);
+            two_results r = two_results_alloc(nq * k);
             sml_cuda_ivf_small_max(0);
             sml_cuda_ivf_thin_staged(1);
-            search(gpu, nq, q, k, 4, ds, ls);
+            search(gpu, nq, q, k, 4, r.da, r.la);
             sml_cuda_ivf_thin_staged(0);
-            search(gpu, nq, q, k, 4, dp, lp);
+            search(gpu, nq, q, k, 4, r.db, r.lb);
             sml_cuda_ivf_thin_staged(1);
             sml_cuda_ivf_small_max(-1);
             char what[64];
             snprintf(what, sizeof what, "thin staged dim=%lld %s", (long long)dim,
                      simil_metric_name(metric));
-            for (size_t e = 0; e < out; e++)
-                if (ls[e] != lp[e] || memcmp(&ds[e], &dp[e], 4) != 0)
-                    fail_msg("%s: query %lld rank %lld: staged id %lld dist %.9g, plain id %lld "
-                             "dist %.9g",
-                             what, (long long)(e / (size_t)k), (long long)(e % (size_t)k),
-                             (long long)ls[e], ds[e], (long long)lp[e], dp[e]);
+            same_bits(what, "staged", "plain", nq, k, &r);
             sml_cuda_ivf_small_max(0);
             compare(what, cpu, gpu, x, n, q, nq, dim, k, 4, metric);
             sml_cuda_ivf_small_max(-1);
             simil_index_destroy(cpu);
             simil_index_destroy(gpu);
-            free(ds);
-            free(dp);
-            free(ls);
-            free(lp);
+            two_results_free(&r);
             free(x);
             free(q);
         }
@@ -616,8 +627,7 @@ static void test_replay_unsplit(void **state)
     float *x = sml_test_malloc(4 * n * dim), *q = sml_test_malloc(4 * 2 * nq * dim);
     SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 105, x));
     SML_ASSERT_OK(simil_generate("mix", 0, 2 * nq, dim, 106, q));
-    float *dr = sml_test_malloc(4 * nq * k), *dg = sml_test_malloc(4 * nq * k);
-    int64_t *lr = sml_test_malloc(8 * nq * k), *lg = sml_test_malloc(8 * nq * k);
+    two_results r = two_results_alloc(nq * k);
     const char *specs[] = {"IVF32,PQ8", "IVF64,Flat"};
     const char *params[] = {"nprobe=9,precomputed_tables=1", "nprobe=7"};
     sml_cuda_ivf_small_max(nq);
@@ -631,26 +641,20 @@ static void test_replay_unsplit(void **state)
          * so that work recorded and never issued shows as their results */
         for (int round = 0; round < 2; round++) {
             sml_cuda_replay(0);
-            SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, dr, lr));
-            SML_ASSERT_OK(simil_index_search(gpu, nq, q + nq * dim, k, p, dg, lg));
+            SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, r.da, r.la));
+            SML_ASSERT_OK(simil_index_search(gpu, nq, q + nq * dim, k, p, r.db, r.lb));
             sml_cuda_replay(1);
-            SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, dg, lg));
-            for (int64_t e = 0; e < nq * k; e++)
-                if (lr[e] != lg[e] || memcmp(&dr[e], &dg[e], 4) != 0)
-                    fail_msg("%s round %d: query %lld rank %lld: replayed id %lld dist %.9g, "
-                             "issued id %lld dist %.9g",
-                             specs[s], round, (long long)(e / k), (long long)(e % k),
-                             (long long)lg[e], dg[e], (long long)lr[e], dr[e]);
+            SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, r.db, r.lb));
+            char what[64];
+            snprintf(what, sizeof what, "%s unsplit, round %d", specs[s], round);
+            same_bits(what, "issued", "replayed", nq, k, &r);
         }
         simil_search_params_destroy(p);
         simil_index_destroy(gpu);
     }
     sml_cuda_ivf_small_max(-1);
     sml_cuda_replay(1); /* the default */
-    free(dr);
-    free(dg);
-    free(lr);
-    free(lg);
+    two_results_free(&r);
     free(x);
     free(q);
 }
@@ -670,9 +674,7 @@ static void test_replay(void **state)
     const char *specs[] = {"IVF64,Flat", "IVF32,PQ8"};
     const char *params[] = {"nprobe=7", "nprobe=9,precomputed_tables=1"};
     const int64_t nqs[] = {1, most}, ks[] = {10, 64};
-    const size_t out = (size_t)(most * 64);
-    float *dr = sml_test_malloc(4 * out), *dg = sml_test_malloc(4 * out);
-    int64_t *lr = sml_test_malloc(8 * out), *lg = sml_test_malloc(8 * out);
+    two_results r = two_results_alloc(most * 64);
     for (int s = 0; s < 2; s++) {
         simil_index *cpu, *gpu;
         twin(specs[s], dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
@@ -689,18 +691,13 @@ static void test_replay(void **state)
                             const int64_t nq = nqs[b], k = ks[c];
                             const float *qs = q + set * most * dim;
                             sml_cuda_replay(0);
-                            SML_ASSERT_OK(simil_index_search(gpu, nq, qs, k, p, dr, lr));
+                            SML_ASSERT_OK(simil_index_search(gpu, nq, qs, k, p, r.da, r.la));
                             sml_cuda_replay(1);
-                            SML_ASSERT_OK(simil_index_search(gpu, nq, qs, k, p, dg, lg));
-                            for (int64_t e = 0; e < nq * k; e++)
-                                if (lr[e] != lg[e] || memcmp(&dr[e], &dg[e], 4) != 0)
-                                    fail_msg("%s grown %d round %d nq=%lld k=%lld set %lld: "
-                                             "query %lld rank %lld: replayed id %lld dist %.9g, "
-                                             "issued id %lld dist %.9g",
-                                             specs[s], grown, round, (long long)nq, (long long)k,
-                                             (long long)set, (long long)(e / k),
-                                             (long long)(e % k), (long long)lg[e], dg[e],
-                                             (long long)lr[e], dr[e]);
+                            SML_ASSERT_OK(simil_index_search(gpu, nq, qs, k, p, r.db, r.lb));
+                            char what[96];
+                            snprintf(what, sizeof what, "%s grown %d round %d set %lld",
+                                     specs[s], grown, round, (long long)set);
+                            same_bits(what, "issued", "replayed", nq, k, &r);
                         }
         }
         sml_cuda_replay_counts(&hits, &builds, &direct, &dropped);
@@ -719,10 +716,7 @@ static void test_replay(void **state)
         simil_index_destroy(gpu);
     }
     sml_cuda_replay(1); /* the default */
-    free(dr);
-    free(dg);
-    free(lr);
-    free(lg);
+    two_results_free(&r);
     free(x);
     free(q);
 }
@@ -743,39 +737,32 @@ static void test_replay_after_growth(void **state)
     twin("IVF256,Flat", dim, SIMIL_METRIC_L2, n, x, &cpu, &gpu);
     simil_index_destroy(cpu);
     simil_search_params *few = sml_test_params("nprobe=4"), *all = sml_test_params("nprobe=256");
-    float *dr = sml_test_malloc(4 * most * kbig), *dg = sml_test_malloc(4 * most * kbig);
-    int64_t *lr = sml_test_malloc(8 * most * kbig), *lg = sml_test_malloc(8 * most * kbig);
+    two_results r = two_results_alloc(most * kbig);
     long long hits[4], made[4], direct[4], dropped[4];
     sml_cuda_replay(1);
     sml_cuda_replay_counts(&hits[0], &made[0], &direct[0], &dropped[0]);
-    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, dg, lg));
-    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, dg, lg));
+    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, r.db, r.lb));
+    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, r.db, r.lb));
     sml_cuda_replay_counts(&hits[1], &made[1], &direct[1], &dropped[1]);
     assert_int_equal(made[1] - made[0], 1); /* made, */
     assert_int_equal(hits[1] - hits[0], 1); /* then reused */
     /* every buffer of the small path grows */
-    SML_ASSERT_OK(simil_index_search(gpu, most, q, kbig, all, dg, lg));
+    SML_ASSERT_OK(simil_index_search(gpu, most, q, kbig, all, r.db, r.lb));
     sml_cuda_replay_counts(&hits[2], &made[2], &direct[2], &dropped[2]);
     printf("after growth: %lld graphs dropped\n", dropped[2] - dropped[1]);
     assert_true(dropped[2] - dropped[1] >= 1);
-    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, dg, lg));
+    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, r.db, r.lb));
     sml_cuda_replay_counts(&hits[3], &made[3], &direct[3], &dropped[3]);
     assert_int_equal(hits[3], hits[2]); /* the graph from before is gone */
     assert_int_equal(made[3] - made[2], 1);
     sml_cuda_replay(0);
-    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, dr, lr));
+    SML_ASSERT_OK(simil_index_search(gpu, 1, q, 10, few, r.da, r.la));
     sml_cuda_replay(1); /* the default */
-    for (int e = 0; e < 10; e++)
-        if (lr[e] != lg[e] || memcmp(&dr[e], &dg[e], 4) != 0)
-            fail_msg("rank %d: replayed id %lld dist %.9g, issued id %lld dist %.9g", e,
-                     (long long)lg[e], dg[e], (long long)lr[e], dr[e]);
+    same_bits("after growth", "issued", "replayed", 1, 10, &r);
     simil_search_params_destroy(few);
     simil_search_params_destroy(all);
     simil_index_destroy(gpu);
-    free(dr);
-    free(dg);
-    free(lr);
-    free(lg);
+    two_results_free(&r);
     free(x);
     free(q);
 }
