@@ -69,7 +69,6 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
         // the scan would read inputs that were never uploaded
         SML_TRY(replay_submit(dev));
     }
-    assert(scan.splits > 1 || replay_recording() == nullptr);
     scan.queries = in.queries;
     scan.probes = in.probes;
     scan.probe_keys = in.keys;
