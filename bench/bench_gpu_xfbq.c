@@ -4,7 +4,7 @@
  *
  *   bench_gpu_xfbq mix10M|fashion-mnist [PART ...] [--queries N] [--flat-queries N]
  *                  [--extras E,E,...] [--nprobes P,P,...] [--ivf-extras E,E,...]
- *                  [--extra-of range|spread]
+ *                  [--extra-of range|spread] [--flat-tensor auto|off|both]
  *   PART: prep   preprocessing: XFBQ4x3_fp32 add (alpha, quantize, upload) and
  *                IVF4096,XFBQ train + add, against IVF4096,PQ32 train + add
  *         flat   XFBQ4x3_fp32 (re-ranking floats on the GPU) over the extra
@@ -22,6 +22,9 @@
  *   fashion-mnist)
  *   --extra-of: what the extra distances are fractions of (search parameter
  *   extra_of; default range)
+ *   --flat-tensor: where flat XFBQ computes its distances: auto (the default:
+ *   integer tensor cores where they take the scan), off (XOR and popcount), or
+ *   both, each extra distance timed both ways (sml_cuda_xfbq_tensor)
  *
  * Every search: 10 neighbours, host input and output, one warm-up, then the
  * median of 3.  Precision@10 is |found top 10 n true top 10| / 10 against
@@ -35,6 +38,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cuda/cuda_backend.h"
 #include "simil/simil.h"
 
 typedef struct bench {
@@ -184,7 +188,8 @@ int main(int argc, char **argv)
     if (argc < 2 || simil_gpu_count() == 0) {
         fprintf(stderr, "usage: bench_gpu_xfbq mix10M|fashion-mnist [prep] [flat] [ivf] [ivfx] [host] [fp16] "
                         "[--queries N] [--flat-queries N] [--extras E,..] [--nprobes P,..] "
-                        "[--ivf-extras E,..] [--extra-of range|spread]   (needs a GPU)\n");
+                        "[--ivf-extras E,..] [--extra-of range|spread] "
+                        "[--flat-tensor auto|off|both]   (needs a GPU)\n");
         return 2;
     }
     bench b = {.name = argv[1], .extra_of = "range"};
@@ -192,6 +197,7 @@ int main(int argc, char **argv)
     double ivf_extras[32] = {0.002, 0.005, 0.01};
     int nextras = 4, nnprobes = 5, nivf_extras = 3;
     int64_t nq_limit = 10000, flat_nq = 10000;
+    const char *flat_tensor = "auto";
     int parts = 0;
     for (int a = 2; a < argc; a++) {
         if (strcmp(argv[a], "prep") == 0) parts |= 1;
@@ -210,6 +216,8 @@ int main(int argc, char **argv)
             nivf_extras = parse_list(argv[++a], ivf_extras);
         else if (a + 1 < argc && strcmp(argv[a], "--extra-of") == 0)
             b.extra_of = argv[++a];
+        else if (a + 1 < argc && strcmp(argv[a], "--flat-tensor") == 0)
+            flat_tensor = argv[++a];
         else {
             fprintf(stderr, "bench_gpu_xfbq: unknown argument '%s'\n", argv[a]);
             return 2;
@@ -293,8 +301,17 @@ int main(int argc, char **argv)
         best top = {0};
         bench sub = b;
         sub.nq = flat_nq;
+        const int modes[2] = {strcmp(flat_tensor, "off") == 0 ? 0 : -1, 0};
+        const int nmodes = strcmp(flat_tensor, "both") == 0 ? 2 : 1;
         for (int e = 0; e < nextras; e++)
-            report(&sub, desc, flat_nq, 0, (float)extras[e], x, &top);
+            for (int t = 0; t < nmodes; t++) {
+                char label[64];
+                snprintf(label, sizeof label, "%s (%s)", desc,
+                         modes[t] ? "tensor cores where they fit" : "XOR/popcount");
+                sml_cuda_xfbq_tensor(modes[t]);
+                report(&sub, label, flat_nq, 0, (float)extras[e], x, &top);
+            }
+        sml_cuda_xfbq_tensor(-1);
         report_best(&sub, desc, &top);
         simil_index_destroy(x);
     }

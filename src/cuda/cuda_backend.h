@@ -68,6 +68,15 @@ size_t sml_cuda_select_rows_workspace(int design, int64_t rows, int64_t cols, in
  * concurrent use. */
 void sml_cuda_knn_small_max(long long nq);
 
+/* Tests and benchmarks: where flat XFBQ on the GPU computes its estimated
+ * distances.  -1, the default: on integer tensor cores wherever that path
+ * takes the scan (one list, no filter, the window of the range, at most 7
+ * bits a side and 128 dimensions, and enough rows for its bound), else with
+ * XOR and popcount; 0: always XOR and popcount; 1: tensor cores wherever
+ * they take the scan, however few the rows.  Both give the same candidates.
+ * Not for concurrent use. */
+void sml_cuda_xfbq_tensor(int mode);
+
 /* Tests and benchmarks: the largest batch that an IVF search on the GPU
  * runs with its probes on the device (cuda_ivf.cuh, "small batches"); 0
  * sends every batch to the batch path, a negative value restores the default

@@ -69,6 +69,7 @@ void sml_cuda_replay_counts(long long *hits, long long *builds, long long *direc
 void sml_cuda_ivf_thin_staged(int on) { (void)on; }
 
 void sml_cuda_ivf_small_max(long long nq) { (void)nq; }
+void sml_cuda_xfbq_tensor(int mode) { (void)mode; }
 
 void sml_cuda_lanes(int lanes) { (void)lanes; }
 

@@ -57,8 +57,12 @@
 #include <assert.h>
 #include <string.h>
 
+#include <atomic>
+
 #include "core/xfbq_code.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/cuda_ivf.cuh"
+#include "cuda/cuda_xfbq_mma.cuh"
 #include "cuda/select.cuh"
 
 namespace sml {
@@ -560,11 +564,33 @@ struct Scratch {
     uint64_t *query_codes;  // where the caller gives none
 };
 
+// The selection's scratch of a batch of nq queries (both paths).
+void carve_select(Carve &c, const sml_xfbq_scan_args *a, int nq, long long cand_cap, Scratch *s)
+{
+    const size_t q = (size_t)nq, k = (size_t)a->scan.k;
+    s->limit = c.take<unsigned>(q);
+    s->count = c.take<int>(q);
+    s->fill = c.take<int>(q);
+    s->cstart = c.take<long long>(q);
+    s->cand_keys = c.take<float>((size_t)cand_cap);
+    s->cand_rows = c.take<int>((size_t)cand_cap);
+    s->cand_query = c.take<int>((size_t)cand_cap);
+    s->final_keys = c.take<float>(q * k);
+    s->final_idx = c.take<int>(q * k);
+    s->thresholds = c.take<float>(a->shadow ? q : 0);
+    s->radix = nullptr;
+    s->radix_bytes = 0;
+    if (a->scan.k > kMaxWarpSelectK) {
+        s->radix_bytes = select_rows_radix_workspace(nq, 1, (int)a->scan.k);
+        s->radix = c.take<char>(s->radix_bytes);
+    }
+    s->query_codes = c.take<uint64_t>(a->query_codes ? 0 : q * (size_t)(a->query_bits * a->words));
+}
+
 size_t carve_scratch(void *base, const sml_xfbq_scan_args *a, const Plan &p, size_t dsize,
                      long long cand_cap, Scratch *s)
 {
     Carve c(base);
-    const size_t nq = (size_t)p.nq, k = (size_t)a->scan.k;
     // the plan's copy, at the host block's offsets
     c.take<char>(p.upload);
     s->runs = mirror(base, p.base, p.runs);
@@ -577,25 +603,8 @@ size_t carve_scratch(void *base, const sml_xfbq_scan_args *a, const Plan &p, siz
     s->items = mirror(base, p.base, p.items);
     s->citems = mirror(base, p.base, p.citems);
     s->dist = c.take<char>(dsize * (size_t)(p.dist_total + 8));
-    s->hist = c.take<unsigned>(nq * (size_t)a->nbins);
-    s->limit = c.take<unsigned>(nq);
-    s->count = c.take<int>(nq);
-    s->fill = c.take<int>(nq);
-    s->cstart = c.take<long long>(nq);
-    s->cand_keys = c.take<float>((size_t)cand_cap);
-    s->cand_rows = c.take<int>((size_t)cand_cap);
-    s->cand_query = c.take<int>((size_t)cand_cap);
-    s->final_keys = c.take<float>(nq * k);
-    s->final_idx = c.take<int>(nq * k);
-    s->thresholds = c.take<float>(a->shadow ? nq : 0);
-    s->radix = nullptr;
-    s->radix_bytes = 0;
-    if (a->scan.k > kMaxWarpSelectK) {
-        s->radix_bytes = select_rows_radix_workspace(p.nq, 1, (int)a->scan.k);
-        s->radix = c.take<char>(s->radix_bytes);
-    }
-    s->query_codes =
-        c.take<uint64_t>(a->query_codes ? 0 : nq * (size_t)(a->query_bits * a->words));
+    s->hist = c.take<unsigned>((size_t)p.nq * (size_t)a->nbins);
+    carve_select(c, a, p.nq, cand_cap, s);
     return c.used();
 }
 
@@ -631,13 +640,14 @@ simil_status launch_distances(const Batch &b, const DistItem *items, int n, cuda
     return launch_distances_as<DT, G, 0, 0, 0>(b, items, n, st);
 }
 
-// Steps 3 and 4 for batch queries [first, first + n), whose candidates fit.
-template <typename DT>
-simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p, Batch &b,
-                         const Scratch &s, long long q0, int first, int n, cudaStream_t st)
+// Steps 3 and 4 for batch queries [first, first + n), whose candidates fit:
+// count (host, by batch query) sizes their slots, laid out in cstart (host),
+// and collect(first, n, at) fills the slots (at of them) with their rows.
+template <typename Collect>
+simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const int *count,
+                         long long *cstart, Batch &b, const Scratch &s, long long q0, int first,
+                         int n, cudaStream_t st, Collect collect)
 {
-    const int *count = p.count;
-    long long *cstart = p.cstart;
     long long at = 0;
     int most = 1;
     for (int q = 0; q < n; ++q) {
@@ -649,13 +659,10 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p
     SML_CUDA_TRY(
         cudaMemcpyAsync(s.cstart + first, cstart, 8 * (size_t)n, cudaMemcpyHostToDevice, st));
     SML_CUDA_TRY(cudaMemsetAsync(s.cand_rows, 0xff, 4 * (size_t)(at + 1), st));
-    const int items =
-        (first + n < p.nq ? p.citem_start[first + n] : p.ncitems) - p.citem_start[first];
     b.cstart = s.cstart;
     b.cand_total = at;
-    if (items > 0 && at > 0) {
-        xfbq_collect_kernel<DT><<<items, kThreads, 0, st>>>(b, s.citems + p.citem_start[first]);
-        SML_LAUNCH_TRY("xfbq_collect_kernel");
+    if (at > 0) {
+        SML_TRY(collect(first, n, at));
         const long long blocks = (at + 31) / 32, cap = (long long)dev->sm_count * 8;
         const unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
         trace_mark(st, "xfbq: collect");
@@ -684,6 +691,78 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const Plan &p
     return finish_to_host(dev, a->scan, q0 + first, n, s.final_keys, s.final_idx);
 }
 
+// The selection passes of a batch of nq queries: runs of queries whose
+// candidates (count, host) fit cand_cap, each a select_pass.
+template <typename Collect>
+simil_status select_passes(Device *dev, const sml_xfbq_scan_args *a, const int *count,
+                           long long *cstart, long long cand_cap, Batch &b, const Scratch &s,
+                           long long q0, int nq, cudaStream_t st, Collect collect)
+{
+    for (int first = 0; first < nq;) {
+        int n = 0;
+        long long total = 0;
+        while (first + n < nq && (n == 0 || total + pad_to(count[first + n], 4) <= cand_cap))
+            total += pad_to(count[first + n++], 4);
+        SML_TRY(select_pass(dev, a, count, cstart, b, s, q0, first, n, st, collect));
+        first += n;
+    }
+    return SIMIL_OK;
+}
+
+// What every batch's kernels share: the queries, the rows' floats (or their
+// shadow), the bins, k and the selection scratch of s.
+void batch_common(const sml_xfbq_scan_args *a, long long q0, const Scratch &s, Batch *b)
+{
+    const sml_ivf_scan_args &sc = a->scan;
+    b->queries = sc.queries + q0 * sc.dim;
+    b->qw = (int)(a->query_bits * a->words);
+    b->qbits = a->query_bits;
+    b->bbits = a->base_bits;
+    b->words = (int)a->words;
+    b->dim = (int)sc.dim;
+    b->codes = static_cast<const char *>(sc.lists.codes);
+    b->code_stride = (long long)sc.lists.code_stride;
+    b->vectors = reinterpret_cast<const char *>(a->vectors);
+    b->vector_stride = (long long)a->vector_stride;
+    if (a->shadow != nullptr) {
+        const Shadow *sh = static_cast<const Shadow *>(a->shadow);
+        assert(sh->dim == sc.dim);
+        b->half_rows = sh->rows;
+        b->inv_scale = sh->inv_scale;
+        b->max_norm = sh->max_norm;
+        b->thresholds = s.thresholds;
+    }
+    b->nbins = (int)a->nbins;
+    b->shift = a->bin_shift;
+    b->dclamp = (unsigned)(((unsigned long long)a->nbins << a->bin_shift) - 1);
+    b->extra_bins = (int)a->extra_bins;
+    b->spread_q16 = a->spread_q16;
+    b->k = (int)sc.k;
+    b->limit = s.limit;
+    b->count = s.count;
+    b->fill = s.fill;
+    b->cand_keys = s.cand_keys;
+    b->cand_rows = s.cand_rows;
+    b->cand_query = s.cand_query;
+    b->l2 = sc.metric == SIMIL_METRIC_L2;
+}
+
+// The queries' codes: the caller's, or coded here into s.query_codes.
+simil_status query_codes_of(const sml_xfbq_scan_args *a, long long q0, int nq, const Scratch &s,
+                            cudaStream_t st, const uint64_t **out)
+{
+    if (a->query_codes) {
+        *out = a->query_codes + q0 * a->query_bits * a->words;
+        return SIMIL_OK;
+    }
+    const sml_ivf_scan_args &sc = a->scan;
+    const sml_xfbq_encode_args enc{sc.queries + q0 * sc.dim, nq, sc.dim, a->query_bits,
+                                   a->words, a->alpha, a->normalize, s.query_codes};
+    SML_TRY(launch_xfbq_encode(&enc, st));
+    *out = s.query_codes;
+    return SIMIL_OK;
+}
+
 // Queries [q0, q0 + nq) of a (device queries, their codes or none, host
 // probes).
 template <typename DT>
@@ -704,33 +783,9 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     carve_scratch(ws, a, p, sizeof(DT), cand_cap, &s);
     SML_CUDA_TRY(cudaMemcpyAsync(ws, p.base, p.upload, cudaMemcpyHostToDevice, st));
     Batch b{};
-    if (a->query_codes) {
-        b.query_codes = a->query_codes + q0 * a->query_bits * a->words;
-    } else {
-        const sml_xfbq_encode_args enc{sc.queries + q0 * sc.dim, nq, sc.dim, a->query_bits,
-                                       a->words, a->alpha, a->normalize, s.query_codes};
-        SML_TRY(launch_xfbq_encode(&enc, st));
-        b.query_codes = s.query_codes;
-    }
+    SML_TRY(query_codes_of(a, q0, nq, s, st, &b.query_codes));
     trace_mark(st, "xfbq: workspace, plan upload, query codes");
-    b.queries = sc.queries + q0 * sc.dim;
-    b.qw = (int)(a->query_bits * a->words);
-    b.qbits = a->query_bits;
-    b.bbits = a->base_bits;
-    b.words = (int)a->words;
-    b.dim = (int)sc.dim;
-    b.codes = static_cast<const char *>(sc.lists.codes);
-    b.code_stride = (long long)sc.lists.code_stride;
-    b.vectors = reinterpret_cast<const char *>(a->vectors);
-    b.vector_stride = (long long)a->vector_stride;
-    if (a->shadow != nullptr) {
-        const Shadow *sh = static_cast<const Shadow *>(a->shadow);
-        assert(sh->dim == sc.dim);
-        b.half_rows = sh->rows;
-        b.inv_scale = sh->inv_scale;
-        b.max_norm = sh->max_norm;
-        b.thresholds = s.thresholds;
-    }
+    batch_common(a, q0, s, &b);
     b.runs = s.runs;
     b.run_start = s.run_start;
     b.run_count = s.run_count;
@@ -740,19 +795,6 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     b.pair_pos0 = s.pair_pos0;
     b.dist = s.dist;
     b.hist = s.hist;
-    b.nbins = (int)a->nbins;
-    b.shift = a->bin_shift;
-    b.dclamp = (unsigned)(((unsigned long long)a->nbins << a->bin_shift) - 1);
-    b.extra_bins = (int)a->extra_bins;
-    b.spread_q16 = a->spread_q16;
-    b.k = (int)sc.k;
-    b.limit = s.limit;
-    b.count = s.count;
-    b.fill = s.fill;
-    b.cand_keys = s.cand_keys;
-    b.cand_rows = s.cand_rows;
-    b.cand_query = s.cand_query;
-    b.l2 = sc.metric == SIMIL_METRIC_L2;
     b.codes_in_shared = (size_t)group * b.qw * 8 <= kSharedCodes;
     b.allowed = allowed;
     SML_CUDA_TRY(cudaMemsetAsync(s.hist, 0, 4 * (size_t)nq * a->nbins, st));
@@ -764,16 +806,140 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     SML_CUDA_TRY(cudaMemcpyAsync(p.count, s.count, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st));
     SML_CUDA_TRY(cudaStreamSynchronize(st));
     trace_mark(st, "xfbq: thresholds");
-    // selection passes over runs of queries whose candidates fit
-    for (int first = 0; first < nq;) {
-        int n = 0;
-        long long total = 0;
-        while (first + n < nq && (n == 0 || total + pad_to(p.count[first + n], 4) <= cand_cap))
-            total += pad_to(p.count[first + n++], 4);
-        SML_TRY(select_pass<DT>(dev, a, p, b, s, q0, first, n, st));
-        first += n;
+    return select_passes(dev, a, p.count, p.cstart, cand_cap, b, s, q0, nq, st,
+                         [&](int first, int n, long long) {
+                             const int items = (first + n < p.nq ? p.citem_start[first + n]
+                                                                 : p.ncitems) -
+                                               p.citem_start[first];
+                             if (items > 0) {
+                                 xfbq_collect_kernel<DT><<<items, kThreads, 0, st>>>(
+                                     b, s.citems + p.citem_start[first]);
+                                 SML_LAUNCH_TRY("xfbq_collect_kernel");
+                             }
+                             return SIMIL_OK;
+                         });
+}
+
+// Queries [q0, q0 + nq) of a on the XOR/popcount path, in batches whose D
+// fit kDistBudget.
+template <typename DT>
+simil_status run_batches(Device *dev, const sml_xfbq_scan_args *a, long long q0, int nq,
+                         const uint32_t *allowed)
+{
+    for (int sub = 0; sub < nq;) {
+        const int n = plan_batch_queries(a->scan, q0 + sub, kXfbqShape, sizeof(DT), kDistBudget,
+                                         nq - sub);
+        SML_TRY(run_batch<DT>(dev, a, q0 + sub, n, allowed));
+        sub += n;
     }
     return SIMIL_OK;
+}
+
+// ---- flat XFBQ on tensor cores (cuda_xfbq_mma.cuh) ----------------------
+
+// -1: where it fits (flat_mma_fits); 0: never; 1: also below the size where
+// the chunk minima bound anything (sml_cuda_xfbq_tensor).
+std::atomic<int> g_flat_mma{-1};
+
+constexpr int kFlatBatch = kXfbqMmaMaxQueries;         // queries per batch
+constexpr int kFlatCap = 4096;                        // buffered rows per query, at first
+constexpr size_t kFlatBufBudget = (size_t)1 << 30;    // bytes of buffered rows per batch
+
+// Whether flat XFBQ scan a runs on tensor cores: one list, no filter, the
+// window of the range alone (the spread needs every query's median D), bits
+// and dimensions that fit int8 fragments; by default also enough chunks that
+// the K-th smallest chunk minimum bounds D well.
+bool flat_mma_fits(const sml_xfbq_scan_args *a, int sm_count)
+{
+    const sml_ivf_scan_args &sc = a->scan;
+    const int mode = g_flat_mma.load();
+    if (mode == 0 || sc.lists.nlist != 1 || sc.filter != nullptr || a->spread_q16 != 0 ||
+        !xfbq_mma_fits((int)a->query_bits, (int)a->base_bits, (int)sc.dim))
+        return false;
+    const long long n = sc.lists.size[0];
+    const long long chunks = (n + xfbq_mma_rows_per_block(n, sm_count) - 1) /
+                             xfbq_mma_rows_per_block(n, sm_count);
+    return n > 0 && (mode == 1 || chunks >= 16 * sc.k);
+}
+
+// Queries [q0, q0 + nq) of flat XFBQ scan a on tensor cores: the chunk
+// minima bound each query's limit; the rows under the bound are buffered,
+// and their histogram gives the limit and count that the XOR/popcount path
+// would find; the selection passes are that path's.  If a query's rows under
+// its bound pass the buffer, the batch runs again with a buffer that holds
+// them, or, past kFlatBufBudget, on the XOR/popcount path.
+template <typename DT>
+simil_status run_flat_mma(Device *dev, const sml_xfbq_scan_args *a, long long q0, int nq)
+{
+    cudaStream_t st = dev->stream[0];
+    const sml_ivf_scan_args &sc = a->scan;
+    XfbqMma m{};
+    m.codes = static_cast<const char *>(sc.lists.codes);
+    m.stride = (long long)sc.lists.code_stride;
+    m.row0 = sc.lists.offset[0];
+    m.n = (int)sc.lists.size[0];
+    m.qbits = (int)a->query_bits;
+    m.bbits = (int)a->base_bits;
+    m.words = (int)a->words;
+    m.dim = (int)sc.dim;
+    m.nq = nq;
+    m.dclamp = (unsigned)(((unsigned long long)a->nbins << a->bin_shift) - 1);
+    m.shift = a->bin_shift;
+    m.nbins = (int)a->nbins;
+    m.rows_per_block = xfbq_mma_rows_per_block(m.n, dev->sm_count);
+    m.cap = kFlatCap;
+    for (;;) {
+        Scratch s{};
+        Carve sizing(nullptr);
+        carve_select(sizing, a, nq, kCandBudget, &s);
+        const size_t select_bytes = sizing.used();
+        char *ws = nullptr;
+        SML_TRY(device_workspace(dev, select_bytes + xfbq_mma_carve(nullptr, &m),
+                                 reinterpret_cast<void **>(&ws)));
+        Carve c(ws);
+        carve_select(c, a, nq, kCandBudget, &s);
+        xfbq_mma_carve(ws + c.used(), &m);
+        // host: the counts, the selection passes' segments, the fills
+        char *host;
+        SML_TRY(device_pinned(dev, (size_t)nq * 16, reinterpret_cast<void **>(&host)));
+        long long *cstart = reinterpret_cast<long long *>(host);
+        int *count = reinterpret_cast<int *>(host + (size_t)nq * 8);
+        Batch b{};
+        SML_TRY(query_codes_of(a, q0, nq, s, st, &m.query_codes));
+        batch_common(a, q0, s, &b);
+        b.hist = m.hist;
+        b.scanned = m.scanned;
+        SML_TRY(xfbq_mma_prepare(m, st));
+        SML_CUDA_TRY(cudaMemsetAsync(m.hist, 0, 4 * (size_t)nq * a->nbins, st));
+        SML_TRY(xfbq_mma_chunk_minima(m, st));
+        trace_mark(st, "xfbq: tensor cores: chunk minima");
+        xfbq_threshold_kernel<<<nq, kThreads, 0, st>>>(b);  // s.limit: each query's bound
+        SML_LAUNCH_TRY("xfbq_threshold_kernel (bound)");
+        SML_CUDA_TRY(cudaMemsetAsync(m.hist, 0, 4 * (size_t)nq * a->nbins, st));
+        SML_CUDA_TRY(cudaMemsetAsync(m.fill, 0, 4 * (size_t)nq, st));
+        SML_TRY(xfbq_mma_collect(m, s.limit, st));
+        trace_mark(st, "xfbq: tensor cores: rows under the bounds");
+        SML_CUDA_TRY(cudaMemcpyAsync(count, m.fill, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st));
+        SML_CUDA_TRY(cudaStreamSynchronize(st));
+        int most = 0;
+        for (int q = 0; q < nq; ++q) most = count[q] > most ? count[q] : most;
+        if (most > m.cap) {
+            if ((size_t)most * (size_t)nq * 8 > kFlatBufBudget)
+                return run_batches<DT>(dev, a, q0, nq, nullptr);
+            m.cap = most;
+            continue;
+        }
+        xfbq_threshold_kernel<<<nq, kThreads, 0, st>>>(b);  // the limits and counts
+        SML_LAUNCH_TRY("xfbq_threshold_kernel");
+        SML_CUDA_TRY(cudaMemcpyAsync(count, s.count, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st));
+        SML_CUDA_TRY(cudaStreamSynchronize(st));
+        trace_mark(st, "xfbq: thresholds");
+        return select_passes(dev, a, count, cstart, kCandBudget, b, s, q0, nq, st,
+                             [&](int first, int n, long long) {
+                                 return xfbq_mma_compact(m, s.limit, s.cstart, first, n,
+                                                         s.cand_rows, s.cand_query, st);
+                             });
+    }
 }
 
 }  // namespace
@@ -794,17 +960,23 @@ simil_status cuda_xfbq_scan(sml_backend *be, const sml_xfbq_scan_args *a)
                   rows_end, scan.k);
     if (scan.nq == 0) return SIMIL_OK;
     const bool small = ((long long)a->nbins << a->bin_shift) <= 65536;  // D fits 16 bits
-    const BatchLimits limits{kXfbqShape, small ? (size_t)2 : (size_t)4, kDistBudget, kMaxBatch};
     const long long qw = a->query_bits * a->words;
     return ivf_locked(be, scan, [&](Device *dev, bool host_queries) {
         const uint32_t *allowed;
         SML_TRY(scan_rows_allowed(dev, scan, &allowed));
+        const bool mma = flat_mma_fits(a, dev->sm_count);
+        // the tensor-core path writes no D: its batches are bounded by queries alone
+        const BatchLimits limits{kXfbqShape, mma ? (size_t)0 : small ? (size_t)2 : (size_t)4,
+                                 kDistBudget, mma ? kFlatBatch : kMaxBatch};
         return scan_planned(dev, &scan, host_queries, limits,
                             [&](const sml_ivf_scan_args &batch, long long first, long long sub,
                                 int n) {
                                 sml_xfbq_scan_args x = *a;
                                 x.scan = batch;
                                 if (a->query_codes) x.query_codes = a->query_codes + first * qw;
+                                if (mma)
+                                    return small ? run_flat_mma<unsigned short>(dev, &x, sub, n)
+                                                 : run_flat_mma<unsigned>(dev, &x, sub, n);
                                 return small ? run_batch<unsigned short>(dev, &x, sub, n, allowed)
                                              : run_batch<unsigned>(dev, &x, sub, n, allowed);
                             });
@@ -812,3 +984,8 @@ simil_status cuda_xfbq_scan(sml_backend *be, const sml_xfbq_scan_args *a)
 }
 
 }  // namespace sml
+
+extern "C" void sml_cuda_xfbq_tensor(int mode)
+{
+    sml::g_flat_mma.store(mode < 0 ? -1 : mode > 0 ? 1 : 0);
+}

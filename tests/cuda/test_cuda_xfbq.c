@@ -13,7 +13,11 @@
  * flat XFBQ's re-ranking floats gives the same results: XFBQ (the default,
  * _fp16: pinned host memory and an fp16 copy on the GPU), XFBQ_fp32 (on the
  * GPU) and XFBQ_host (pinned host memory alone, no floats on the GPU)
- * (test_flat_same_as_cpu, test_host_floats). */
+ * (test_flat_same_as_cpu, test_host_floats).  Flat XFBQ's distances on
+ * integer tensor cores give the XOR/popcount path's candidates, so its keys
+ * bit for bit, over dims 1 to 128, bits 1x1 to 7x7, every metric and place
+ * of the floats, k past radix selection and past n, a buffer that must grow
+ * and one that would pass its budget (test_tensor_same_as_popcount). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,6 +181,108 @@ static void test_many_blocks_per_query(void **state)
     twin("XFBQ", dim, SIMIL_METRIC_COSINE, n, x, "cpu", &cpu, &gpu);
     compare("XFBQ 70000 rows", cpu, gpu, x, n, q, nq, dim, 10, 0, 0.002f, SIMIL_METRIC_COSINE);
     compare("XFBQ 70000 rows", cpu, gpu, x, n, q, nq, dim, 50, 0, -1.0f, SIMIL_METRIC_COSINE);
+    simil_index_destroy(cpu);
+    simil_index_destroy(gpu);
+    free(x);
+    free(q);
+}
+
+/* One search of gpu with flat XFBQ's distances on tensor cores (tensor 1) or
+ * with XOR and popcount (0) (sml_cuda_xfbq_tensor). */
+static void search_with(int tensor, const simil_index *gpu, int64_t nq, const float *q, int64_t k,
+                        float extra, float *d, int64_t *l)
+{
+    simil_search_params *p = sml_test_params("");
+    if (extra >= 0) SML_ASSERT_OK(simil_search_params_set_float(p, "extra_distance", extra));
+    sml_cuda_xfbq_tensor(tensor);
+    simil_status s = simil_index_search(gpu, nq, q, k, p, d, l);
+    sml_cuda_xfbq_tensor(-1);
+    SML_ASSERT_OK(s);
+    simil_search_params_destroy(p);
+}
+
+/* Tensor cores and XOR/popcount take the same candidates, so the same keys,
+ * bit for bit; ids may differ only between equal keys. */
+static void same_candidates(const char *what, const simil_index *gpu, int64_t nq, const float *q,
+                            int64_t k, float extra)
+{
+    const size_t out = (size_t)(nq * k);
+    float *dt = sml_test_malloc(4 * out), *dp = sml_test_malloc(4 * out);
+    int64_t *lt = sml_test_malloc(8 * out), *lp = sml_test_malloc(8 * out);
+    search_with(1, gpu, nq, q, k, extra, dt, lt);
+    search_with(0, gpu, nq, q, k, extra, dp, lp);
+    for (size_t i = 0; i < out; i++) {
+        if (memcmp(&dt[i], &dp[i], 4) != 0 ||
+            (lt[i] != lp[i] && !((i % k > 0 && dt[i] == dt[i - 1]) ||
+                                 (i % k + 1 < (size_t)k && dt[i] == dt[i + 1]))))
+            fail_msg("%s k=%lld extra=%g: query %lld rank %lld: tensor cores %lld %.9g, "
+                     "popcount %lld %.9g",
+                     what, (long long)k, (double)extra, (long long)(i / k), (long long)(i % k),
+                     (long long)lt[i], (double)dt[i], (long long)lp[i], (double)dp[i]);
+    }
+    free(dt);
+    free(dp);
+    free(lt);
+    free(lp);
+}
+
+static void test_tensor_same_as_popcount(void **state)
+{
+    (void)state;
+    const int quick = sml_test_quick();
+    const int64_t n = quick ? 9000 : 70000, nq = 203;
+    const struct {
+        const char *desc;
+        int64_t dim;
+        simil_metric metric;
+    } cases[] = {
+        {"XFBQ", 96, SIMIL_METRIC_COSINE},     {"XFBQ", 1, SIMIL_METRIC_COSINE},
+        {"XFBQ", 33, SIMIL_METRIC_IP},         {"XFBQ_fp32", 65, SIMIL_METRIC_L2},
+        {"XFBQ", 128, SIMIL_METRIC_COSINE},    {"XFBQ1x1", 64, SIMIL_METRIC_COSINE},
+        {"XFBQ2x5", 40, SIMIL_METRIC_COSINE},  {"XFBQ7x7", 96, SIMIL_METRIC_COSINE},
+        {"XFBQ_host", 96, SIMIL_METRIC_COSINE},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t dim = cases[c].dim;
+        float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+        float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
+        SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 300 + c, x));
+        SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 400 + c, q));
+        simil_index *cpu, *gpu;
+        twin(cases[c].desc, dim, cases[c].metric, n, x, "cpu", &cpu, &gpu);
+        char what[64];
+        snprintf(what, sizeof what, "%s dim %lld", cases[c].desc, (long long)dim);
+        const int64_t ks[] = {1, 10, 100};
+        const float extras[] = {0.0f, 0.005f, -1.0f};
+        for (int i = 0; i < 3; i++)
+            for (int e = 0; e < 3; e++) {
+                same_candidates(what, gpu, nq, q, ks[i], extras[e]);
+                /* the default: tensor cores where the bound is tight enough */
+                compare(what, cpu, gpu, x, n, q, nq, dim, ks[i], 0, extras[e], cases[c].metric);
+            }
+        if (c == 0) {
+            /* past radix selection's k; past n; one query */
+            same_candidates(what, gpu, 17, q, 3000, 0.01f);
+            same_candidates(what, gpu, 5, q, n + 10, 0.0f);
+            same_candidates(what, gpu, 1, q, 10, 0.01f);
+        }
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+        free(x);
+        free(q);
+    }
+    /* more queries than one tensor-core batch (2,048), and every row a
+     * candidate: its buffer would pass 1 GiB, so the batch goes back to
+     * XOR/popcount */
+    const int64_t dim = 32, many = 2100;
+    float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+    float *q = sml_test_malloc(sizeof(float) * (size_t)(many * dim));
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 501, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, many, dim, 502, q));
+    simil_index *cpu, *gpu;
+    twin("XFBQ", dim, SIMIL_METRIC_COSINE, n, x, "gpu", &cpu, &gpu);
+    same_candidates("XFBQ 2100 queries", gpu, many, q, 10, 0.01f);
+    same_candidates("XFBQ 2100 queries, every row", gpu, many, q, 10, 1.0f);
     simil_index_destroy(cpu);
     simil_index_destroy(gpu);
     free(x);
@@ -556,6 +662,7 @@ int main(void)
         cmocka_unit_test(test_flat_same_as_cpu),
         cmocka_unit_test(test_metrics_and_bits),
         cmocka_unit_test(test_many_blocks_per_query),
+        cmocka_unit_test(test_tensor_same_as_popcount),
         cmocka_unit_test(test_ivf_same_as_cpu),
         cmocka_unit_test(test_flat_edits_on_gpu),
         cmocka_unit_test(test_fashion_mnist_precision),
