@@ -55,6 +55,7 @@
 // The queries' codes come from cuda_xfbq_encode.cu: the caller's, or, where
 // it gives none, coded here from the staged queries, one launch per batch.
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <atomic>
@@ -842,7 +843,8 @@ simil_status run_batches(Device *dev, const sml_xfbq_scan_args *a, long long q0,
 std::atomic<int> g_flat_mma{-1};
 
 constexpr int kFlatBatch = kXfbqMmaMaxQueries;         // queries per batch
-constexpr int kFlatCap = 4096;                        // buffered rows per query, at first
+constexpr int kFlatCapMin = 4096;                     // buffered rows per query
+constexpr int kFlatCapMax = 1 << 18;
 constexpr size_t kFlatBufBudget = (size_t)1 << 30;    // bytes of buffered rows per batch
 
 // Whether flat XFBQ scan a runs on tensor cores: one list, no filter, the
@@ -866,8 +868,7 @@ bool flat_mma_fits(const sml_xfbq_scan_args *a, int sm_count)
 // minima bound each query's limit; the rows under the bound are buffered,
 // and their histogram gives the limit and count that the XOR/popcount path
 // would find; the selection passes are that path's.  If a query's rows under
-// its bound pass the buffer, the batch runs again with a buffer that holds
-// them, or, past kFlatBufBudget, on the XOR/popcount path.
+// its bound pass the buffer, the batch runs on the XOR/popcount path.
 template <typename DT>
 simil_status run_flat_mma(Device *dev, const sml_xfbq_scan_args *a, long long q0, int nq)
 {
@@ -887,59 +888,72 @@ simil_status run_flat_mma(Device *dev, const sml_xfbq_scan_args *a, long long q0
     m.shift = a->bin_shift;
     m.nbins = (int)a->nbins;
     m.rows_per_block = xfbq_mma_rows_per_block(m.n, dev->sm_count);
-    m.cap = kFlatCap;
-    for (;;) {
-        Scratch s{};
-        Carve sizing(nullptr);
-        carve_select(sizing, a, nq, kCandBudget, &s);
-        const size_t select_bytes = sizing.used();
-        char *ws = nullptr;
-        SML_TRY(device_workspace(dev, select_bytes + xfbq_mma_carve(nullptr, &m),
-                                 reinterpret_cast<void **>(&ws)));
-        Carve c(ws);
-        carve_select(c, a, nq, kCandBudget, &s);
-        xfbq_mma_carve(ws + c.used(), &m);
-        // host: the counts, the selection passes' segments, the fills
-        char *host;
-        SML_TRY(device_pinned(dev, (size_t)nq * 16, reinterpret_cast<void **>(&host)));
-        long long *cstart = reinterpret_cast<long long *>(host);
-        int *count = reinterpret_cast<int *>(host + (size_t)nq * 8);
-        Batch b{};
-        SML_TRY(query_codes_of(a, q0, nq, s, st, &m.query_codes));
-        batch_common(a, q0, s, &b);
-        b.hist = m.hist;
-        b.scanned = m.scanned;
-        SML_TRY(xfbq_mma_prepare(m, st));
-        SML_CUDA_TRY(cudaMemsetAsync(m.hist, 0, 4 * (size_t)nq * a->nbins, st));
-        SML_TRY(xfbq_mma_chunk_minima(m, st));
-        trace_mark(st, "xfbq: tensor cores: chunk minima");
-        xfbq_threshold_kernel<<<nq, kThreads, 0, st>>>(b);  // s.limit: each query's bound
-        SML_LAUNCH_TRY("xfbq_threshold_kernel (bound)");
-        SML_CUDA_TRY(cudaMemsetAsync(m.hist, 0, 4 * (size_t)nq * a->nbins, st));
-        SML_CUDA_TRY(cudaMemsetAsync(m.fill, 0, 4 * (size_t)nq, st));
-        SML_TRY(xfbq_mma_collect(m, s.limit, st));
-        trace_mark(st, "xfbq: tensor cores: rows under the bounds");
-        SML_CUDA_TRY(cudaMemcpyAsync(count, m.fill, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st));
-        SML_CUDA_TRY(cudaStreamSynchronize(st));
-        int most = 0;
-        for (int q = 0; q < nq; ++q) most = count[q] > most ? count[q] : most;
-        if (most > m.cap) {
-            if ((size_t)most * (size_t)nq * 8 > kFlatBufBudget)
-                return run_batches<DT>(dev, a, q0, nq, nullptr);
-            m.cap = most;
-            continue;
-        }
-        xfbq_threshold_kernel<<<nq, kThreads, 0, st>>>(b);  // the limits and counts
-        SML_LAUNCH_TRY("xfbq_threshold_kernel");
-        SML_CUDA_TRY(cudaMemcpyAsync(count, s.count, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st));
-        SML_CUDA_TRY(cudaStreamSynchronize(st));
-        trace_mark(st, "xfbq: thresholds");
-        return select_passes(dev, a, count, cstart, kCandBudget, b, s, q0, nq, st,
-                             [&](int first, int n, long long) {
-                                 return xfbq_mma_compact(m, s.limit, s.cstart, first, n,
-                                                         s.cand_rows, s.cand_query, st);
-                             });
+    // rows buffered per query: what kFlatBufBudget allows, within
+    // [kFlatCapMin, kFlatCapMax] (a small batch's lane keeps its buffer)
+    const long long cap = (long long)(kFlatBufBudget / (8 * (size_t)nq));
+    m.cap = (int)(cap < kFlatCapMin ? kFlatCapMin : cap > kFlatCapMax ? kFlatCapMax : cap);
+    m.cap = m.cap < m.n ? m.cap : m.n;
+    Scratch s{};
+    Carve sizing(nullptr);
+    carve_select(sizing, a, nq, kCandBudget, &s);
+    const size_t select_bytes = sizing.used();
+    char *ws = nullptr;
+    SML_TRY(device_workspace(dev, select_bytes + xfbq_mma_carve(nullptr, &m),
+                             reinterpret_cast<void **>(&ws)));
+    Carve c(ws);
+    carve_select(c, a, nq, kCandBudget, &s);
+    xfbq_mma_carve(ws + c.used(), &m);
+    // host: the selection passes' segments, the counts
+    char *host;
+    SML_TRY(device_pinned(dev, (size_t)nq * 16, reinterpret_cast<void **>(&host)));
+    long long *cstart = reinterpret_cast<long long *>(host);
+    int *count = reinterpret_cast<int *>(host + (size_t)nq * 8);
+    Batch b{};
+    SML_TRY(query_codes_of(a, q0, nq, s, st, &m.query_codes));
+    batch_common(a, q0, s, &b);
+    b.hist = m.hist;
+    b.scanned = m.scanned;
+    SML_TRY(xfbq_mma_prepare(m, st));
+    SML_CUDA_TRY(cudaMemsetAsync(m.hist, 0, 4 * (size_t)nq * a->nbins, st));
+    trace_mark(st, "xfbq: tensor cores: workspace, query codes, levels");
+    SML_TRY(xfbq_mma_chunk_minima(m, st));
+    trace_mark(st, "xfbq: tensor cores: chunk minima");
+    xfbq_threshold_kernel<<<nq, kThreads, 0, st>>>(b);  // s.limit: each query's bound
+    SML_LAUNCH_TRY("xfbq_threshold_kernel (bound)");
+    SML_CUDA_TRY(cudaMemsetAsync(m.hist, 0, 4 * (size_t)nq * a->nbins, st));
+    SML_CUDA_TRY(cudaMemsetAsync(m.fill, 0, 4 * (size_t)nq, st));
+    SML_TRY(xfbq_mma_collect(m, s.limit, st));
+    trace_mark(st, "xfbq: tensor cores: rows under the bounds");
+    SML_CUDA_TRY(cudaMemcpyAsync(count, m.fill, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st));
+    SML_CUDA_TRY(cudaStreamSynchronize(st));
+    int most = 0;
+    long long buffered = 0;
+    for (int q = 0; q < nq; ++q) {
+        most = count[q] > most ? count[q] : most;
+        buffered += count[q];
     }
+    // past the buffer: a bound far above the limit (few chunks for k, or a
+    // window that takes most rows); the popcount path needs no bound
+    if (most > m.cap) return run_batches<DT>(dev, a, q0, nq, nullptr);
+    xfbq_threshold_kernel<<<nq, kThreads, 0, st>>>(b);  // the limits and counts
+    SML_LAUNCH_TRY("xfbq_threshold_kernel");
+    SML_CUDA_TRY(cudaMemcpyAsync(count, s.count, 4 * (size_t)nq, cudaMemcpyDeviceToHost, st));
+    SML_CUDA_TRY(cudaStreamSynchronize(st));
+    if (sml_trace_on()) {
+        long long total = 0;
+        for (int q = 0; q < nq; ++q) total += count[q];
+        char what[160];
+        snprintf(what, sizeof what,
+                 "xfbq: tensor cores: thresholds (%d queries: %lld rows buffered, most %d; "
+                 "%lld candidates)",
+                 nq, buffered, most, total);
+        sml_trace_mark(what);
+    }
+    return select_passes(dev, a, count, cstart, kCandBudget, b, s, q0, nq, st,
+                         [&](int first, int n, long long) {
+                             return xfbq_mma_compact(m, s.limit, s.cstart, first, n,
+                                                     s.cand_rows, s.cand_query, st);
+                         });
 }
 
 }  // namespace

@@ -3,11 +3,14 @@
 //
 // Launch shape of steps 1 and 2.  A block of 8 warps takes rows_per_block
 // rows (a chunk), 256 at a time (a tile): each thread turns one row's planes
-// into its B-bit levels, one byte per dimension, in shared memory; each warp
-// keeps the int8 fragments of its 32 rows in registers and runs them against
-// every query of the batch, 64 at a time from shared memory (the next 64
-// loaded into registers meanwhile): mma.sync m16n8k32, 2 x 8 tiles of 16 rows
-// x 8 queries per warp, kp / 32 steps of 32 dimensions.  A row's levels are
+// (staged in shared memory by cp.async during the tile before) into its B-bit
+// levels, one byte per dimension, in shared memory; each warp
+// runs its 32 rows against every query of the batch, 64 at a time from
+// shared memory (the next 64 loaded into registers meanwhile): mma.sync
+// m16n8k32 with the queries on the m side and the rows on the n side, 4 x 4
+// tiles of 16 queries x 8 rows per warp, kp / 32 steps of 32 dimensions.  A
+// thread's accumulators then hold 8 rows of each of its 8 queries, so a
+// query's minimum or test over the rows is mostly in registers.  A row's levels are
 // made once for all the batch's queries, and the queries' bytes come from L2.
 // Rows and queries go to the k and n sides in the same order, so any order of
 // dimensions in a byte row would do; it is the natural one.  Shared rows are
@@ -39,13 +42,22 @@ __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const unsigned char *p
                  : "r"(a));
 }
 
-__device__ __forceinline__ void mma_s8(int (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
+// c (+)= a b; fresh: c = a b (the accumulators need no zeroing first).
+__device__ __forceinline__ void mma_s8(int (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1,
+                                       bool fresh)
 {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if (fresh)
+        asm volatile(
+            "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%10,%10,%10,%10};\n"
+            : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+    else
+        asm volatile(
+            "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};\n"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Per query (a block of kp threads, one per dimension): a_d and C_q; zeros
@@ -73,24 +85,23 @@ __global__ void xfbq_mma_prepare_kernel(const XfbqMma m, int kp)
     }
 }
 
-// Row r's levels (zeros for a row past the chunk) into dst: kp bytes.  Four
-// dimensions of a plane are a nibble; the multiply spreads its bits to the
-// low bits of four bytes (no carries: the partial products land on distinct
-// bits).
+// One row's levels into dst (kp bytes) from its planes at y (shared
+// memory), or zeros (a row past the chunk).  Four dimensions of a plane are a
+// nibble; the multiply spreads its bits to the low bits of four bytes (no
+// carries: the partial products land on distinct bits).
 template <int KS>
-__device__ __forceinline__ void row_levels(const XfbqMma &m, long long r, bool live,
+__device__ __forceinline__ void row_levels(const XfbqMma &m, const uint64_t *y, bool live,
                                            unsigned char *dst)
 {
     unsigned out[KS * 8];
 #pragma unroll
     for (int i = 0; i < KS * 8; ++i) out[i] = 0;
     if (live) {
-        const uint64_t *y = reinterpret_cast<const uint64_t *>(m.codes + (m.row0 + r) * m.stride);
         for (int j = 0; j < m.bbits; ++j) {
             const int sh = m.bbits - 1 - j;
 #pragma unroll
             for (int w = 0; w < (KS + 1) / 2; ++w) {
-                const uint64_t word = __ldg(y + j * m.words + w);
+                const uint64_t word = y[j * m.words + w];
 #pragma unroll
                 for (int e = 0; e < 16; ++e)
                     if (w * 16 + e < KS * 8) {
@@ -104,6 +115,19 @@ __device__ __forceinline__ void row_levels(const XfbqMma &m, long long r, bool l
     for (int i = 0; i < KS * 2; ++i)
         reinterpret_cast<uint4 *>(dst)[i] =
             make_uint4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
+}
+
+// Bytes of a row's planes as staged in shared memory: a multiple of 16 (a
+// code row is at least that long: rows are 16-byte aligned apart).
+__host__ __device__ inline int raw_bytes(const XfbqMma &m)
+{
+    return (m.bbits * m.words * 8 + 15) / 16 * 16;
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
 }
 
 // Step 2, for a row with D <= T_q: into query q's buffer (while it has
@@ -120,6 +144,54 @@ __device__ __forceinline__ void buffer(const XfbqMma &m, int q, int dot, long lo
     atomicAdd(&m.hist[(long long)q * m.nbins + (d >> m.shift)], 1u);
 }
 
+// The epilogue of one query tile (queries q0 on) against a warp's 32 rows
+// (from row r): acc[mt][nt] holds <a, y> for queries 16 mt + g (+8 in its
+// elements 2, 3) and rows 8 nt + 2t (+1 in its odd elements).  kFull: every
+// row is in the chunk.  Step 1: each query's smallest into qv (atomicMin);
+// step 2: the rows with <a, y> <= qv[q] = T_q - C_q to the buffers.
+template <bool kCollect, bool kFull>
+__device__ __forceinline__ void epilogue(const XfbqMma &m, const int (&acc)[4][4][4], int *qv,
+                                         int q0, long long r, long long last, int g, int t)
+{
+    bool valid[4][2];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int p = 0; p < 2; ++p) valid[nt][p] = kFull || r + nt * 8 + 2 * t + p < last;
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int q = q0 + mt * 16 + h * 8 + g;
+            if constexpr (!kCollect) {
+                int v = INT_MAX;
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int p = 0; p < 2; ++p)
+                        if (valid[nt][p]) v = min(v, acc[mt][nt][2 * h + p]);
+                v = min(v, __shfl_xor_sync(kFull, v, 1));
+                v = min(v, __shfl_xor_sync(kFull, v, 2));
+                if (t == 0 && q < m.nq && v < INT_MAX) atomicMin(&qv[q], v);
+            } else {
+                const int u = q < m.nq ? qv[q] : INT_MIN;
+                bool hit = false;
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int p = 0; p < 2; ++p) hit |= valid[nt][p] && acc[mt][nt][2 * h + p] <= u;
+                if (hit) {  // rare: about the candidates' share of the rows
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                        for (int p = 0; p < 2; ++p)
+                            if (valid[nt][p] && acc[mt][nt][2 * h + p] <= u)
+                                buffer(m, q, acc[mt][nt][2 * h + p], m.row0 + r + nt * 8 + 2 * t + p);
+                }
+            }
+        }
+}
+
 // Steps 1 (kCollect false) and 2 (true); see the file comment.
 template <bool kCollect, int KS>
 __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
@@ -131,8 +203,9 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char *ys = smem;
     unsigned char *qs = smem + kTile * stride;
+    unsigned char *rs = qs + 2 * kQTile * stride;  // the rows' planes (raw_bytes each)
     // per query: step 1, the smallest <a, y> of the chunk; step 2, T_q - C_q
-    int *qv = reinterpret_cast<int *>(qs + 2 * kQTile * stride);
+    int *qv = reinterpret_cast<int *>(rs + kTile * raw_bytes(m));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const long long first = (long long)blockIdx.x * m.rows_per_block;
     const long long last = min(first + m.rows_per_block, (long long)m.n);
@@ -157,90 +230,56 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
                     pre[i];
         }
     };
+    // each thread's row of the next tile comes in (cp.async) while this tile
+    // runs; only that thread reads it, so its own wait is enough
+    const int rb = raw_bytes(m);
+    unsigned char *mine = rs + threadIdx.x * rb;
+    auto stage = [&](long long r0) {
+        if (r0 + threadIdx.x < last) {
+            const char *src = m.codes + (m.row0 + r0 + threadIdx.x) * m.stride;
+            for (int c = 0; c < rb; c += 16) cp_async16(mine + c, src + c);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+    stage(first);
     for (long long r0 = first; r0 < last; r0 += kTile) {
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         __syncthreads();  // the last tile's readers are done with ys and qs
-        row_levels<KS>(m, r0 + threadIdx.x, r0 + threadIdx.x < last, ys + threadIdx.x * stride);
+        row_levels<KS>(m, reinterpret_cast<const uint64_t *>(mine), r0 + threadIdx.x < last,
+                       ys + threadIdx.x * stride);
+        if (r0 + kTile < last) stage(r0 + kTile);
         fetch(0);
         place(qs);
         __syncthreads();
-        bool valid[2][2];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) valid[mt][h] = r0 + warp * 32 + mt * 16 + h * 8 + g < last;
+        const long long r = r0 + warp * 32;  // this warp's rows
+        const bool full = r0 + kTile <= last;
         for (int qt = 0; qt < nqt; ++qt) {
             const unsigned char *qb = qs + (qt & 1) * kQTile * stride;
             if (qt + 1 < nqt) fetch(qt + 1);
-            int acc[2][8][4];
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0;
+            int acc[4][4][4];
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) {
-                // the rows' fragments again from shared memory: in registers
-                // across the query tiles they would cost spills
-                unsigned a[2][4];
+                unsigned a[4][4];  // queries 16 mt .. 16 mt + 15
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-                    ldsm_x4(a[mt], ys + (warp * 32 + mt * 16 + (lane & 15)) * stride + ks * 32 +
+                for (int mt = 0; mt < 4; ++mt)
+                    ldsm_x4(a[mt], qb + (mt * 16 + (lane & 15)) * stride + ks * 32 +
                                        (lane >> 4) * 16);
 #pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    unsigned b[4];
-                    ldsm_x4(b, qb + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * stride + ks * 32 +
-                                   ((lane >> 3) & 1) * 16);
+                for (int np = 0; np < 2; ++np) {
+                    unsigned b[4];  // rows 16 np .. 16 np + 15 of the warp's
+                    ldsm_x4(b, ys + (warp * 32 + np * 16 + (lane >> 4) * 8 + (lane & 7)) * stride +
+                                   ks * 32 + ((lane >> 3) & 1) * 16);
 #pragma unroll
-                    for (int mt = 0; mt < 2; ++mt) {
-                        mma_s8(acc[mt][2 * np], a[mt], b[0], b[1]);
-                        mma_s8(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                    for (int mt = 0; mt < 4; ++mt) {
+                        mma_s8(acc[mt][2 * np], a[mt], b[0], b[1], ks == 0);
+                        mma_s8(acc[mt][2 * np + 1], a[mt], b[2], b[3], ks == 0);
                     }
                 }
             }
-            const int q0 = qt * kQTile;
-            if constexpr (!kCollect) {
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                    for (int p = 0; p < 2; ++p) {
-                        int v = INT_MAX;
-#pragma unroll
-                        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                            for (int h = 0; h < 2; ++h)
-                                if (valid[mt][h]) v = min(v, acc[mt][nt][2 * h + p]);
-                        v = min(v, __shfl_xor_sync(kFull, v, 4));
-                        v = min(v, __shfl_xor_sync(kFull, v, 8));
-                        v = min(v, __shfl_xor_sync(kFull, v, 16));
-                        const int q = q0 + nt * 8 + 2 * t + p;
-                        if (g == 0 && q < m.nq && v < INT_MAX) atomicMin(&qv[q], v);
-                    }
-            } else {
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                    for (int p = 0; p < 2; ++p) {
-                        const int q = q0 + nt * 8 + 2 * t + p;
-                        const int u = q < m.nq ? qv[q] : INT_MIN;
-                        bool hit = false;
-#pragma unroll
-                        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                            for (int h = 0; h < 2; ++h)
-                                hit |= valid[mt][h] && acc[mt][nt][2 * h + p] <= u;
-                        if (hit) {  // rare: about the candidates' share of the rows
-#pragma unroll
-                            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                                for (int h = 0; h < 2; ++h)
-                                    if (valid[mt][h] && acc[mt][nt][2 * h + p] <= u)
-                                        buffer(m, q, acc[mt][nt][2 * h + p],
-                                               m.row0 + r0 + warp * 32 + mt * 16 + h * 8 + g);
-                        }
-                    }
-            }
+            if (full)
+                epilogue<kCollect, true>(m, acc, qv, qt * kQTile, r, last, g, t);
+            else
+                epilogue<kCollect, false>(m, acc, qv, qt * kQTile, r, last, g, t);
             if (qt + 1 < nqt) place(qs + ((qt + 1) & 1) * kQTile * stride);
             __syncthreads();
         }
@@ -288,7 +327,8 @@ template <bool kCollect, int KS>
 simil_status launch_as(const XfbqMma &m, const unsigned *limit, cudaStream_t st)
 {
     const int stride = KS * 32 + 16;
-    const size_t smem = (size_t)(kTile + 2 * kQTile) * stride + 4 * (size_t)m.nq;
+    const size_t smem =
+        (size_t)(kTile + 2 * kQTile) * stride + (size_t)kTile * raw_bytes(m) + 4 * (size_t)m.nq;
     const auto kernel = xfbq_mma_kernel<kCollect, KS>;
     SML_CUDA_TRY(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -302,6 +342,7 @@ template <bool kCollect>
 simil_status launch(const XfbqMma &m, const unsigned *limit, cudaStream_t st)
 {
     assert(m.nq >= 1 && m.nq <= kXfbqMmaMaxQueries && m.n >= 1 && m.rows_per_block % kTile == 0);
+    assert(raw_bytes(m) <= m.stride && m.stride % 16 == 0);  // staging reads within a row
     switch ((m.dim + 31) / 32) {
     case 1: return launch_as<kCollect, 1>(m, limit, st);
     case 2: return launch_as<kCollect, 2>(m, limit, st);

@@ -16,7 +16,7 @@
  * (test_flat_same_as_cpu, test_host_floats).  Flat XFBQ's distances on
  * integer tensor cores give the XOR/popcount path's candidates, so its keys
  * bit for bit, over dims 1 to 128, bits 1x1 to 7x7, every metric and place
- * of the floats, k past radix selection and past n, a buffer that must grow
+ * of the floats, k past radix selection and past n, a buffer that holds every row
  * and one that would pass its budget (test_tensor_same_as_popcount). */
 #include <math.h>
 #include <stdio.h>
