@@ -17,6 +17,9 @@
 //     exact keys from their floats;
 //  4. selection of the k best per query (WarpSelect / BlockSelect over ragged
 //     rows, radix past k = 2048; select_ragged) and the ids (finish_to_host).
+// Flat XFBQ, where it fits, replaces steps 1 to 3a with D on integer tensor
+// cores (cuda_xfbq_mma.cuh: no D written, the same limits and candidates;
+// run_flat_mma below); steps 3b and 4 are shared.
 // With a shadow (XFBQ_fp16: the floats in host memory, a scaled fp16 copy on
 // the GPU; cuda_shadow.cu), step 3 re-ranks every candidate from the fp16
 // copy, selects each query's k best of those approximate keys, and re-ranks
@@ -845,6 +848,8 @@ std::atomic<int> g_flat_mma{-1};
 constexpr int kFlatBatch = kXfbqMmaMaxQueries;         // queries per batch
 constexpr int kFlatCapMin = 4096;                     // buffered rows per query
 constexpr int kFlatCapMax = 1 << 18;
+// a query's candidates (at most its buffered rows) fit one selection pass
+static_assert(kFlatCapMax <= kCandBudget, "buffer past the selection budget");
 constexpr size_t kFlatBufBudget = (size_t)1 << 30;    // bytes of buffered rows per batch
 
 // Whether flat XFBQ scan a runs on tensor cores: one list, no filter, the
