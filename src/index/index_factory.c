@@ -14,8 +14,8 @@
 #include "index/index_internal.h"
 #include "index/search_batch.h"
 
-simil_status sml_index_new(simil_index **out, int64_t dim, const char *description,
-                           simil_metric metric, const char *device)
+static simil_status sml_index_make(simil_index **out, int64_t dim, const char *description,
+                                   simil_metric metric, const char *device, int loading)
 {
     SML_RETURN_IF(out == NULL, SIMIL_ERR_INVALID_ARGUMENT, "index pointer is NULL");
     *out = NULL;
@@ -63,7 +63,9 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
     snprintf(index->device, sizeof index->device, "%s", device ? device : "auto");
     simil_status s = sml_device_open(placement.device[0], &index->backend);
     if (s == SIMIL_OK) s = sml_batcher_create(&index->batcher);
+    index->loading = loading;
     if (s == SIMIL_OK) s = init(index);
+    index->loading = 0;
     if (s != SIMIL_OK) {
         sml_batcher_destroy(index->batcher);
         sml_backend_close(index->backend);
@@ -73,6 +75,18 @@ simil_status sml_index_new(simil_index **out, int64_t dim, const char *descripti
     if (index->vt->batchable) sml_batcher_set(index->batcher, 1, SML_BATCH_DEFAULT_WAIT_US);
     *out = index;
     return SIMIL_OK;
+}
+
+simil_status sml_index_new(simil_index **out, int64_t dim, const char *description,
+                           simil_metric metric, const char *device)
+{
+    return sml_index_make(out, dim, description, metric, device, 0);
+}
+
+simil_status sml_index_new_to_load(simil_index **out, int64_t dim, const char *description,
+                                   simil_metric metric, const char *device)
+{
+    return sml_index_make(out, dim, description, metric, device, 1);
 }
 
 simil_status sml_index_inner(const simil_index *outer, const sml_index_spec *spec, int64_t dim,

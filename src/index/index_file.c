@@ -194,7 +194,7 @@ static simil_status sml_index_read_all(simil_index **out, sml_reader *r, const c
                   "'%s' holds one unsharded %s index, which loads onto one device, not the %d "
                   "of '%s'; to search on several, build it with that device string ('%s')",
                   r->path, desc, placement.count, device, device);
-    simil_status s = sml_index_new(&index, h.dim, desc, (simil_metric)h.metric, device);
+    simil_status s = sml_index_new_to_load(&index, h.dim, desc, (simil_metric)h.metric, device);
     SML_TRY(s);
     index->ntotal = h.ntotal;
     index->next_id = h.next_id;

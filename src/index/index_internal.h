@@ -114,6 +114,9 @@ struct simil_index {
     int64_t nprobe;    /* inverted lists a search visits when its parameters do
                           not set nprobe; 0 here means the table's default, 1 */
     int trained;
+    int loading;       /* set while its type's init runs for a file about to be
+                          read into it: what the file holds (an RR rotation)
+                          need not be made first */
     void *impl;
     struct sml_batcher *batcher;  /* concurrent searches (search_batch.h) */
 };
@@ -156,12 +159,14 @@ simil_status sml_ivf_pq_init(simil_index *index);
 simil_status sml_opq_init(simil_index *index);
 simil_status sml_refine_init(simil_index *index);
 /* XFBQ (index_xfbq.c) and IVFn,XFBQ (index_ivf_xfbq.c); the scale alpha of
- * such an index (0 until chosen, and for other types) and its RR rotation
- * (dim x dim, or NULL), for tests (index_xfbq_common.c). */
+ * such an index (0 until chosen, and for other types), its RR rotation
+ * (dim x dim, or NULL), and how many rotations the process has made by SVD,
+ * for tests (index_xfbq_common.c). */
 simil_status sml_xfbq_flat_init(simil_index *index);
 simil_status sml_ivf_xfbq_init(simil_index *index);
 float sml_xfbq_index_alpha(const simil_index *index);
 const float *sml_xfbq_index_rotation(const simil_index *index);
+int64_t sml_xfbq_rotations_made(void);
 simil_status sml_shards_init(simil_index *index);
 /* Scalar quantizers: SQ8, SQfp16, SQbf16 (index_sq.c) and IVFn,SQ.. (index_ivf_sq.c). */
 simil_status sml_sq_flat_init(simil_index *index);
@@ -245,6 +250,11 @@ simil_status sml_index_file_load(simil_index **index, const char *path, const ch
  * parts of wrapper types). */
 simil_status sml_index_new(simil_index **index, int64_t dim, const char *description,
                            simil_metric metric, const char *device);
+
+/* sml_index_new for a file about to be read into the index (index_file.c):
+ * its type's init sees index->loading. */
+simil_status sml_index_new_to_load(simil_index **index, int64_t dim, const char *description,
+                                   simil_metric metric, const char *device);
 
 /* Add n prepared vectors (host, finite, normalized for cosine) to a trained
  * index: checks the ids (NULL: numbered from next_id), calls the type's add

@@ -30,6 +30,7 @@ static const uint64_t sml_xfbq_rotation_seed = 0x5846425152520001ull;
 static struct {
     pthread_mutex_t lock;
     int64_t live; /* RR bases that hold a rotation */
+    int64_t made; /* rotations made by SVD, ever (sml_xfbq_rotations_made) */
     int64_t dim;
     float *rt;    /* dim x dim, or NULL */
 } sml_xfbq_memo = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -58,6 +59,7 @@ static simil_status sml_xfbq_make_rotation(int64_t dim, float *rt)
         float *old = sml_xfbq_memo.rt;
         sml_xfbq_memo.rt = g;
         sml_xfbq_memo.dim = dim;
+        sml_xfbq_memo.made++;
         pthread_mutex_unlock(&sml_xfbq_memo.lock);
         g = old;
     }
@@ -90,6 +92,12 @@ simil_status sml_xfbq_base_init(sml_xfbq_base *base, const simil_index *index,
     pthread_mutex_lock(&sml_xfbq_memo.lock);
     sml_xfbq_memo.live++;
     pthread_mutex_unlock(&sml_xfbq_memo.lock);
+    /* a file being read holds the rotation (sml_xfbq_load_params reads it and
+     * checks it is orthogonal): no SVD for it, which costs O(dim^3) */
+    if (index->loading) {
+        memset(base->rotation, 0, sizeof(float) * (size_t)(index->dim * index->dim));
+        return SIMIL_OK;
+    }
     const simil_status s = sml_xfbq_make_rotation(index->dim, base->rotation);
     if (s != SIMIL_OK) sml_xfbq_base_free(base);
     return s;
@@ -420,4 +428,12 @@ const float *sml_xfbq_index_rotation(const simil_index *index)
 {
     if (index == NULL || !sml_xfbq_index_is(index)) return NULL;
     return sml_xfbq_base_of(index)->rotation;
+}
+
+int64_t sml_xfbq_rotations_made(void)
+{
+    pthread_mutex_lock(&sml_xfbq_memo.lock);
+    const int64_t made = sml_xfbq_memo.made;
+    pthread_mutex_unlock(&sml_xfbq_memo.lock);
+    return made;
 }

@@ -13,7 +13,8 @@
  *     duplicate ids, NaN, remove then search, save/load, metrics IP and L2,
  *     IVF,XFBQ at nprobe = nlist equal to flat XFBQ;
  *   - RR (the random rotation): factory syntax and refusals, an orthogonal
- *     rotation kept by save/load, reconstruct giving the vectors added, and
+ *     rotation kept by save/load (and read, not made again, by a load),
+ *     reconstruct giving the vectors added, and
  *     a higher precision than without it on data with a few dominant
  *     dimensions (which breaks the paper's Assumption 3.1);
  *   - every host allocation made to fail in turn: out of memory, and the
@@ -1100,7 +1101,10 @@ static void test_rotation_shared(void **state)
     const float *again = sml_xfbq_index_rotation(a);
     for (int64_t i = 0; i < dim * dim; i++) assert_float_equal(again[i], first[i], 1e-6);
     simil_index_destroy(a);
+    /* none lives again: loading takes the file's rotation without an SVD */
+    const int64_t made = sml_xfbq_rotations_made();
     SML_ASSERT_OK(simil_index_load(&a, path, "cpu"));
+    assert_int_equal(sml_xfbq_rotations_made(), made);
     assert_memory_equal(sml_xfbq_index_rotation(a), first, bytes);
     simil_index_destroy(a);
     free(first);
