@@ -893,6 +893,7 @@ simil_status run_flat_mma(Device *dev, const sml_xfbq_scan_args *a, long long q0
     m.shift = a->bin_shift;
     m.nbins = (int)a->nbins;
     m.rows_per_block = xfbq_mma_rows_per_block(m.n, dev->sm_count);
+    m.chunk_step = xfbq_mma_chunk_step(m.n, m.rows_per_block, sc.k < m.n ? sc.k : m.n);
     // rows buffered per query: what kFlatBufBudget allows, within
     // [kFlatCapMin, kFlatCapMax] (a small batch's lane keeps its buffer)
     const long long cap = (long long)(kFlatBufBudget / (8 * (size_t)nq));
@@ -925,7 +926,6 @@ simil_status run_flat_mma(Device *dev, const sml_xfbq_scan_args *a, long long q0
     trace_mark(st, "xfbq: tensor cores: chunk minima");
     xfbq_threshold_kernel<<<nq, kThreads, 0, st>>>(b);  // s.limit: each query's bound
     SML_LAUNCH_TRY("xfbq_threshold_kernel (bound)");
-    SML_CUDA_TRY(cudaMemsetAsync(m.hist, 0, 4 * (size_t)nq * a->nbins, st));
     SML_CUDA_TRY(cudaMemsetAsync(m.fill, 0, 4 * (size_t)nq, st));
     SML_TRY(xfbq_mma_collect(m, s.limit, st));
     trace_mark(st, "xfbq: tensor cores: rows under the bounds");

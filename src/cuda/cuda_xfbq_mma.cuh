@@ -15,16 +15,20 @@
 // How the candidates come out without a histogram of every D (the
 // popcount path's shared-memory atomics, one per (query, row)):
 //  1. chunk minima: per query and chunk of rows (a block's rows), the
-//     smallest D, counted into the query's histogram.  The K smallest chunk
-//     minima are the D of K distinct rows, so the bin of the K-th smallest of
-//     them is at least b, the bin of the K-th smallest D: the threshold
-//     kernel on that histogram gives a limit T_q no lower than the scan's own.
+//     smallest D, counted into the query's histogram; for a small K only
+//     every chunk_step-th chunk.  The K smallest chunk minima are the D of K
+//     distinct rows, so the bin of the K-th smallest of them is at least b,
+//     the bin of the K-th smallest D: the threshold kernel on that histogram
+//     gives a limit T_q no lower than the scan's own.
 //  2. collect: every row with D <= T_q goes to its query's buffer (cap rows;
-//     the count goes on past cap, so the caller learns the cap it needs) and
-//     into a fresh histogram, which then holds every D up to T_q: the
+//     the count goes on past cap, so the caller learns the cap it needs);
+//     the histogram of the buffer then holds every D up to T_q: the
 //     threshold kernel on it gives the scan's own bin, limit and count.
 //  3. compact: each query's rows under its limit go to the selection pass's
 //     candidate slots.
+// A batch of at most 4 queries runs steps 1 and 2 with D by XOR and popcount
+// instead (a thread per row): making each row's bytes for so few queries
+// would cost more than the popcounts.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -49,6 +53,7 @@ struct XfbqMma {
     int shift;
     int nbins;
     int rows_per_block;           // a chunk of step 1; a multiple of 256
+    int chunk_step;               // step 1 takes every chunk_step-th chunk
     int cap;                      // buffered rows per query
     // scratch (xfbq_mma_carve)
     int8_t *qvec;                 // per query, its a_d (kp of them, zero past dim)
@@ -66,6 +71,9 @@ bool xfbq_mma_fits(int qbits, int bbits, int dim);
 // The chunk of rows of step 1 for n rows on a GPU of sm_count SMs.
 int xfbq_mma_rows_per_block(long long n, int sm_count);
 
+// Which chunks step 1 reads (every step-th) for a K of want.
+int xfbq_mma_chunk_step(long long n, int rows_per_block, long long want);
+
 // The scratch of m (its nq and cap set): sized over a null base, carved over
 // a block (cuda_workspace.cuh).
 size_t xfbq_mma_carve(void *base, XfbqMma *m);
@@ -76,8 +84,8 @@ simil_status xfbq_mma_prepare(const XfbqMma &m, cudaStream_t st);
 // Step 1: the chunk minima into m.hist (zeroed by the caller).
 simil_status xfbq_mma_chunk_minima(const XfbqMma &m, cudaStream_t st);
 
-// Step 2: rows with D <= limit[q] into the buffers and m.hist (both fill
-// and hist zeroed by the caller).
+// Step 2: rows with D <= limit[q] into the buffers (fill zeroed by the
+// caller), then their histogram into m.hist.
 simil_status xfbq_mma_collect(const XfbqMma &m, const unsigned *limit, cudaStream_t st);
 
 // Step 3: for queries [first, first + n), the buffered rows with D <=

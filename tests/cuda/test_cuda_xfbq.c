@@ -16,8 +16,10 @@
  * (test_flat_same_as_cpu, test_host_floats).  Flat XFBQ's distances on
  * integer tensor cores give the XOR/popcount path's candidates, so its keys
  * bit for bit, over dims 1 to 128, bits 1x1 to 7x7, every metric and place
- * of the floats, k past radix selection and past n, a buffer that holds every row
- * and one that would pass its budget (test_tensor_same_as_popcount). */
+ * of the floats, k past radix selection and past n, a few queries (whose
+ * steps use XOR/popcount), a first pass that reads every fourth chunk, a
+ * buffer that holds every row and one that would pass its budget
+ * (test_tensor_same_as_popcount). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -260,11 +262,39 @@ static void test_tensor_same_as_popcount(void **state)
                 /* the default: tensor cores where the bound is tight enough */
                 compare(what, cpu, gpu, x, n, q, nq, dim, ks[i], 0, extras[e], cases[c].metric);
             }
+        /* a few queries: XOR/popcount inside the tensor-core path's steps
+         * (2 and 3); 8, one tile of queries mostly padding */
+        same_candidates(what, gpu, 2, q, 1, 0.0f);
+        same_candidates(what, gpu, 3, q, 10, 0.005f);
+        same_candidates(what, gpu, 8, q, 1, 0.0f);
         if (c == 0) {
             /* past radix selection's k; past n; one query */
             same_candidates(what, gpu, 17, q, 3000, 0.01f);
             same_candidates(what, gpu, 5, q, n + 10, 0.0f);
             same_candidates(what, gpu, 1, q, 10, 0.01f);
+        }
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+        free(x);
+        free(q);
+    }
+    /* enough chunks that the first pass reads only every fourth (k 1 and 4:
+     * 300,000 rows are 1,172 chunks of 256, of which 293 bound each query) */
+    {
+        const int64_t dim = 32, rows = quick ? 140000 : 300000, nqs = 100;
+        float *x = sml_test_malloc(sizeof(float) * (size_t)(rows * dim));
+        float *q = sml_test_malloc(sizeof(float) * (size_t)(nqs * dim));
+        SML_ASSERT_OK(simil_generate("mix", 0, rows, dim, 503, x));
+        SML_ASSERT_OK(simil_generate("mix", 0, nqs, dim, 504, q));
+        simil_index *cpu, *gpu;
+        twin("XFBQ", dim, SIMIL_METRIC_COSINE, rows, x, "gpu", &cpu, &gpu);
+        const int64_t ks[] = {1, 4};
+        for (int i = 0; i < 2; i++) {
+            same_candidates("XFBQ sampled chunks", gpu, nqs, q, ks[i], 0.0f);
+            same_candidates("XFBQ sampled chunks", gpu, nqs, q, ks[i], 0.005f);
+            same_candidates("XFBQ sampled chunks, 3 queries", gpu, 3, q, ks[i], 0.005f);
+            compare("XFBQ sampled chunks", cpu, gpu, x, rows, q, nqs, dim, ks[i], 0, 0.005f,
+                    SIMIL_METRIC_COSINE);
         }
         simil_index_destroy(cpu);
         simil_index_destroy(gpu);
