@@ -4,18 +4,19 @@
 // Launch shape of steps 1 and 2.  A block of 8 warps takes rows_per_block
 // rows (a chunk), 256 at a time (a tile): each thread turns one row's planes
 // (staged in shared memory by cp.async during the tile before) into its B-bit
-// levels, one byte per dimension, in shared memory; each warp
-// runs its 32 rows against every query of the batch, 64 at a time from
-// shared memory (the next 64 loaded into registers meanwhile): mma.sync
-// m16n8k32 with the queries on the m side and the rows on the n side, 4 x 4
-// tiles of 16 queries x 8 rows per warp, kp / 32 steps of 32 dimensions.  A
-// thread's accumulators then hold 8 rows of each of its 8 queries, so a
-// query's minimum or test over the rows is mostly in registers.  A row's levels are
-// made once for all the batch's queries, and the queries' bytes come from L2.
-// Rows and queries go to the k and n sides in the same order, so any order of
-// dimensions in a byte row would do; it is the natural one.  Shared rows are
-// kp + 16 bytes apart, an odd multiple of 16, so ldmatrix's eight rows fall
-// in distinct banks.
+// levels, one byte per dimension, in shared memory; each warp runs its 32
+// rows against every query of the batch, 64 at a time: mma.sync m16n8k32
+// with the queries on the m side and the rows on the n side, 4 x 4 tiles of
+// 16 queries x 8 rows per warp, kp / 32 steps of 32 dimensions.  The
+// queries' fragments are read straight from global memory (L1 and L2 hold
+// them), laid out so that each is one 16-byte load a lane (frag_offset): the
+// warps of a block need no barrier between query tiles.  A thread's
+// accumulators hold 8 rows of each of its 8 queries, so a query's minimum
+// or test over the rows is mostly in registers.  A row's levels are made
+// once for all the batch's queries.  Rows and queries go to the k and n
+// sides in the same order, so any order of dimensions in a byte row would
+// do; it is the natural one.  Shared rows are kp + 16 bytes apart, an odd
+// multiple of 16, so ldmatrix's eight rows fall in distinct banks.
 #include <assert.h>
 #include <limits.h>
 
@@ -42,22 +43,19 @@ __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const unsigned char *p
                  : "r"(a));
 }
 
-// c (+)= a b; fresh: c = a b (the accumulators need no zeroing first).
-__device__ __forceinline__ void mma_s8(int (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1,
-                                       bool fresh)
+// Where query q's dimension d sits in m.qvec: the queries' a_d in mma's A
+// fragment order, so that a lane's share of 16 queries x 32 dimensions is
+// one 16-byte load.  For query tile qt (64 queries), step ks (32
+// dimensions) and slab mt (16 queries), lane 4 g + t holds four registers:
+// the slab's queries g (registers 0, 2) and g + 8 (1, 3) at the step's
+// dimensions 4 t .. 4 t + 3 (registers 0, 1) and 16 + 4 t .. 16 + 4 t + 3
+// (2, 3).
+__device__ __forceinline__ long long frag_offset(int q, int d, int steps)
 {
-    if (fresh)
-        asm volatile(
-            "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%10,%10,%10,%10};\n"
-            : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
-    else
-        asm volatile(
-            "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%0,%1,%2,%3};\n"
-            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    const int qt = q / kQTile, mt = q % kQTile / 16, s = q % 16;
+    const int ks = d / 32, c = d % 32;
+    const int lane = (s % 8) * 4 + c % 16 / 4, reg = s / 8 + 2 * (c / 16);
+    return ((((long long)qt * steps + ks) * 4 + mt) * 32 + lane) * 16 + reg * 4 + c % 4;
 }
 
 // Per query (a block of kp threads, one per dimension): a_d and C_q; zeros
@@ -77,7 +75,7 @@ __global__ void xfbq_mma_prepare_kernel(const XfbqMma m, int kp)
         a = ((1 << m.qbits) - 1) - 2 * level;
         atomicAdd(&sum, level);
     }
-    m.qvec[(long long)q * kp + d] = (int8_t)a;
+    m.qvec[frag_offset(q, d, kp / 32)] = (int8_t)a;
     __syncthreads();
     if (d == 0 && q < m.nq) {
         m.qconst[q] = ((1 << m.bbits) - 1) * sum;
@@ -130,17 +128,12 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
 }
 
-// Step 2, for a row with D <= T_q: into query q's buffer (while it has
-// room; its histogram comes after, from the buffer: hist_kernel).
-__device__ __forceinline__ void buffer(const XfbqMma &m, int q, int dot, long long row)
+// Step 2, arena row `row` under query q's bound: into q's buffer while it
+// has room (the count goes on; its D comes after: hist_kernel).
+__device__ __forceinline__ void buffer(const XfbqMma &m, int q, int row)
 {
-    const unsigned d = (unsigned)(m.qconst[q] + dot);
-    assert(d <= m.dclamp);  // d <= T_q <= dclamp
     const int slot = atomicAdd(&m.fill[q], 1);
-    if (slot < m.cap) {
-        m.buf_row[(long long)q * m.cap + slot] = (int)row;
-        m.buf_d[(long long)q * m.cap + slot] = d;
-    }
+    if (slot < m.cap) m.buf_row[(long long)q * m.cap + slot] = row;
 }
 
 // Step 2's rows under their bounds, staged in shared memory during a tile of
@@ -151,19 +144,16 @@ struct Hits {
     int *n;             // staged so far (may pass kHits: those went direct)
     int *q;
     int *row;
-    unsigned *d;
 };
 
-__device__ __forceinline__ void stage_hit(const XfbqMma &m, const Hits &h, int q, int dot,
-                                          long long row)
+__device__ __forceinline__ void stage_hit(const XfbqMma &m, const Hits &h, int q, int row)
 {
     const int i = atomicAdd(h.n, 1);
     if (i < kHits) {
         h.q[i] = q;
-        h.row[i] = (int)row;
-        h.d[i] = (unsigned)(m.qconst[q] + dot);
+        h.row[i] = row;
     } else {
-        buffer(m, q, dot, row);
+        buffer(m, q, row);
     }
 }
 
@@ -172,28 +162,23 @@ __device__ __forceinline__ void flush_hits(const XfbqMma &m, const Hits &h)
 {
     __syncthreads();
     const int n = min(*h.n, kHits);
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-        const int q = h.q[i];
-        assert(h.d[i] <= m.dclamp);  // d <= T_q <= dclamp
-        const int slot = atomicAdd(&m.fill[q], 1);
-        if (slot < m.cap) {
-            m.buf_row[(long long)q * m.cap + slot] = h.row[i];
-            m.buf_d[(long long)q * m.cap + slot] = h.d[i];
-        }
-    }
+    for (int i = threadIdx.x; i < n; i += kThreads) buffer(m, h.q[i], h.row[i]);
     __syncthreads();
     if (threadIdx.x == 0) *h.n = 0;
 }
 
-// The epilogue of one query tile (queries q0 on) against a warp's 32 rows
-// (from row r): acc[mt][nt] holds <a, y> for queries 16 mt + g (+8 in its
-// elements 2, 3) and rows 8 nt + 2t (+1 in its odd elements).  kFull: every
-// row is in the chunk.  Step 1: each query's smallest into qv (atomicMin);
-// step 2: the rows with <a, y> <= qv[q] = T_q - C_q to the buffers.
-template <bool kCollect, bool kFull>
-__device__ __forceinline__ void epilogue(const XfbqMma &m, const int (&acc)[4][4][4], int *qv,
-                                         const Hits &hits, int q0, long long r, long long last,
-                                         int g, int t)
+// The accumulators of one query tile (queries q0 on) against a warp's 32
+// rows (from row r): acc[mt][nt] holds <a, y> (step 2: plus a start) for
+// queries 16 mt + g (+8 in its elements 2, 3) and rows 8 nt + 2t (+1 in its
+// odd elements).
+using Acc = int[4][4][4];
+
+// Step 1's epilogue: each query's smallest <a, y> into qv (atomicMin).
+// kFull: every row is in the chunk (a row past it has levels 0, so a
+// <a, y> of 0 that is no row's).
+template <bool kFull>
+__device__ __forceinline__ void epilogue_min(const XfbqMma &m, const Acc &acc, int *qv, int q0,
+                                             long long r, long long last, int g, int t)
 {
     bool valid[4][2];
 #pragma unroll
@@ -205,34 +190,74 @@ __device__ __forceinline__ void epilogue(const XfbqMma &m, const int (&acc)[4][4
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int q = q0 + mt * 16 + h * 8 + g;
-            if constexpr (!kCollect) {
-                int v = INT_MAX;
+            int v = INT_MAX;
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt)
+            for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-                    for (int p = 0; p < 2; ++p)
-                        if (valid[nt][p]) v = min(v, acc[mt][nt][2 * h + p]);
-                v = min(v, __shfl_xor_sync(kFull, v, 1));
-                v = min(v, __shfl_xor_sync(kFull, v, 2));
-                if (t == 0 && q < m.nq && v < INT_MAX) atomicMin(&qv[q], v);
-            } else {
-                const int u = q < m.nq ? qv[q] : INT_MIN;
-                bool hit = false;
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                    for (int p = 0; p < 2; ++p) hit |= valid[nt][p] && acc[mt][nt][2 * h + p] <= u;
-                if (hit) {  // rare: about the candidates' share of the rows
-#pragma unroll
-                    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                        for (int p = 0; p < 2; ++p)
-                            if (valid[nt][p] && acc[mt][nt][2 * h + p] <= u)
-                                stage_hit(m, hits, q, acc[mt][nt][2 * h + p],
-                                          m.row0 + r + nt * 8 + 2 * t + p);
-                }
-            }
+                for (int p = 0; p < 2; ++p)
+                    if (valid[nt][p]) v = min(v, acc[mt][nt][2 * h + p]);
+            v = min(v, __shfl_xor_sync(kFull, v, 1));
+            v = min(v, __shfl_xor_sync(kFull, v, 2));
+            if (t == 0 && q < m.nq && v < INT_MAX) atomicMin(&qv[q], v);
         }
+}
+
+// Step 2's epilogue.  The accumulators started at C_q - T_q - 1, so a row is
+// under its query's bound where its accumulator is negative: one OR of all
+// 64 finds the few threads with any (at 5,000 rows a query in 10M, about 3%
+// of them), and only those decode each hit's query and row from its place.
+// Rows past the chunk (levels 0) may test negative: the row check drops
+// them.  A padding query's accumulators stay 0.
+__device__ __forceinline__ void epilogue_collect(const XfbqMma &m, const Acc &acc,
+                                                 const Hits &hits, int q0, long long r,
+                                                 long long last, int g, int t)
+{
+    int any = 0;
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) any |= acc[mt][nt][e];
+    if (any >= 0) return;
+    unsigned long long bits = 0;
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                bits |= (unsigned long long)((unsigned)acc[mt][nt][e] >> 31)
+                        << (mt * 16 + nt * 4 + e);
+    while (bits) {
+        const int i = __ffsll((long long)bits) - 1;
+        bits &= bits - 1;
+        const int mt = i >> 4, nt = (i >> 2) & 3, e = i & 3;
+        const int q = q0 + mt * 16 + (e >> 1) * 8 + g;
+        const long long row = r + nt * 8 + 2 * t + (e & 1);
+        assert(q < m.nq);
+        if (row < last) stage_hit(m, hits, q, (int)(m.row0 + row));
+    }
+}
+
+// c = a b + {c0, c0, c1, c1} (a step's first), or c += a b.
+__device__ __forceinline__ void mma_first(int (&c)[4], const uint4 &a, unsigned b0, unsigned b1,
+                                          int c0, int c1)
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%10,%10,%11,%11};\n"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1), "r"(c0), "r"(c1));
+}
+
+__device__ __forceinline__ void mma_add(int (&c)[4], const uint4 &a, unsigned b0, unsigned b1)
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
 // Steps 1 (kCollect false) and 2 (true); see the file comment.
@@ -241,18 +266,16 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
                                                                const unsigned *limit)
 {
     constexpr int kp = KS * 32, stride = kp + 16;
-    constexpr int kPieces = kQTile * kp / 16;  // 16-byte pieces of a query tile
-    constexpr int kPre = (kPieces + kThreads - 1) / kThreads;
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char *ys = smem;
-    unsigned char *qs = smem + kTile * stride;
-    unsigned char *rs = qs + 2 * kQTile * stride;  // the rows' planes (raw_bytes each)
-    // per query: step 1, the smallest <a, y> of the chunk; step 2, T_q - C_q
+    unsigned char *rs = ys + kTile * stride;  // the rows' planes (raw_bytes each)
+    // per padded query: step 1, the smallest <a, y> of the chunk; step 2,
+    // the accumulators' start C_q - T_q - 1 (0 for padding)
     int *qv = reinterpret_cast<int *>(rs + kTile * raw_bytes(m));
-    // step 2: the staged hits (kHits of each array, then the count)
-    int *hit_words = qv + m.nq;
-    const Hits hits{hit_words + (kCollect ? 3 * kHits : 0), hit_words, hit_words + kHits,
-                    reinterpret_cast<unsigned *>(hit_words + 2 * kHits)};
+    const int nqp = padded_queries(m.nq), nqt = nqp / kQTile;
+    // step 2: the staged hits (kHits queries, kHits rows, then the count)
+    int *hit_words = qv + nqp;
+    const Hits hits{hit_words + (kCollect ? 2 * kHits : 0), hit_words, hit_words + kHits};
     if (kCollect && threadIdx.x == 0) *hits.n = 0;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     // step 1 takes every chunk_step-th chunk (a bound from fewer chunk minima
@@ -260,27 +283,10 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
     const long long first =
         (long long)blockIdx.x * (kCollect ? 1 : m.chunk_step) * m.rows_per_block;
     const long long last = min(first + m.rows_per_block, (long long)m.n);
-    const int nqt = padded_queries(m.nq) / kQTile;
-    for (int q = threadIdx.x; q < m.nq; q += kThreads)
-        qv[q] = kCollect ? (int)limit[q] - m.qconst[q] : INT_MAX;
-    const uint4 *qsrc = reinterpret_cast<const uint4 *>(m.qvec);
-    uint4 pre[kPre];
-    auto fetch = [&](int qt) {
-#pragma unroll
-        for (int i = 0; i < kPre; ++i) {
-            const int c = threadIdx.x + i * kThreads;
-            if (c < kPieces) pre[i] = qsrc[(long long)qt * kPieces + c];
-        }
-    };
-    auto place = [&](unsigned char *buf) {
-#pragma unroll
-        for (int i = 0; i < kPre; ++i) {
-            const int c = threadIdx.x + i * kThreads;
-            if (c < kPieces)
-                *reinterpret_cast<uint4 *>(buf + (c / (kp / 16)) * stride + (c % (kp / 16)) * 16) =
-                    pre[i];
-        }
-    };
+    for (int q = threadIdx.x; q < nqp; q += kThreads)
+        qv[q] = !kCollect ? INT_MAX : q < m.nq ? m.qconst[q] - (int)limit[q] - 1 : 0;
+    // fragment (qt, ks, mt) of this lane: qf[((qt * KS + ks) * 4 + mt) * 32]
+    const uint4 *qf = reinterpret_cast<const uint4 *>(m.qvec) + lane;
     // each thread's row of the next tile comes in (cp.async) while this tile
     // runs; only that thread reads it, so its own wait is enough
     const int rb = raw_bytes(m);
@@ -295,26 +301,38 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
     stage(first);
     for (long long r0 = first; r0 < last; r0 += kTile) {
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-        __syncthreads();  // the last tile's readers are done with ys and qs
+        __syncthreads();  // the last tile's readers are done with ys
         row_levels<KS>(m, reinterpret_cast<const uint64_t *>(mine), r0 + threadIdx.x < last,
                        ys + threadIdx.x * stride);
         if (r0 + kTile < last) stage(r0 + kTile);
-        fetch(0);
-        place(qs);
         __syncthreads();
         const long long r = r0 + warp * 32;  // this warp's rows
         const bool full = r0 + kTile <= last;
+        // the queries' fragments come from L1/L2 (every warp of the block
+        // reads the same), each step's while the one before runs: no
+        // shared copy, so no barrier between query tiles
+        uint4 a[4];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) a[mt] = __ldg(qf + mt * 32);
         for (int qt = 0; qt < nqt; ++qt) {
-            const unsigned char *qb = qs + (qt & 1) * kQTile * stride;
-            if (qt + 1 < nqt) fetch(qt + 1);
-            int acc[4][4][4];
+            int c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};  // the starts, queries g and g + 8
+            if constexpr (kCollect) {
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt) {
+                    c0[mt] = qv[qt * kQTile + mt * 16 + g];
+                    c1[mt] = qv[qt * kQTile + mt * 16 + 8 + g];
+                }
+            }
+            Acc acc;
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) {
-                unsigned a[4][4];  // queries 16 mt .. 16 mt + 15
+                // the next fragments: this tile's next step, or the next
+                // tile's first (the last tile reloads its own: harmless)
+                const long long next = ks + 1 < KS ? (long long)qt * KS + ks + 1
+                                                   : (long long)min(qt + 1, nqt - 1) * KS;
+                uint4 an[4];
 #pragma unroll
-                for (int mt = 0; mt < 4; ++mt)
-                    ldsm_x4(a[mt], qb + (mt * 16 + (lane & 15)) * stride + ks * 32 +
-                                       (lane >> 4) * 16);
+                for (int mt = 0; mt < 4; ++mt) an[mt] = __ldg(qf + (next * 4 + mt) * 32);
 #pragma unroll
                 for (int np = 0; np < 2; ++np) {
                     unsigned b[4];  // rows 16 np .. 16 np + 15 of the warp's
@@ -322,17 +340,24 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
                                    ks * 32 + ((lane >> 3) & 1) * 16);
 #pragma unroll
                     for (int mt = 0; mt < 4; ++mt) {
-                        mma_s8(acc[mt][2 * np], a[mt], b[0], b[1], ks == 0);
-                        mma_s8(acc[mt][2 * np + 1], a[mt], b[2], b[3], ks == 0);
+                        if (ks == 0) {
+                            mma_first(acc[mt][2 * np], a[mt], b[0], b[1], c0[mt], c1[mt]);
+                            mma_first(acc[mt][2 * np + 1], a[mt], b[2], b[3], c0[mt], c1[mt]);
+                        } else {
+                            mma_add(acc[mt][2 * np], a[mt], b[0], b[1]);
+                            mma_add(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                        }
                     }
                 }
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt) a[mt] = an[mt];
             }
-            if (full)
-                epilogue<kCollect, true>(m, acc, qv, hits, qt * kQTile, r, last, g, t);
+            if constexpr (kCollect)
+                epilogue_collect(m, acc, hits, qt * kQTile, r, last, g, t);
+            else if (full)
+                epilogue_min<true>(m, acc, qv, qt * kQTile, r, last, g, t);
             else
-                epilogue<kCollect, false>(m, acc, qv, hits, qt * kQTile, r, last, g, t);
-            if (qt + 1 < nqt) place(qs + ((qt + 1) & 1) * kQTile * stride);
-            __syncthreads();
+                epilogue_min<false>(m, acc, qv, qt * kQTile, r, last, g, t);
         }
         if constexpr (kCollect) flush_hits(m, hits);
     }
@@ -345,21 +370,6 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
                 atomicAdd(&m.hist[(long long)q * m.nbins + (d >> m.shift)], 1u);
             }
     }
-}
-
-// After step 2, a block per query: the histogram of its buffered D (every D
-// up to T_q), built in shared memory and written whole.
-__global__ void xfbq_mma_hist_kernel(const XfbqMma m)
-{
-    extern __shared__ unsigned h[];
-    const int q = blockIdx.x;
-    for (int i = threadIdx.x; i < m.nbins; i += blockDim.x) h[i] = 0;
-    __syncthreads();
-    const int nb = min(m.fill[q], m.cap);
-    const unsigned *d = m.buf_d + (long long)q * m.cap;
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) atomicAdd(&h[d[i] >> m.shift], 1u);
-    __syncthreads();
-    for (int i = threadIdx.x; i < m.nbins; i += blockDim.x) m.hist[(long long)q * m.nbins + i] = h[i];
 }
 
 // Step 3: a block per query of the pass; a warp ballots 32 buffered rows at a
@@ -440,6 +450,35 @@ __device__ __forceinline__ void pop_d(const XfbqMma &m, const uint64_t *xq, int 
     }
 }
 
+// After step 2, a block per query: each buffered row's D, by XOR and
+// popcount (step 2 kept only rows: its D are in accumulator registers that
+// a lane cannot index), and their histogram (every D up to T_q), built in
+// shared memory and written whole.
+__global__ void xfbq_mma_hist_kernel(const XfbqMma m)
+{
+    extern __shared__ unsigned h[];
+    __shared__ uint64_t x[16];  // the query's planes
+    const int q = blockIdx.x, qw = m.qbits * m.words;
+    assert(qw <= 16);
+    for (int i = threadIdx.x; i < m.nbins; i += blockDim.x) h[i] = 0;
+    for (int i = threadIdx.x; i < qw; i += blockDim.x) x[i] = m.query_codes[(long long)q * qw + i];
+    __syncthreads();
+    const int nb = min(m.fill[q], m.cap);
+    const long long base = (long long)q * m.cap;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) {
+        unsigned d[1];
+        pop_d<1, 0, 0, 0>(m, x, qw,
+                          reinterpret_cast<const uint64_t *>(m.codes +
+                                                             (long long)m.buf_row[base + i] * m.stride),
+                          d);
+        d[0] = min(d[0], m.dclamp);  // a no-op but for damaged codes
+        m.buf_d[base + i] = d[0];
+        atomicAdd(&h[d[0] >> m.shift], 1u);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < m.nbins; i += blockDim.x) m.hist[(long long)q * m.nbins + i] = h[i];
+}
+
 // Steps 1 and 2 for nq <= G queries: a block per chunk (step 1: every
 // chunk_step-th), a warp per 32 consecutive rows at a time.  Step 2 appends
 // a warp's rows under a query's bound with one atomic.
@@ -481,10 +520,7 @@ __global__ void __launch_bounds__(kThreads) xfbq_pop_kernel(const XfbqMma m, con
                 int slot = 0;
                 if (lane == __ffs(mask) - 1) slot = atomicAdd(&m.fill[t], __popc(mask));
                 slot = __shfl_sync(kFull, slot, __ffs(mask) - 1) + __popc(mask & ((1u << lane) - 1));
-                if (hit && slot < m.cap) {
-                    m.buf_row[(long long)t * m.cap + slot] = (int)(m.row0 + r);
-                    m.buf_d[(long long)t * m.cap + slot] = d[t];
-                }
+                if (hit && slot < m.cap) m.buf_row[(long long)t * m.cap + slot] = (int)(m.row0 + r);
             } else if (live) {
                 best[t] = min(best[t], d[t]);
             }
@@ -535,8 +571,8 @@ template <bool kCollect, int KS>
 simil_status launch_as(const XfbqMma &m, const unsigned *limit, cudaStream_t st)
 {
     const int stride = KS * 32 + 16;
-    const size_t smem = (size_t)(kTile + 2 * kQTile) * stride + (size_t)kTile * raw_bytes(m) +
-                        4 * (size_t)m.nq + (kCollect ? 4 * (size_t)(3 * kHits + 1) : 0);
+    const size_t smem = (size_t)kTile * stride + (size_t)kTile * raw_bytes(m) +
+                        4 * (size_t)padded_queries(m.nq) + (kCollect ? 4 * (size_t)(2 * kHits + 1) : 0);
     const auto kernel = xfbq_mma_kernel<kCollect, KS>;
     SML_CUDA_TRY(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

@@ -22,8 +22,9 @@
 //     gives a limit T_q no lower than the scan's own.
 //  2. collect: every row with D <= T_q goes to its query's buffer (cap rows;
 //     the count goes on past cap, so the caller learns the cap it needs);
-//     the histogram of the buffer then holds every D up to T_q: the
-//     threshold kernel on it gives the scan's own bin, limit and count.
+//     then each buffered row's D, by XOR and popcount, and their histogram,
+//     which holds every D up to T_q: the threshold kernel on it gives the
+//     scan's own bin, limit and count.
 //  3. compact: each query's rows under its limit go to the selection pass's
 //     candidate slots.
 // A batch of at most 4 queries runs steps 1 and 2 with D by XOR and popcount
@@ -56,13 +57,14 @@ struct XfbqMma {
     int chunk_step;               // step 1 takes every chunk_step-th chunk
     int cap;                      // buffered rows per query
     // scratch (xfbq_mma_carve)
-    int8_t *qvec;                 // per query, its a_d (kp of them, zero past dim)
+    int8_t *qvec;                 // the queries' a_d in fragment order (padded to 64
+                                  // queries, zero past dim and nq)
     int *qconst;                  // per query, C_q
     int *scanned;                 // per query, n (the threshold kernel's want)
     unsigned *hist;               // nq x nbins
     int *fill;                    // per query: rows with D <= T_q (may pass cap)
     int *buf_row;                 // nq x cap arena rows
-    unsigned *buf_d;              //   and their D
+    unsigned *buf_d;              //   and their D (from the rows, after step 2)
 };
 
 // Whether the tensor-core path takes codes of these bits and dimensions.
