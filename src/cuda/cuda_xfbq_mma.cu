@@ -31,7 +31,7 @@ constexpr int kThreads = 256;
 constexpr int kTile = 256;     // rows per tile: 32 per warp
 constexpr int kQTile = 64;     // queries per tile
 constexpr int kMaxKs = 4;      // dimensions up to 128
-constexpr unsigned kFull = 0xffffffffu;
+constexpr unsigned kFull = 0xffffffffu;  // every lane of a warp
 
 __host__ __device__ constexpr int padded_queries(int nq) { return (nq + kQTile - 1) / kQTile * kQTile; }
 
@@ -174,9 +174,9 @@ __device__ __forceinline__ void flush_hits(const XfbqMma &m, const Hits &h)
 using Acc = int[4][4][4];
 
 // Step 1's epilogue: each query's smallest <a, y> into qv (atomicMin).
-// kFull: every row is in the chunk (a row past it has levels 0, so a
+// kAllRows: every row is in the chunk (a row past it has levels 0, so a
 // <a, y> of 0 that is no row's).
-template <bool kFull>
+template <bool kAllRows>
 __device__ __forceinline__ void epilogue_min(const XfbqMma &m, const Acc &acc, int *qv, int q0,
                                              long long r, long long last, int g, int t)
 {
@@ -184,7 +184,7 @@ __device__ __forceinline__ void epilogue_min(const XfbqMma &m, const Acc &acc, i
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int p = 0; p < 2; ++p) valid[nt][p] = kFull || r + nt * 8 + 2 * t + p < last;
+        for (int p = 0; p < 2; ++p) valid[nt][p] = kAllRows || r + nt * 8 + 2 * t + p < last;
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
