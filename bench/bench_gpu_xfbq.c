@@ -4,7 +4,7 @@
  *
  *   bench_gpu_xfbq mix10M|fashion-mnist [PART ...] [--queries N] [--flat-queries N]
  *                  [--extras E,E,...] [--nprobes P,P,...] [--ivf-extras E,E,...]
- *                  [--extra-of range|spread] [--flat-tensor auto|off|both]
+ *                  [--extra-of range|spread] [--flat-tensor auto|off|both] [--rr]
  *   PART: prep   preprocessing: XFBQ4x3_fp32 add (alpha, quantize, upload) and
  *                IVF4096,XFBQ train + add, against IVF4096,PQ32 train + add
  *         flat   XFBQ4x3_fp32 (re-ranking floats on the GPU) over the extra
@@ -22,6 +22,7 @@
  *   fashion-mnist)
  *   --extra-of: what the extra distances are fractions of (search parameter
  *   extra_of; default range)
+ *   --rr: the flat parts' indexes with the rotation (RR,XFBQ4x3_fp16, ...)
  *   --flat-tensor: where flat XFBQ computes its distances: auto (the default:
  *   integer tensor cores where they take the scan), off (XOR and popcount), or
  *   both, each extra distance timed both ways (sml_cuda_xfbq_tensor)
@@ -189,7 +190,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_gpu_xfbq mix10M|fashion-mnist [prep] [flat] [ivf] [ivfx] [host] [fp16] "
                         "[--queries N] [--flat-queries N] [--extras E,..] [--nprobes P,..] "
                         "[--ivf-extras E,..] [--extra-of range|spread] "
-                        "[--flat-tensor auto|off|both]   (needs a GPU)\n");
+                        "[--flat-tensor auto|off|both] [--rr]   (needs a GPU)\n");
         return 2;
     }
     bench b = {.name = argv[1], .extra_of = "range"};
@@ -198,7 +199,7 @@ int main(int argc, char **argv)
     int nextras = 4, nnprobes = 5, nivf_extras = 3;
     int64_t nq_limit = 10000, flat_nq = 10000;
     const char *flat_tensor = "auto";
-    int parts = 0;
+    int parts = 0, rr = 0;
     for (int a = 2; a < argc; a++) {
         if (strcmp(argv[a], "prep") == 0) parts |= 1;
         else if (strcmp(argv[a], "flat") == 0) parts |= 2;
@@ -218,6 +219,8 @@ int main(int argc, char **argv)
             b.extra_of = argv[++a];
         else if (a + 1 < argc && strcmp(argv[a], "--flat-tensor") == 0)
             flat_tensor = argv[++a];
+        else if (strcmp(argv[a], "--rr") == 0)
+            rr = 1;
         else {
             fprintf(stderr, "bench_gpu_xfbq: unknown argument '%s'\n", argv[a]);
             return 2;
@@ -302,7 +305,8 @@ int main(int argc, char **argv)
     static const int flat_parts[] = {2, 16, 32};
     for (int h = 0; h < 3; h++) {
         if (!(parts & flat_parts[h])) continue;
-        const char *desc = flat_kinds[h];
+        char desc[64];
+        snprintf(desc, sizeof desc, "%s%s", rr ? "RR," : "", flat_kinds[h]);
         simil_index *x = build(&b, desc, NULL);
         best top = {0};
         bench sub = b;

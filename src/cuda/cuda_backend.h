@@ -71,7 +71,7 @@ void sml_cuda_knn_small_max(long long nq);
 /* Tests and benchmarks: where flat XFBQ on the GPU computes its estimated
  * distances.  -1, the default: on integer tensor cores wherever that path
  * takes the scan (one list, no filter, the window of the range, at most 7
- * bits a side and 128 dimensions, and enough rows for its bound), else with
+ * bits a side and 1,024 dimensions, and enough rows for its bound), else with
  * XOR and popcount; 0: always XOR and popcount; 1: tensor cores wherever
  * they take the scan, however few the rows.  Both give the same candidates.
  * Not for concurrent use. */

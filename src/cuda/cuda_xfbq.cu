@@ -66,6 +66,7 @@
 #include "core/xfbq_code.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_ivf.cuh"
+#include "cuda/cuda_xfbq_d.cuh"
 #include "cuda/cuda_xfbq_mma.cuh"
 #include "cuda/select.cuh"
 
@@ -188,48 +189,12 @@ __global__ void __launch_bounds__(kThreads) xfbq_distance_kernel(const Batch b,
         }
     }
     __syncthreads();
-    if constexpr (Q > 0) {
-        for (int r = it.begin + threadIdx.x; r < it.end; r += blockDim.x) {
-            const uint64_t *y =
-                reinterpret_cast<const uint64_t *>(b.codes + (it.row0 + r) * b.code_stride);
-            uint64_t yw[B * W];
-#pragma unroll
-            for (int e = 0; e < B * W; ++e) yw[e] = __ldg(y + e);
-            unsigned d[G];
-#pragma unroll
-            for (int t = 0; t < G; ++t) d[t] = 0;
-#pragma unroll
-            for (int j = 0; j < B; ++j)
-#pragma unroll
-                for (int i = 0; i < Q; ++i)
-#pragma unroll
-                    for (int t = 0; t < G; ++t) {
-                        unsigned c = 0;
-#pragma unroll
-                        for (int w = 0; w < W; ++w) c += __popcll(xq[t][i * W + w] ^ yw[j * W + w]);
-                        d[t] += c << ((Q - 1 - i) + (B - 1 - j));
-                    }
-            record<DT, G>(b, it, hist, out, d, r);
-        }
-    } else {
-        for (int r = it.begin + threadIdx.x; r < it.end; r += blockDim.x) {
-            const uint64_t *y =
-                reinterpret_cast<const uint64_t *>(b.codes + (it.row0 + r) * b.code_stride);
-            unsigned d[G];
-#pragma unroll
-            for (int t = 0; t < G; ++t) d[t] = 0;
-            for (int j = 0; j < b.bbits; ++j)
-                for (int w = 0; w < b.words; ++w) {
-                    const uint64_t yw = __ldg(y + j * b.words + w);
-                    for (int i = 0; i < b.qbits; ++i) {
-                        const int sh = (b.qbits - 1 - i) + (b.bbits - 1 - j);
-#pragma unroll
-                        for (int t = 0; t < G; ++t)
-                            d[t] += (unsigned)__popcll(xq[t][i * b.words + w] ^ yw) << sh;
-                    }
-                }
-            record<DT, G>(b, it, hist, out, d, r);
-        }
+    for (int r = it.begin + threadIdx.x; r < it.end; r += blockDim.x) {
+        unsigned d[G];
+        xfbq_row_d<G, Q, B, W>(
+            xq, reinterpret_cast<const uint64_t *>(b.codes + (it.row0 + r) * b.code_stride),
+            b.qbits, b.bbits, b.words, d);
+        record<DT, G>(b, it, hist, out, d, r);
     }
     __syncthreads();
     for (int i = threadIdx.x; i < it.npairs * b.nbins; i += blockDim.x)
@@ -864,8 +829,8 @@ bool flat_mma_fits(const sml_xfbq_scan_args *a, int sm_count)
         !xfbq_mma_fits((int)a->query_bits, (int)a->base_bits, (int)sc.dim))
         return false;
     const long long n = sc.lists.size[0];
-    const long long chunks = (n + xfbq_mma_rows_per_block(n, sm_count) - 1) /
-                             xfbq_mma_rows_per_block(n, sm_count);
+    const int rows = xfbq_mma_rows_per_block(n, sm_count);
+    const long long chunks = (n + rows - 1) / rows;
     return n > 0 && (mode == 1 || chunks >= 16 * sc.k);
 }
 
@@ -889,7 +854,6 @@ simil_status run_flat_mma(Device *dev, const sml_xfbq_scan_args *a, long long q0
     m.words = (int)a->words;
     m.dim = (int)sc.dim;
     m.nq = nq;
-    m.dclamp = (unsigned)(((unsigned long long)a->nbins << a->bin_shift) - 1);
     m.shift = a->bin_shift;
     m.nbins = (int)a->nbins;
     m.rows_per_block = xfbq_mma_rows_per_block(m.n, dev->sm_count);
@@ -900,15 +864,16 @@ simil_status run_flat_mma(Device *dev, const sml_xfbq_scan_args *a, long long q0
     m.cap = (int)(cap < kFlatCapMin ? kFlatCapMin : cap > kFlatCapMax ? kFlatCapMax : cap);
     m.cap = m.cap < m.n ? m.cap : m.n;
     Scratch s{};
+    auto carve = [&](Carve &c) {
+        carve_select(c, a, nq, kCandBudget, &s);
+        xfbq_mma_carve(c, &m);
+    };
     Carve sizing(nullptr);
-    carve_select(sizing, a, nq, kCandBudget, &s);
-    const size_t select_bytes = sizing.used();
+    carve(sizing);
     char *ws = nullptr;
-    SML_TRY(device_workspace(dev, select_bytes + xfbq_mma_carve(nullptr, &m),
-                             reinterpret_cast<void **>(&ws)));
+    SML_TRY(device_workspace(dev, sizing.used(), reinterpret_cast<void **>(&ws)));
     Carve c(ws);
-    carve_select(c, a, nq, kCandBudget, &s);
-    xfbq_mma_carve(ws + c.used(), &m);
+    carve(c);
     // host: the selection passes' segments, the counts
     char *host;
     SML_TRY(device_pinned(dev, (size_t)nq * 16, reinterpret_cast<void **>(&host)));
@@ -917,6 +882,7 @@ simil_status run_flat_mma(Device *dev, const sml_xfbq_scan_args *a, long long q0
     Batch b{};
     SML_TRY(query_codes_of(a, q0, nq, s, st, &m.query_codes));
     batch_common(a, q0, s, &b);
+    m.dclamp = b.dclamp;
     b.hist = m.hist;
     b.scanned = m.scanned;
     SML_TRY(xfbq_mma_prepare(m, st));

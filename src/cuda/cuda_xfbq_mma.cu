@@ -22,6 +22,7 @@
 
 #include "cuda/cuda_util.cuh"
 #include "cuda/cuda_workspace.cuh"
+#include "cuda/cuda_xfbq_d.cuh"
 #include "cuda/cuda_xfbq_mma.cuh"
 
 namespace sml {
@@ -30,7 +31,10 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kTile = 256;     // rows per tile: 32 per warp
 constexpr int kQTile = 64;     // queries per tile
-constexpr int kMaxKs = 4;      // dimensions up to 128
+constexpr int kMaxKs = 4;      // xfbq_mma_kernel: dimensions up to 128
+constexpr int kMaxDim = 1024;  // xfbq_mma_wide_kernel past that, to this
+// a query's planes: at most 7 of at most kMaxDim / 64 words
+constexpr int kMaxQueryWords = 7 * (kMaxDim / 64);
 constexpr unsigned kFull = 0xffffffffu;  // every lane of a warp
 
 __host__ __device__ constexpr int padded_queries(int nq) { return (nq + kQTile - 1) / kQTile * kQTile; }
@@ -167,17 +171,18 @@ __device__ __forceinline__ void flush_hits(const XfbqMma &m, const Hits &h)
     if (threadIdx.x == 0) *h.n = 0;
 }
 
-// The accumulators of one query tile (queries q0 on) against a warp's 32
-// rows (from row r): acc[mt][nt] holds <a, y> (step 2: plus a start) for
-// queries 16 mt + g (+8 in its elements 2, 3) and rows 8 nt + 2t (+1 in its
-// odd elements).
-using Acc = int[4][4][4];
+// The accumulators of a warp's MT slabs of 16 queries (queries q0 on) against
+// its 32 rows (from row r): acc[mt][nt] holds <a, y> (step 2: plus a start)
+// for queries 16 mt + g (+8 in its elements 2, 3) and rows 8 nt + 2t (+1 in
+// its odd elements).
+template <int MT>
+using Acc = int[MT][4][4];
 
 // Step 1's epilogue: each query's smallest <a, y> into qv (atomicMin).
 // kAllRows: every row is in the chunk (a row past it has levels 0, so a
 // <a, y> of 0 that is no row's).
-template <bool kAllRows>
-__device__ __forceinline__ void epilogue_min(const XfbqMma &m, const Acc &acc, int *qv, int q0,
+template <bool kAllRows, int MT>
+__device__ __forceinline__ void epilogue_min(const XfbqMma &m, const Acc<MT> &acc, int *qv, int q0,
                                              long long r, long long last, int g, int t)
 {
     bool valid[4][2];
@@ -186,7 +191,7 @@ __device__ __forceinline__ void epilogue_min(const XfbqMma &m, const Acc &acc, i
 #pragma unroll
         for (int p = 0; p < 2; ++p) valid[nt][p] = kAllRows || r + nt * 8 + 2 * t + p < last;
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int q = q0 + mt * 16 + h * 8 + g;
@@ -204,17 +209,19 @@ __device__ __forceinline__ void epilogue_min(const XfbqMma &m, const Acc &acc, i
 
 // Step 2's epilogue.  The accumulators started at C_q - T_q - 1, so a row is
 // under its query's bound where its accumulator is negative: one OR of all
-// 64 finds the few threads with any (at 5,000 rows a query in 10M, about 3%
-// of them), and only those decode each hit's query and row from its place.
-// Rows past the chunk (levels 0) may test negative: the row check drops
-// them.  A padding query's accumulators stay 0.
-__device__ __forceinline__ void epilogue_collect(const XfbqMma &m, const Acc &acc,
+// of them finds the few threads with any (at 5,000 rows a query in 10M,
+// about 3% at MT = 4), and only those decode each hit's query and row from
+// its place.  Rows past the chunk (levels 0) may test negative: the row
+// check drops them.  A padding query's accumulators stay 0.
+template <int MT>
+__device__ __forceinline__ void epilogue_collect(const XfbqMma &m, const Acc<MT> &acc,
                                                  const Hits &hits, int q0, long long r,
                                                  long long last, int g, int t)
 {
+    static_assert(MT * 16 <= 64, "a bit per accumulator");
     int any = 0;
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -222,7 +229,7 @@ __device__ __forceinline__ void epilogue_collect(const XfbqMma &m, const Acc &ac
     if (any >= 0) return;
     unsigned long long bits = 0;
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -258,6 +265,19 @@ __device__ __forceinline__ void mma_add(int (&c)[4], const uint4 &a, unsigned b0
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+// The end of step 1, by the whole block: each query's chunk minimum (qv)
+// into its histogram.
+__device__ __forceinline__ void minima_to_hist(const XfbqMma &m, const int *qv)
+{
+    __syncthreads();
+    for (int q = threadIdx.x; q < m.nq; q += kThreads)
+        if (qv[q] < INT_MAX) {
+            // C_q + <a, y> is D >= 0; the clamp is a no-op but for damaged codes
+            const unsigned d = min((unsigned)(m.qconst[q] + qv[q]), m.dclamp);
+            atomicAdd(&m.hist[(long long)q * m.nbins + (d >> m.shift)], 1u);
+        }
 }
 
 // Steps 1 (kCollect false) and 2 (true); see the file comment.
@@ -323,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
                     c1[mt] = qv[qt * kQTile + mt * 16 + 8 + g];
                 }
             }
-            Acc acc;
+            Acc<4> acc;
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) {
                 // the next fragments: this tile's next step, or the next
@@ -353,23 +373,120 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
                 for (int mt = 0; mt < 4; ++mt) a[mt] = an[mt];
             }
             if constexpr (kCollect)
-                epilogue_collect(m, acc, hits, qt * kQTile, r, last, g, t);
+                epilogue_collect<4>(m, acc, hits, qt * kQTile, r, last, g, t);
             else if (full)
-                epilogue_min<true>(m, acc, qv, qt * kQTile, r, last, g, t);
+                epilogue_min<true, 4>(m, acc, qv, qt * kQTile, r, last, g, t);
             else
-                epilogue_min<false>(m, acc, qv, qt * kQTile, r, last, g, t);
+                epilogue_min<false, 4>(m, acc, qv, qt * kQTile, r, last, g, t);
         }
         if constexpr (kCollect) flush_hits(m, hits);
     }
-    if constexpr (!kCollect) {
-        __syncthreads();
-        for (int q = threadIdx.x; q < m.nq; q += kThreads)
-            if (qv[q] < INT_MAX) {
-                // C_q + <a, y> is D >= 0; the clamp is a no-op but for damaged codes
-                const unsigned d = min((unsigned)(m.qconst[q] + qv[q]), m.dclamp);
-                atomicAdd(&m.hist[(long long)q * m.nbins + (d >> m.shift)], 1u);
+    if constexpr (!kCollect) minima_to_hist(m, qv);
+}
+
+// Wide rows (more than 128 dimensions, up to kMaxDim): 64 rows a tile, since
+// their levels take kp + 16 bytes each in shared memory.  The 8 warps are 2
+// groups of 32 rows by 4 slabs of 16 queries: each warp runs its 32 rows
+// against its slab of every query tile, over kp / 32 steps (a loop, not
+// unrolled).  The threads turn the rows' planes into levels 32 dimensions at
+// a time, any thread any row, so a barrier comes between that and staging
+// the next tile's planes.  Otherwise as xfbq_mma_kernel.
+constexpr int kWideTile = 64;
+
+template <bool kCollect>
+__global__ void __launch_bounds__(kThreads, 2) xfbq_mma_wide_kernel(const XfbqMma m,
+                                                                    const unsigned *limit)
+{
+    const int steps = (m.dim + 31) / 32, stride = steps * 32 + 16, rb = raw_bytes(m);
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char *ys = smem;
+    unsigned char *rs = ys + kWideTile * stride;  // the rows' planes (rb each)
+    int *qv = reinterpret_cast<int *>(rs + kWideTile * rb);
+    const int nqp = padded_queries(m.nq), nqt = nqp / kQTile;
+    int *hit_words = qv + nqp;
+    const Hits hits{hit_words + (kCollect ? 2 * kHits : 0), hit_words, hit_words + kHits};
+    if (kCollect && threadIdx.x == 0) *hits.n = 0;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int group = warp & 1, slab = warp >> 1;  // this warp's rows and queries
+    const long long first =
+        (long long)blockIdx.x * (kCollect ? 1 : m.chunk_step) * m.rows_per_block;
+    const long long last = min(first + m.rows_per_block, (long long)m.n);
+    for (int q = threadIdx.x; q < nqp; q += kThreads)
+        qv[q] = !kCollect ? INT_MAX : q < m.nq ? m.qconst[q] - (int)limit[q] - 1 : 0;
+    const uint4 *qf = reinterpret_cast<const uint4 *>(m.qvec) + lane;
+    auto stage = [&](long long r0) {
+        const int pieces = (int)min((long long)kWideTile, last - r0) * (rb / 16);
+        for (int i = threadIdx.x; i < pieces; i += kThreads) {
+            const int row = i / (rb / 16), c = i % (rb / 16) * 16;
+            cp_async16(rs + row * rb + c, m.codes + (m.row0 + r0 + row) * m.stride + c);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+    stage(first);
+    for (long long r0 = first; r0 < last; r0 += kWideTile) {
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads();  // every thread's planes are in; ys is free
+        const int live = (int)min((long long)kWideTile, last - r0);
+        for (int i = threadIdx.x; i < kWideTile * steps; i += kThreads) {
+            const int row = i / steps, s = i % steps;  // dimensions 32 s .. 32 s + 31
+            unsigned out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if (row < live) {
+                const uint64_t *y = reinterpret_cast<const uint64_t *>(rs + row * rb);
+                for (int j = 0; j < m.bbits; ++j) {
+                    const unsigned w = (unsigned)(y[j * m.words + s / 2] >> (32 * (s % 2)));
+#pragma unroll
+                    for (int e = 0; e < 8; ++e)
+                        out[e] |= ((((w >> (4 * e)) & 15u) * 0x00204081u) & 0x01010101u)
+                                  << (m.bbits - 1 - j);
+                }
             }
+            uint4 *dst = reinterpret_cast<uint4 *>(ys + row * stride + s * 32);
+            dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+            dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+        }
+        __syncthreads();  // ys is whole; the planes are read
+        if (r0 + kWideTile < last) stage(r0 + kWideTile);
+        const long long r = r0 + group * 32;
+        const bool full = r0 + kWideTile <= last;
+        const unsigned char *yb =
+            ys + (group * 32 + (lane >> 4) * 8 + (lane & 7)) * stride + ((lane >> 3) & 1) * 16;
+        for (int qt = 0; qt < nqt; ++qt) {
+            int c0 = 0, c1 = 0;  // the starts, queries g and g + 8 of the slab
+            if constexpr (kCollect) {
+                c0 = qv[qt * kQTile + slab * 16 + g];
+                c1 = qv[qt * kQTile + slab * 16 + 8 + g];
+            }
+            // fragment (qt, step, slab): qa[step * 4 * 32]
+            const uint4 *qa = qf + ((long long)qt * steps * 4 + slab) * 32;
+            int acc[1][4][4];
+            uint4 a = __ldg(qa);
+            for (int ks = 0; ks < steps; ++ks) {
+                const uint4 an = __ldg(qa + (long long)min(ks + 1, steps - 1) * 4 * 32);
+#pragma unroll
+                for (int np = 0; np < 2; ++np) {
+                    unsigned b[4];  // rows 16 np .. 16 np + 15 of the warp's
+                    ldsm_x4(b, yb + np * 16 * stride + ks * 32);
+                    if (ks == 0) {
+                        mma_first(acc[0][2 * np], a, b[0], b[1], c0, c1);
+                        mma_first(acc[0][2 * np + 1], a, b[2], b[3], c0, c1);
+                    } else {
+                        mma_add(acc[0][2 * np], a, b[0], b[1]);
+                        mma_add(acc[0][2 * np + 1], a, b[2], b[3]);
+                    }
+                }
+                a = an;
+            }
+            const int q0 = qt * kQTile + slab * 16;
+            if constexpr (kCollect)
+                epilogue_collect<1>(m, acc, hits, q0, r, last, g, t);
+            else if (full)
+                epilogue_min<true, 1>(m, acc, qv, q0, r, last, g, t);
+            else
+                epilogue_min<false, 1>(m, acc, qv, q0, r, last, g, t);
+        }
+        if constexpr (kCollect) flush_hits(m, hits);
     }
+    if constexpr (!kCollect) minima_to_hist(m, qv);
 }
 
 // Step 3: a block per query of the pass; a warp ballots 32 buffered rows at a
@@ -412,44 +529,6 @@ __global__ void xfbq_mma_compact_kernel(const XfbqMma m, const unsigned *limit,
 
 constexpr int kPopQueries = 4;
 
-// D of the row whose planes are at y against the G queries at xq (qw words
-// each).  Q, B, W > 0 fix the bits and words per plane (the loops unroll);
-// 0 reads them from m.
-template <int G, int Q, int B, int W>
-__device__ __forceinline__ void pop_d(const XfbqMma &m, const uint64_t *xq, int qw,
-                                      const uint64_t *y, unsigned (&d)[G])
-{
-#pragma unroll
-    for (int t = 0; t < G; ++t) d[t] = 0;
-    if constexpr (Q > 0) {
-        uint64_t yw[B * W];
-#pragma unroll
-        for (int e = 0; e < B * W; ++e) yw[e] = __ldg(y + e);
-#pragma unroll
-        for (int j = 0; j < B; ++j)
-#pragma unroll
-            for (int i = 0; i < Q; ++i)
-#pragma unroll
-                for (int t = 0; t < G; ++t) {
-                    unsigned c = 0;
-#pragma unroll
-                    for (int w = 0; w < W; ++w) c += __popcll(xq[t * qw + i * W + w] ^ yw[j * W + w]);
-                    d[t] += c << ((Q - 1 - i) + (B - 1 - j));
-                }
-    } else {
-        for (int j = 0; j < m.bbits; ++j)
-            for (int w = 0; w < m.words; ++w) {
-                const uint64_t yw = __ldg(y + j * m.words + w);
-                for (int i = 0; i < m.qbits; ++i) {
-                    const int sh = (m.qbits - 1 - i) + (m.bbits - 1 - j);
-#pragma unroll
-                    for (int t = 0; t < G; ++t)
-                        d[t] += (unsigned)__popcll(xq[t * qw + i * m.words + w] ^ yw) << sh;
-                }
-            }
-    }
-}
-
 // After step 2, a block per query: each buffered row's D, by XOR and
 // popcount (step 2 kept only rows: its D are in accumulator registers that
 // a lane cannot index), and their histogram (every D up to T_q), built in
@@ -457,9 +536,9 @@ __device__ __forceinline__ void pop_d(const XfbqMma &m, const uint64_t *xq, int 
 __global__ void xfbq_mma_hist_kernel(const XfbqMma m)
 {
     extern __shared__ unsigned h[];
-    __shared__ uint64_t x[16];  // the query's planes
+    __shared__ uint64_t x[kMaxQueryWords];  // the query's planes
     const int q = blockIdx.x, qw = m.qbits * m.words;
-    assert(qw <= 16);
+    assert(qw <= kMaxQueryWords);
     for (int i = threadIdx.x; i < m.nbins; i += blockDim.x) h[i] = 0;
     for (int i = threadIdx.x; i < qw; i += blockDim.x) x[i] = m.query_codes[(long long)q * qw + i];
     __syncthreads();
@@ -467,10 +546,10 @@ __global__ void xfbq_mma_hist_kernel(const XfbqMma m)
     const long long base = (long long)q * m.cap;
     for (int i = threadIdx.x; i < nb; i += blockDim.x) {
         unsigned d[1];
-        pop_d<1, 0, 0, 0>(m, x, qw,
-                          reinterpret_cast<const uint64_t *>(m.codes +
-                                                             (long long)m.buf_row[base + i] * m.stride),
-                          d);
+        const uint64_t *const xq[1] = {x};
+        xfbq_row_d<1, 0, 0, 0>(
+            xq, reinterpret_cast<const uint64_t *>(m.codes + (long long)m.buf_row[base + i] * m.stride),
+            m.qbits, m.bbits, m.words, d);
         d[0] = min(d[0], m.dclamp);  // a no-op but for damaged codes
         m.buf_d[base + i] = d[0];
         atomicAdd(&h[d[0] >> m.shift], 1u);
@@ -485,14 +564,16 @@ __global__ void xfbq_mma_hist_kernel(const XfbqMma m)
 template <bool kCollect, int G, int Q, int B, int W>
 __global__ void __launch_bounds__(kThreads) xfbq_pop_kernel(const XfbqMma m, const unsigned *limit)
 {
-    __shared__ uint64_t xs[kPopQueries * 16];  // qbits * words <= 14 words a query
+    __shared__ uint64_t xs[kPopQueries * kMaxQueryWords];
     __shared__ unsigned qmin[kPopQueries];
     const int qw = m.qbits * m.words, nq = m.nq, lane = threadIdx.x & 31;
     for (int i = threadIdx.x; i < nq * qw; i += kThreads) xs[i] = m.query_codes[i];
     if (threadIdx.x < kPopQueries) qmin[threadIdx.x] = UINT_MAX;
     unsigned lim[G], best[G];
+    const uint64_t *xq[G];  // past nq: query 0 again (its D unused)
 #pragma unroll
     for (int t = 0; t < G; ++t) {
+        xq[t] = xs + (t < nq ? t : 0) * qw;
         lim[t] = kCollect && t < nq ? limit[t] : 0;
         best[t] = UINT_MAX;
     }
@@ -505,10 +586,9 @@ __global__ void __launch_bounds__(kThreads) xfbq_pop_kernel(const XfbqMma m, con
         const long long r = r0 + lane;
         const bool live = r < last;
         unsigned d[G];
-        pop_d<G, Q, B, W>(m, xs, qw,
-                          reinterpret_cast<const uint64_t *>(m.codes +
-                                                             (m.row0 + (live ? r : r0)) * m.stride),
-                          d);
+        xfbq_row_d<G, Q, B, W>(
+            xq, reinterpret_cast<const uint64_t *>(m.codes + (m.row0 + (live ? r : r0)) * m.stride),
+            m.qbits, m.bbits, m.words, d);
 #pragma unroll
         for (int t = 0; t < G; ++t) {
             if (t >= nq) break;
@@ -558,7 +638,7 @@ simil_status launch_pop_g(const XfbqMma &m, const unsigned *limit, long long blo
 template <bool kCollect>
 simil_status launch_pop(const XfbqMma &m, const unsigned *limit, cudaStream_t st)
 {
-    assert(m.nq >= 1 && m.nq <= kPopQueries && m.qbits * m.words <= 16);
+    assert(m.nq >= 1 && m.nq <= kPopQueries && m.qbits * m.words <= kMaxQueryWords);
     const long long chunks = ((long long)m.n + m.rows_per_block - 1) / m.rows_per_block;
     const long long blocks = kCollect ? chunks : (chunks + m.chunk_step - 1) / m.chunk_step;
     if (m.nq == 1) return launch_pop_g<kCollect, 1>(m, limit, blocks, st);
@@ -567,20 +647,33 @@ simil_status launch_pop(const XfbqMma &m, const unsigned *limit, cudaStream_t st
     return launch_pop_g<kCollect, 4>(m, limit, blocks, st);
 }
 
-template <bool kCollect, int KS>
-simil_status launch_as(const XfbqMma &m, const unsigned *limit, cudaStream_t st)
+// Shared memory of a kernel whose tiles hold rows (levels kp + 16 bytes
+// apart, then planes): the tile, the per-query words, step 2's hits.
+size_t tile_smem(const XfbqMma &m, bool collect, int rows)
 {
-    const int stride = KS * 32 + 16;
-    const size_t smem = (size_t)kTile * stride + (size_t)kTile * raw_bytes(m) +
-                        4 * (size_t)padded_queries(m.nq) + (kCollect ? 4 * (size_t)(2 * kHits + 1) : 0);
-    const auto kernel = xfbq_mma_kernel<kCollect, KS>;
+    const int kp = (m.dim + 31) / 32 * 32;
+    return (size_t)rows * (kp + 16) + (size_t)rows * raw_bytes(m) +
+           4 * (size_t)padded_queries(m.nq) + (collect ? 4 * (size_t)(2 * kHits + 1) : 0);
+}
+
+template <typename Kernel>
+simil_status launch_tiles(Kernel kernel, const char *name, size_t smem, const XfbqMma &m,
+                          bool collect, const unsigned *limit, cudaStream_t st)
+{
     SML_CUDA_TRY(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const long long chunks = ((long long)m.n + m.rows_per_block - 1) / m.rows_per_block;
-    const long long blocks = kCollect ? chunks : (chunks + m.chunk_step - 1) / m.chunk_step;
+    const long long blocks = collect ? chunks : (chunks + m.chunk_step - 1) / m.chunk_step;
     kernel<<<(unsigned)blocks, kThreads, smem, st>>>(m, limit);
-    SML_LAUNCH_TRY("xfbq_mma_kernel");
-    return SIMIL_OK;
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? SIMIL_OK : cuda_status(e, name, __FILE__, __LINE__);
+}
+
+template <bool kCollect, int KS>
+simil_status launch_as(const XfbqMma &m, const unsigned *limit, cudaStream_t st)
+{
+    return launch_tiles(xfbq_mma_kernel<kCollect, KS>, "launch of xfbq_mma_kernel",
+                        tile_smem(m, kCollect, kTile), m, kCollect, limit, st);
 }
 
 template <bool kCollect>
@@ -588,12 +681,16 @@ simil_status launch(const XfbqMma &m, const unsigned *limit, cudaStream_t st)
 {
     assert(m.nq >= 1 && m.nq <= kXfbqMmaMaxQueries && m.n >= 1 && m.rows_per_block % kTile == 0);
     assert(raw_bytes(m) <= m.stride && m.stride % 16 == 0);  // staging reads within a row
+    static_assert(kMaxKs == 4, "a case for every width of xfbq_mma_kernel");
     switch ((m.dim + 31) / 32) {
     case 1: return launch_as<kCollect, 1>(m, limit, st);
     case 2: return launch_as<kCollect, 2>(m, limit, st);
     case 3: return launch_as<kCollect, 3>(m, limit, st);
     case 4: return launch_as<kCollect, 4>(m, limit, st);
-    default: assert(!"dimensions past xfbq_mma_fits"); return SIMIL_ERR_UNSUPPORTED;
+    default:
+        assert(m.dim <= kMaxDim);
+        return launch_tiles(xfbq_mma_wide_kernel<kCollect>, "launch of xfbq_mma_wide_kernel",
+                            tile_smem(m, kCollect, kWideTile), m, kCollect, limit, st);
     }
 }
 
@@ -603,7 +700,7 @@ bool xfbq_mma_fits(int qbits, int bbits, int dim)
 {
     // |a_d| <= 2^Q - 1 and y_d <= 2^B - 1 fit int8; the dot products fit int32
     return qbits >= 1 && qbits <= 7 && bbits >= 1 && bbits <= 7 && dim >= 1 &&
-           dim <= 32 * kMaxKs;
+           dim <= kMaxDim;
 }
 
 int xfbq_mma_chunk_step(long long n, int rows_per_block, long long want)
@@ -624,9 +721,8 @@ int xfbq_mma_rows_per_block(long long n, int sm_count)
     return kTile * (int)(tiles < 1 ? 1 : tiles > 8 ? 8 : tiles);
 }
 
-size_t xfbq_mma_carve(void *base, XfbqMma *m)
+void xfbq_mma_carve(Carve &c, XfbqMma *m)
 {
-    Carve c(base);
     const size_t nq = (size_t)m->nq, kp = (size_t)(m->dim + 31) / 32 * 32;
     m->qvec = c.take<int8_t>((size_t)padded_queries(m->nq) * kp);
     m->qconst = c.take<int>(nq);
@@ -635,7 +731,6 @@ size_t xfbq_mma_carve(void *base, XfbqMma *m)
     m->fill = c.take<int>(nq);
     m->buf_row = c.take<int>(nq * (size_t)m->cap);
     m->buf_d = c.take<unsigned>(nq * (size_t)m->cap);
-    return c.used();
 }
 
 simil_status xfbq_mma_prepare(const XfbqMma &m, cudaStream_t st)

@@ -35,6 +35,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cuda/cuda_workspace.cuh"
 #include "simil/status.h"
 
 namespace sml {
@@ -76,9 +77,9 @@ int xfbq_mma_rows_per_block(long long n, int sm_count);
 // Which chunks step 1 reads (every step-th) for a K of want.
 int xfbq_mma_chunk_step(long long n, int rows_per_block, long long want);
 
-// The scratch of m (its nq and cap set): sized over a null base, carved over
-// a block (cuda_workspace.cuh).
-size_t xfbq_mma_carve(void *base, XfbqMma *m);
+// The scratch of m (its nq and cap set), taken from c (cuda_workspace.cuh:
+// over a null base to size it, then over the block).
+void xfbq_mma_carve(Carve &c, XfbqMma *m);
 
 // The queries' a_d and C_q, scanned; the histogram zeroed.
 simil_status xfbq_mma_prepare(const XfbqMma &m, cudaStream_t st);

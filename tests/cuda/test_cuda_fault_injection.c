@@ -376,13 +376,22 @@ static void test_index_paths(void **state)
             {NQ_LARGE, 0, "search nq=1100, host memory"},
             {NQ_LARGE, 1, "search nq=1100, GPU memory"},
         };
-        for (size_t i = 0; i < sizeof searches / sizeof searches[0]; i++) {
-            const sml_fi_case s = {searches[i].name, ix_prepare,     op_search,
-                                   check_unchanged,  check_searched, ix_finish};
-            c->nq = searches[i].nq;
-            c->on_device = searches[i].on_device;
-            fi_checked(&s, c);
+        /* flat XFBQ: also on tensor cores (too few rows here to be chosen) */
+        const int tensor_too = strncmp(types[t].desc, "XFBQ", 4) == 0;
+        for (int tensor = 0; tensor <= tensor_too; tensor++) {
+            sml_cuda_xfbq_tensor(tensor ? 1 : -1);
+            for (size_t i = 0; i < sizeof searches / sizeof searches[0]; i++) {
+                char name[64];
+                snprintf(name, sizeof name, "%s%s", searches[i].name,
+                         tensor ? ", tensor cores" : "");
+                const sml_fi_case s = {name,            ix_prepare,     op_search,
+                                       check_unchanged, check_searched, ix_finish};
+                c->nq = searches[i].nq;
+                c->on_device = searches[i].on_device;
+                fi_checked(&s, c);
+            }
         }
+        sml_cuda_xfbq_tensor(-1);
     }
     cudaFree(c->d_queries);
     cudaFree(c->d_dist);

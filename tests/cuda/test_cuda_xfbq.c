@@ -243,6 +243,9 @@ static void test_tensor_same_as_popcount(void **state)
         {"XFBQ", 128, SIMIL_METRIC_COSINE},    {"XFBQ1x1", 64, SIMIL_METRIC_COSINE},
         {"XFBQ2x5", 40, SIMIL_METRIC_COSINE},  {"XFBQ7x7", 96, SIMIL_METRIC_COSINE},
         {"XFBQ_host", 96, SIMIL_METRIC_COSINE},
+        /* past 128 dimensions: 64-row tiles (xfbq_mma_wide_kernel) */
+        {"XFBQ", 129, SIMIL_METRIC_IP},        {"XFBQ", 200, SIMIL_METRIC_COSINE},
+        {"XFBQ7x7", 784, SIMIL_METRIC_COSINE}, {"XFBQ2x5", 1024, SIMIL_METRIC_L2},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int64_t dim = cases[c].dim;
