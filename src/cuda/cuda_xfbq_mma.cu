@@ -14,9 +14,12 @@
 // accumulators hold 8 rows of each of its 8 queries, so a query's minimum
 // or test over the rows is mostly in registers.  A row's levels are made
 // once for all the batch's queries.  Rows and queries go to the k and n
-// sides in the same order, so any order of dimensions in a byte row would
-// do; it is the natural one.  Shared rows are kp + 16 bytes apart, an odd
-// multiple of 16, so ldmatrix's eight rows fall in distinct banks.
+// sides in the same order, so any order of dimensions in a byte row does:
+// the one where a plane's bits reach their bytes by a shift and a mask
+// (levels32).  Shared rows are kp + 16 bytes apart, an odd multiple of 16,
+// so ldmatrix's eight rows fall in distinct banks.  A batch of at most 16 or
+// 32 queries runs 1 or 2 slabs of 16 a tile, not 4 (xfbq_mma_kernel's MT):
+// the padding queries' mma and tests would cost more than the row's bytes.
 #include <assert.h>
 #include <limits.h>
 
@@ -47,19 +50,42 @@ __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const unsigned char *p
                  : "r"(a));
 }
 
+// Where dimension d of a step of 32 sits in the step's bytes (k): byte t of
+// word o is dimension o + 8 t (see levels32).
+__host__ __device__ constexpr int k_of(int c) { return 4 * (c % 8) + c / 8; }
+
+// A row's levels of dimensions 32 s .. 32 s + 31 from its planes y (bbits
+// planes of `words` 64-bit words), in the order of k_of: out[o]'s byte t is
+// dimension 32 s + o + 8 t, so a plane's bit for it is bit o + 8 t of the
+// plane's word, and one shift and one mask put a plane's four bits of out[o]
+// in place (two instructions, where a multiply spreading a nibble of
+// consecutive dimensions took about six).
+__device__ __forceinline__ void levels32(const uint64_t *y, int words, int bbits, int s,
+                                         unsigned (&out)[8])
+{
+#pragma unroll
+    for (int o = 0; o < 8; ++o) out[o] = 0;
+    for (int j = 0; j < bbits; ++j) {
+        const int sh = bbits - 1 - j;  // plane j is the level's bit sh
+        const uint64_t u = (y[j * words + s / 2] >> (32 * (s % 2)) & 0xffffffffu) << sh;
+        const unsigned mask = 0x01010101u << sh;
+#pragma unroll
+        for (int o = 0; o < 8; ++o) out[o] |= (unsigned)(u >> o) & mask;
+    }
+}
+
 // Where query q's dimension d sits in m.qvec: the queries' a_d in mma's A
 // fragment order, so that a lane's share of 16 queries x 32 dimensions is
 // one 16-byte load.  For query tile qt (64 queries), step ks (32
 // dimensions) and slab mt (16 queries), lane 4 g + t holds four registers:
-// the slab's queries g (registers 0, 2) and g + 8 (1, 3) at the step's
-// dimensions 4 t .. 4 t + 3 (registers 0, 1) and 16 + 4 t .. 16 + 4 t + 3
-// (2, 3).
+// the slab's queries g (registers 0, 2) and g + 8 (1, 3) at the step's k
+// 4 t .. 4 t + 3 (registers 0, 1) and 16 + 4 t .. 16 + 4 t + 3 (2, 3).
 __device__ __forceinline__ long long frag_offset(int q, int d, int steps)
 {
     const int qt = q / kQTile, mt = q % kQTile / 16, s = q % 16;
-    const int ks = d / 32, c = d % 32;
-    const int lane = (s % 8) * 4 + c % 16 / 4, reg = s / 8 + 2 * (c / 16);
-    return ((((long long)qt * steps + ks) * 4 + mt) * 32 + lane) * 16 + reg * 4 + c % 4;
+    const int ks = d / 32, k = k_of(d % 32);
+    const int lane = (s % 8) * 4 + k % 16 / 4, reg = s / 8 + 2 * (k / 16);
+    return ((((long long)qt * steps + ks) * 4 + mt) * 32 + lane) * 16 + reg * 4 + k % 4;
 }
 
 // Per query (a block of kp threads, one per dimension): a_d and C_q; zeros
@@ -87,36 +113,19 @@ __global__ void xfbq_mma_prepare_kernel(const XfbqMma m, int kp)
     }
 }
 
-// One row's levels into dst (kp bytes) from its planes at y (shared
-// memory), or zeros (a row past the chunk).  Four dimensions of a plane are a
-// nibble; the multiply spreads its bits to the low bits of four bytes (no
-// carries: the partial products land on distinct bits).
+// One row's levels into dst (kp bytes, levels32's order) from its planes at
+// y (shared memory), or zeros (a row past the chunk).
 template <int KS>
 __device__ __forceinline__ void row_levels(const XfbqMma &m, const uint64_t *y, bool live,
                                            unsigned char *dst)
 {
-    unsigned out[KS * 8];
 #pragma unroll
-    for (int i = 0; i < KS * 8; ++i) out[i] = 0;
-    if (live) {
-        for (int j = 0; j < m.bbits; ++j) {
-            const int sh = m.bbits - 1 - j;
-#pragma unroll
-            for (int w = 0; w < (KS + 1) / 2; ++w) {
-                const uint64_t word = y[j * m.words + w];
-#pragma unroll
-                for (int e = 0; e < 16; ++e)
-                    if (w * 16 + e < KS * 8) {
-                        const unsigned nib = (unsigned)(word >> (4 * e)) & 15u;
-                        out[w * 16 + e] |= ((nib * 0x00204081u) & 0x01010101u) << sh;
-                    }
-            }
-        }
+    for (int s = 0; s < KS; ++s) {
+        unsigned out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (live) levels32(y, m.words, m.bbits, s, out);
+        reinterpret_cast<uint4 *>(dst)[2 * s] = make_uint4(out[0], out[1], out[2], out[3]);
+        reinterpret_cast<uint4 *>(dst)[2 * s + 1] = make_uint4(out[4], out[5], out[6], out[7]);
     }
-#pragma unroll
-    for (int i = 0; i < KS * 2; ++i)
-        reinterpret_cast<uint4 *>(dst)[i] =
-            make_uint4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
 }
 
 // Bytes of a row's planes as staged in shared memory: a multiple of 16 (a
@@ -280,11 +289,15 @@ __device__ __forceinline__ void minima_to_hist(const XfbqMma &m, const int *qv)
         }
 }
 
-// Steps 1 (kCollect false) and 2 (true); see the file comment.
-template <bool kCollect, int KS>
+// Steps 1 (kCollect false) and 2 (true); see the file comment.  MT: slabs
+// of 16 queries a tile (4, or fewer where the batch has at most 16 MT
+// queries: one tile).
+template <bool kCollect, int KS, int MT>
 __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
                                                                const unsigned *limit)
 {
+    static_assert(MT == 1 || MT == 2 || MT == 4, "slabs of a tile of kQTile queries");
+    assert(MT == kQTile / 16 || m.nq <= 16 * MT);  // fewer slabs: one tile
     constexpr int kp = KS * 32, stride = kp + 16;
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char *ys = smem;
@@ -331,35 +344,37 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
         // the queries' fragments come from L1/L2 (every warp of the block
         // reads the same), each step's while the one before runs: no
         // shared copy, so no barrier between query tiles
-        uint4 a[4];
+        uint4 a[MT];
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt) a[mt] = __ldg(qf + mt * 32);
+        for (int mt = 0; mt < MT; ++mt) a[mt] = __ldg(qf + mt * 32);
         for (int qt = 0; qt < nqt; ++qt) {
-            int c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};  // the starts, queries g and g + 8
+            int c0[MT], c1[MT];  // the starts, queries g and g + 8 of each slab
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) c0[mt] = c1[mt] = 0;
             if constexpr (kCollect) {
 #pragma unroll
-                for (int mt = 0; mt < 4; ++mt) {
+                for (int mt = 0; mt < MT; ++mt) {
                     c0[mt] = qv[qt * kQTile + mt * 16 + g];
                     c1[mt] = qv[qt * kQTile + mt * 16 + 8 + g];
                 }
             }
-            Acc<4> acc;
+            Acc<MT> acc;
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) {
                 // the next fragments: this tile's next step, or the next
                 // tile's first (the last tile reloads its own: harmless)
                 const long long next = ks + 1 < KS ? (long long)qt * KS + ks + 1
                                                    : (long long)min(qt + 1, nqt - 1) * KS;
-                uint4 an[4];
+                uint4 an[MT];
 #pragma unroll
-                for (int mt = 0; mt < 4; ++mt) an[mt] = __ldg(qf + (next * 4 + mt) * 32);
+                for (int mt = 0; mt < MT; ++mt) an[mt] = __ldg(qf + (next * 4 + mt) * 32);
 #pragma unroll
                 for (int np = 0; np < 2; ++np) {
                     unsigned b[4];  // rows 16 np .. 16 np + 15 of the warp's
                     ldsm_x4(b, ys + (warp * 32 + np * 16 + (lane >> 4) * 8 + (lane & 7)) * stride +
                                    ks * 32 + ((lane >> 3) & 1) * 16);
 #pragma unroll
-                    for (int mt = 0; mt < 4; ++mt) {
+                    for (int mt = 0; mt < MT; ++mt) {
                         if (ks == 0) {
                             mma_first(acc[mt][2 * np], a[mt], b[0], b[1], c0[mt], c1[mt]);
                             mma_first(acc[mt][2 * np + 1], a[mt], b[2], b[3], c0[mt], c1[mt]);
@@ -370,14 +385,14 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
                     }
                 }
 #pragma unroll
-                for (int mt = 0; mt < 4; ++mt) a[mt] = an[mt];
+                for (int mt = 0; mt < MT; ++mt) a[mt] = an[mt];
             }
             if constexpr (kCollect)
-                epilogue_collect<4>(m, acc, hits, qt * kQTile, r, last, g, t);
+                epilogue_collect<MT>(m, acc, hits, qt * kQTile, r, last, g, t);
             else if (full)
-                epilogue_min<true, 4>(m, acc, qv, qt * kQTile, r, last, g, t);
+                epilogue_min<true, MT>(m, acc, qv, qt * kQTile, r, last, g, t);
             else
-                epilogue_min<false, 4>(m, acc, qv, qt * kQTile, r, last, g, t);
+                epilogue_min<false, MT>(m, acc, qv, qt * kQTile, r, last, g, t);
         }
         if constexpr (kCollect) flush_hits(m, hits);
     }
@@ -430,16 +445,9 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_wide_kernel(const XfbqMm
         for (int i = threadIdx.x; i < kWideTile * steps; i += kThreads) {
             const int row = i / steps, s = i % steps;  // dimensions 32 s .. 32 s + 31
             unsigned out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            if (row < live) {
-                const uint64_t *y = reinterpret_cast<const uint64_t *>(rs + row * rb);
-                for (int j = 0; j < m.bbits; ++j) {
-                    const unsigned w = (unsigned)(y[j * m.words + s / 2] >> (32 * (s % 2)));
-#pragma unroll
-                    for (int e = 0; e < 8; ++e)
-                        out[e] |= ((((w >> (4 * e)) & 15u) * 0x00204081u) & 0x01010101u)
-                                  << (m.bbits - 1 - j);
-                }
-            }
+            if (row < live)
+                levels32(reinterpret_cast<const uint64_t *>(rs + row * rb), m.words, m.bbits, s,
+                         out);
             uint4 *dst = reinterpret_cast<uint4 *>(ys + row * stride + s * 32);
             dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
             dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
@@ -524,10 +532,10 @@ __global__ void xfbq_mma_compact_kernel(const XfbqMma m, const unsigned *limit,
 // from the paper's formula, a thread per row against every query of the
 // batch (G of them, their planes in shared memory), so that each step reads
 // the codes once at close to the bandwidth.  (Measured on an H200, 10M
-// rows: at 4 queries 0.77 ms against 0.90 ms on tensor cores; at 8, 1.30
-// against 0.95.)
+// rows, p50 of a whole search: 1 query 0.372 ms against 0.560 ms on tensor
+// cores, 2 queries 0.511 against 0.570, 4 queries 0.822 against 0.587.)
 
-constexpr int kPopQueries = 4;
+constexpr int kPopQueries = 2;
 
 // After step 2, a block per query: each buffered row's D, by XOR and
 // popcount (step 2 kept only rows: its D are in accumulator registers that
@@ -641,10 +649,9 @@ simil_status launch_pop(const XfbqMma &m, const unsigned *limit, cudaStream_t st
     assert(m.nq >= 1 && m.nq <= kPopQueries && m.qbits * m.words <= kMaxQueryWords);
     const long long chunks = ((long long)m.n + m.rows_per_block - 1) / m.rows_per_block;
     const long long blocks = kCollect ? chunks : (chunks + m.chunk_step - 1) / m.chunk_step;
+    static_assert(kPopQueries == 2, "a G for every batch size up to kPopQueries");
     if (m.nq == 1) return launch_pop_g<kCollect, 1>(m, limit, blocks, st);
-    if (m.nq == 2) return launch_pop_g<kCollect, 2>(m, limit, blocks, st);
-    static_assert(kPopQueries == 4, "a G for every batch size up to kPopQueries");
-    return launch_pop_g<kCollect, 4>(m, limit, blocks, st);
+    return launch_pop_g<kCollect, 2>(m, limit, blocks, st);
 }
 
 // Shared memory of a kernel whose tiles hold rows (levels kp + 16 bytes
@@ -672,8 +679,15 @@ simil_status launch_tiles(Kernel kernel, const char *name, size_t smem, const Xf
 template <bool kCollect, int KS>
 simil_status launch_as(const XfbqMma &m, const unsigned *limit, cudaStream_t st)
 {
-    return launch_tiles(xfbq_mma_kernel<kCollect, KS>, "launch of xfbq_mma_kernel",
-                        tile_smem(m, kCollect, kTile), m, kCollect, limit, st);
+    const size_t smem = tile_smem(m, kCollect, kTile);
+    if (m.nq <= 16)
+        return launch_tiles(xfbq_mma_kernel<kCollect, KS, 1>, "launch of xfbq_mma_kernel", smem,
+                            m, kCollect, limit, st);
+    if (m.nq <= 32)
+        return launch_tiles(xfbq_mma_kernel<kCollect, KS, 2>, "launch of xfbq_mma_kernel", smem,
+                            m, kCollect, limit, st);
+    return launch_tiles(xfbq_mma_kernel<kCollect, KS, 4>, "launch of xfbq_mma_kernel", smem, m,
+                        kCollect, limit, st);
 }
 
 template <bool kCollect>

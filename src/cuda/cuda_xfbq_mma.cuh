@@ -27,7 +27,7 @@
 //     scan's own bin, limit and count.
 //  3. compact: each query's rows under its limit go to the selection pass's
 //     candidate slots.
-// A batch of at most 4 queries runs steps 1 and 2 with D by XOR and popcount
+// A batch of 1 or 2 queries runs steps 1 and 2 with D by XOR and popcount
 // instead (a thread per row): making each row's bytes for so few queries
 // would cost more than the popcounts.
 #pragma once

@@ -265,11 +265,12 @@ static void test_tensor_same_as_popcount(void **state)
                 /* the default: tensor cores where the bound is tight enough */
                 compare(what, cpu, gpu, x, n, q, nq, dim, ks[i], 0, extras[e], cases[c].metric);
             }
-        /* a few queries: XOR/popcount inside the tensor-core path's steps
-         * (2 and 3); 8, one tile of queries mostly padding */
+        /* a few queries: 2, XOR/popcount inside the tensor-core path's
+         * steps; 3, 8 and 30, tiles of one and two slabs of 16 queries */
         same_candidates(what, gpu, 2, q, 1, 0.0f);
         same_candidates(what, gpu, 3, q, 10, 0.005f);
         same_candidates(what, gpu, 8, q, 1, 0.0f);
+        same_candidates(what, gpu, 30, q, 10, 0.005f);
         if (c == 0) {
             /* past radix selection's k; past n; one query */
             same_candidates(what, gpu, 17, q, 3000, 0.01f);
