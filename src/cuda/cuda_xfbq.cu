@@ -299,9 +299,10 @@ __global__ void __launch_bounds__(kThreads) xfbq_collect_kernel(const Batch b,
     }
 }
 
-// Step 3b.  The keys of a pass's candidates: eight lanes per candidate,
-// four candidates per warp at a time; padding slots (row -1) are skipped.
-// What a candidate's key is:
+// Step 3b.  The keys of a pass's candidates: L lanes per candidate (8, or
+// 32 past 128 dimensions, where eight lanes read 16 bytes of a row at a time
+// and wait out a long chain of loads), 32 / L candidates per warp at a
+// time; padding slots (row -1) are skipped.  What a candidate's key is:
 enum class Rerank {
     exact,    // from its floats
     shadow,   // from the fp16 shadow: within fp16_bound of the exact key
@@ -309,18 +310,20 @@ enum class Rerank {
               // threshold, else +inf
 };
 
-template <Rerank R>
+template <Rerank R, int L>
 __global__ void __launch_bounds__(kThreads) xfbq_rerank_kernel(const Batch b)
 {
-    const int lane = threadIdx.x & 31, sub = lane & 7;
+    static_assert(L == 8 || L == 32, "lanes per candidate");
+    constexpr int kPer = 32 / L;  // candidates per warp at a time
+    const int lane = threadIdx.x & 31, sub = lane % L;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
-    for (long long base = ((long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 4;
-         base < b.cand_total; base += warps * 4) {
-        const long long c = base + (lane >> 3);
+    for (long long base = ((long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * kPer;
+         base < b.cand_total; base += warps * kPer) {
+        const long long c = base + lane / L;
         const int row = c < b.cand_total ? b.cand_rows[c] : -1;
         const int q = row >= 0 ? b.cand_query[c] : 0;
-        // every lane of the eight takes the same branch: the shuffles below
-        // are over the whole warp
+        // every lane of the L takes the same branch: the shuffles below are
+        // over the whole warp
         const bool skip = R == Rerank::refine && row >= 0 && !(b.cand_keys[c] <= b.thresholds[q]);
         float s = 0;
         if (row >= 0 && !skip) {
@@ -330,29 +333,28 @@ __global__ void __launch_bounds__(kThreads) xfbq_rerank_kernel(const Batch b)
                 const __half *y = b.half_rows + (long long)row * b.dim;
                 const float inv = b.inv_scale[row];
                 if (b.l2) {
-                    for (int j = sub; j < b.dim; j += 8) {
+                    for (int j = sub; j < b.dim; j += L) {
                         const float d = x[j] - __half2float(y[j]) * inv;
                         s = fmaf(d, d, s);
                     }
                 } else {
-                    for (int j = sub; j < b.dim; j += 8) s = fmaf(x[j], __half2float(y[j]), s);
+                    for (int j = sub; j < b.dim; j += L) s = fmaf(x[j], __half2float(y[j]), s);
                 }
             } else {
                 const float *y =
                     reinterpret_cast<const float *>(b.vectors + row * b.vector_stride);
                 if (b.l2) {
-                    for (int j = sub; j < b.dim; j += 8) {
+                    for (int j = sub; j < b.dim; j += L) {
                         const float d = x[j] - y[j];
                         s = fmaf(d, d, s);
                     }
                 } else {
-                    for (int j = sub; j < b.dim; j += 8) s = fmaf(x[j], y[j], s);
+                    for (int j = sub; j < b.dim; j += L) s = fmaf(x[j], y[j], s);
                 }
             }
         }
-        s += __shfl_xor_sync(kFullMask, s, 4);
-        s += __shfl_xor_sync(kFullMask, s, 2);
-        s += __shfl_xor_sync(kFullMask, s, 1);
+#pragma unroll
+        for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
         if constexpr (R == Rerank::shadow) {
             if (!b.l2) s *= b.inv_scale[row >= 0 ? row : 0];  // a power of two: exact
         }
@@ -366,8 +368,10 @@ __global__ void __launch_bounds__(kThreads) xfbq_rerank_kernel(const Batch b)
 // below 2^-14), and 1 / s <= ||y|| / 64, so the rows differ by at most
 // d = ||y|| (2^-11 + 2^-31 sqrt(dim)) in norm.  IP: |<x, y - y^/s>| <= xn d.
 // L2: |sum (x-y)^2 - (x-y^/s)^2| <= d (2 xn + 2 m + d).  Each float sum
-// adds at most (dim + 4) 2^-24 of the sum of its terms' magnitudes (eight
-// interleaved partial sums, three shuffles), twice over; doubled for margin.
+// adds at most (dim + 4) 2^-24 of the sum of its terms' magnitudes (L
+// interleaved partial sums, log2 L shuffles: at most dim / L + log2 L
+// roundings in a chain; L = 32 only past 128 dimensions), twice over;
+// doubled for margin.
 __device__ __forceinline__ float fp16_bound(float xn, float m, int dim, bool l2)
 {
     const float d = m * (0x1p-11f + 0x1p-31f * sqrtf((float)dim));
@@ -635,11 +639,18 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const int *co
         const long long blocks = (at + 31) / 32, cap = (long long)dev->sm_count * 8;
         const unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
         trace_mark(st, "xfbq: collect");
+        const bool wide = b.dim > 128;
         if (b.half_rows == nullptr) {
-            xfbq_rerank_kernel<Rerank::exact><<<grid, kThreads, 0, st>>>(b);
+            if (wide)
+                xfbq_rerank_kernel<Rerank::exact, 32><<<grid, kThreads, 0, st>>>(b);
+            else
+                xfbq_rerank_kernel<Rerank::exact, 8><<<grid, kThreads, 0, st>>>(b);
             SML_LAUNCH_TRY("xfbq_rerank_kernel");
         } else {
-            xfbq_rerank_kernel<Rerank::shadow><<<grid, kThreads, 0, st>>>(b);
+            if (wide)
+                xfbq_rerank_kernel<Rerank::shadow, 32><<<grid, kThreads, 0, st>>>(b);
+            else
+                xfbq_rerank_kernel<Rerank::shadow, 8><<<grid, kThreads, 0, st>>>(b);
             SML_LAUNCH_TRY("xfbq_rerank_kernel (shadow)");
             const RaggedRows approx{s.cand_keys, s.cand_rows, s.cstart + first,
                                     s.count + first,  n,           most};
@@ -648,7 +659,10 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const int *co
             xfbq_refine_threshold_kernel<<<(unsigned)((n + 3) / 4), 128, 0, st>>>(
                 b, first, n, s.final_keys, a->scan.k);
             SML_LAUNCH_TRY("xfbq_refine_threshold_kernel");
-            xfbq_rerank_kernel<Rerank::refine><<<grid, kThreads, 0, st>>>(b);
+            if (wide)
+                xfbq_rerank_kernel<Rerank::refine, 32><<<grid, kThreads, 0, st>>>(b);
+            else
+                xfbq_rerank_kernel<Rerank::refine, 8><<<grid, kThreads, 0, st>>>(b);
             SML_LAUNCH_TRY("xfbq_rerank_kernel (refine)");
         }
         trace_mark(st, "xfbq: re-rank");
