@@ -118,6 +118,62 @@ void sml_xfbq_encode(const sml_xfbq *q, int bits, int64_t n, const float *x, int
     }
 }
 
+/* Rows [0, m) of a block: y_qj = fmaf(x_qi, r_ij, y_qj) for i = 0, 1, ...,
+ * the chain of sml_xfbq_rotated_component per component, the j of a row side
+ * by side (vectorized: the order within each chain does not change).  A block
+ * of rows shares each row of r, so r is read once a block. */
+static inline __attribute__((always_inline)) void sml_rotate_block(const float *r, int64_t dim,
+                                                                   int64_t m, const float *x,
+                                                                   float *y)
+{
+    memset(y, 0, sizeof(float) * (size_t)(m * dim));
+    for (int64_t i = 0; i < dim; i++) {
+        const float *ri = r + i * dim;
+        for (int64_t q = 0; q < m; q++) {
+            const float xi = x[q * dim + i];
+            float *yq = y + q * dim;
+#pragma omp simd
+            for (int64_t j = 0; j < dim; j++) yq[j] = fmaf(xi, ri[j], yq[j]);
+        }
+    }
+}
+
+enum { SML_XFBQ_ROTATE_BLOCK = 8 };
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* With the FMA instructions: fmaf is one instruction (without them, a libm
+ * call that computes the same fused result, slowly). */
+__attribute__((target("avx2,fma"))) static void sml_rotate_block_fma(const float *r, int64_t dim,
+                                                                     int64_t m, const float *x,
+                                                                     float *y)
+{
+    sml_rotate_block(r, dim, m, x, y);
+}
+#endif
+
+static void sml_rotate_block_plain(const float *r, int64_t dim, int64_t m, const float *x,
+                                   float *y)
+{
+    sml_rotate_block(r, dim, m, x, y);
+}
+
+void sml_xfbq_rotate(const float *r, int64_t dim, int64_t n, const float *x, float *y)
+{
+    void (*block)(const float *, int64_t, int64_t, const float *, float *) =
+        sml_rotate_block_plain;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        block = sml_rotate_block_fma;
+#endif
+    const int64_t blocks = (n + SML_XFBQ_ROTATE_BLOCK - 1) / SML_XFBQ_ROTATE_BLOCK;
+#pragma omp parallel for schedule(static) if (n * dim * dim > (1 << 20))
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t q0 = b * SML_XFBQ_ROTATE_BLOCK;
+        const int64_t m = n - q0 < SML_XFBQ_ROTATE_BLOCK ? n - q0 : SML_XFBQ_ROTATE_BLOCK;
+        block(r, dim, m, x + q0 * dim, y + q0 * dim);
+    }
+}
+
 void sml_xfbq_make_rows(const sml_xfbq *q, int64_t n, const float *x, int normalize,
                         uint8_t *rows)
 {

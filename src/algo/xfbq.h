@@ -80,6 +80,11 @@ simil_status sml_xfbq_choose_alpha(int64_t n, int64_t dim, const float *x, int n
 void sml_xfbq_encode(const sml_xfbq *q, int bits, int64_t n, const float *x, int normalize,
                      uint64_t *out, size_t stride);
 
+/* y = x r for n rows x of dim components and RR's r (dim x dim, row-major),
+ * each component exactly core/xfbq_code.h's sml_xfbq_rotated_component (the
+ * device rotates queries in the same order: the same bits). */
+void sml_xfbq_rotate(const float *r, int64_t dim, int64_t n, const float *x, float *y);
+
 /* n rows (q->row_size bytes each) for the host vectors x: code, floats, zero
  * padding.  The floats are x as given; the code as sml_xfbq_encode. */
 void sml_xfbq_make_rows(const sml_xfbq *q, int64_t n, const float *x, int normalize,

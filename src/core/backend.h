@@ -264,6 +264,11 @@ typedef struct sml_xfbq_scan_args {
                                     backend codes the queries itself (a backend
                                     with xfbq_encode only), with these two as
                                     xfbq_encode takes them */
+    const float *rotation;       /* mem: dim x dim (RR), or NULL; with
+                                    query_codes NULL the backend codes the
+                                    queries rotated by it, each component as
+                                    core/xfbq_code.h's
+                                    sml_xfbq_rotated_component */
     float alpha;
     int normalize;
     int query_bits;

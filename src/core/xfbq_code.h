@@ -30,6 +30,19 @@ static inline SML_XFBQ_HD int sml_xfbq_level(float v, int bits, int down)
     return (int)half + (int)f;
 }
 
+/* Component j of row x rotated by RR's r (dim x dim, row-major: x r): the sum
+ * of x_i r_ij as one chain of FMAs in the order of i, from 0.  Queries are
+ * rotated in this order on the host (sml_xfbq_rotate, which runs the chains
+ * of many j side by side) and on the device, so that both code a rotated
+ * query with the same bits; a GEMM's order is its library's. */
+static inline SML_XFBQ_HD float sml_xfbq_rotated_component(const float *x, const float *r,
+                                                           int64_t dim, int64_t j)
+{
+    float s = 0.0f;
+    for (int64_t i = 0; i < dim; i++) s = fmaf(x[i], r[i * dim + j], s);
+    return s;
+}
+
 /* The scale that turns row x into the values to code: alpha, or alpha / ||x||
  * (0 for a zero row) when normalize is set.  The squares are added in double,
  * in order, never fused (the device would contract them into FMAs). */

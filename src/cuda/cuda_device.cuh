@@ -166,6 +166,10 @@ simil_status cuda_xfbq_encode(sml_backend *b, const sml_xfbq_encode_args *args);
 // xfbq_encode's kernel on st, without a wait: for a caller that holds
 // dev->lock (the XFBQ scan codes its staged queries with it).
 simil_status launch_xfbq_encode(const sml_xfbq_encode_args *args, cudaStream_t st);
+// y = x r for n rows of dim floats (RR's rotation; device memory), each
+// component core/xfbq_code.h's sml_xfbq_rotated_component, bit for bit.
+simil_status launch_xfbq_rotate(const float *x, const float *r, int dim, long long n, float *y,
+                                cudaStream_t st);
 simil_status cuda_cluster_sums(sml_backend *b, int64_t n, int64_t dim, const float *x,
                                const int64_t *labels, int64_t k, float *sums, int64_t *counts);
 simil_status cuda_select_k(sml_backend *b, int64_t rows, int64_t cols, const float *values,

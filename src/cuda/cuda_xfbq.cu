@@ -535,6 +535,7 @@ struct Scratch {
     void *radix;
     size_t radix_bytes;
     uint64_t *query_codes;  // where the caller gives none
+    float *rotated;         //   and the queries rotated, with RR
 };
 
 // The selection's scratch of a batch of nq queries (both paths).
@@ -558,6 +559,8 @@ void carve_select(Carve &c, const sml_xfbq_scan_args *a, int nq, long long cand_
         s->radix = c.take<char>(s->radix_bytes);
     }
     s->query_codes = c.take<uint64_t>(a->query_codes ? 0 : q * (size_t)(a->query_bits * a->words));
+    s->rotated =
+        c.take<float>(a->query_codes || !a->rotation ? 0 : q * (size_t)a->scan.dim);
 }
 
 size_t carve_scratch(void *base, const sml_xfbq_scan_args *a, const Plan &p, size_t dsize,
@@ -730,7 +733,8 @@ void batch_common(const sml_xfbq_scan_args *a, long long q0, const Scratch &s, B
     b->l2 = sc.metric == SIMIL_METRIC_L2;
 }
 
-// The queries' codes: the caller's, or coded here into s.query_codes.
+// The queries' codes: the caller's, or coded here into s.query_codes (with
+// RR, from the queries rotated into s.rotated).
 simil_status query_codes_of(const sml_xfbq_scan_args *a, long long q0, int nq, const Scratch &s,
                             cudaStream_t st, const uint64_t **out)
 {
@@ -739,7 +743,12 @@ simil_status query_codes_of(const sml_xfbq_scan_args *a, long long q0, int nq, c
         return SIMIL_OK;
     }
     const sml_ivf_scan_args &sc = a->scan;
-    const sml_xfbq_encode_args enc{sc.queries + q0 * sc.dim, nq, sc.dim, a->query_bits,
+    const float *coded = sc.queries + q0 * sc.dim;
+    if (a->rotation) {
+        SML_TRY(launch_xfbq_rotate(coded, a->rotation, (int)sc.dim, nq, s.rotated, st));
+        coded = s.rotated;
+    }
+    const sml_xfbq_encode_args enc{coded, nq, sc.dim, a->query_bits,
                                    a->words, a->alpha, a->normalize, s.query_codes};
     SML_TRY(launch_xfbq_encode(&enc, st));
     *out = s.query_codes;

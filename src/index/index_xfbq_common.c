@@ -128,12 +128,9 @@ simil_status sml_xfbq_rotated(const sml_xfbq_base *base, int64_t n, const float 
     if (base->rotation == NULL || n == 0) return SIMIL_OK;
     const int64_t dim = base->q.dim;
     SML_TRY(sml_alloc((void **)copy, (size_t)(n * dim), sizeof(float), "rotated vectors"));
-    const simil_status s = sml_opq_apply(n, dim, dim, base->rotation, v, *copy);
-    if (s != SIMIL_OK) {
-        sml_free(*copy);
-        *copy = NULL;
-        return s;
-    }
+    /* in the device's order (sml_xfbq_rotate): a GPU codes rotated queries
+     * with the same bits */
+    sml_xfbq_rotate(base->rotation, dim, n, v, *copy);
     *coded = *copy;
     return SIMIL_OK;
 }
@@ -266,35 +263,26 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
     const int64_t code_words = x->q.query_bits * x->q.words;
     uint64_t *codes = NULL;
     /* A GPU codes the queries itself, in the scan, from the queries it
-     * stages anyway: no device block, no upload and no wait of their own per
-     * call (the fixed cost of a call, docs/benchmarks.md).  With RR the codes
-     * are of the rotated queries, rotated on the host (bit for bit the CPU's
-     * rotation), so that path keeps its device block: the queries, their
-     * rotations, then their codes. */
-    const int backend_codes = b->gpu >= 0 && b->ops->xfbq_encode != NULL && x->rotation == NULL;
-    char *device_block = NULL;
-    const float *queries = call->queries, *coded = NULL;
+     * stages anyway: no upload and no wait of their own per call (the fixed
+     * cost of a call, docs/benchmarks.md).  With RR it rotates them first, in
+     * the host's order (sml_xfbq_rotate: the same bits as the CPU), from a
+     * copy of the rotation in its memory.  Elsewhere the host rotates and
+     * codes them. */
+    assert(b->gpu < 0 || b->ops->xfbq_encode != NULL);
+    const int backend_codes = b->gpu >= 0;
+    void *device_rotation = NULL;
+    const float *coded = NULL;
     float *rotated = NULL; /* host, RR */
     simil_status s = SIMIL_OK;
-    if (!backend_codes) s = sml_xfbq_rotated(x, nq, call->queries, &coded, &rotated);
-    if (s == SIMIL_OK && !backend_codes && b->gpu >= 0) {
-        const int64_t dim = index->dim;
-        const size_t fbytes = sizeof(float) * (size_t)(nq * dim);
-        const size_t qbytes = (fbytes + 255) / 256 * 256;
-        const size_t rbytes = x->rotation != NULL ? qbytes : 0;
-        const size_t cbytes = sizeof *codes * (size_t)(nq * code_words);
-        s = b->ops->mem_alloc(b, qbytes + rbytes + cbytes, (void **)&device_block);
-        if (s == SIMIL_OK) {
-            queries = (const float *)device_block;
-            coded = (const float *)(device_block + (rbytes ? qbytes : 0));
-            codes = (uint64_t *)(device_block + qbytes + rbytes);
-            s = b->ops->mem_upload(b, device_block, call->queries, fbytes);
-            if (s == SIMIL_OK && rotated != NULL)
-                s = b->ops->mem_upload(b, device_block + qbytes, rotated, fbytes);
-        }
-        if (s == SIMIL_OK) s = sml_xfbq_query_codes(index, nq, coded, codes);
-    } else if (s == SIMIL_OK && !backend_codes) {
-        s = sml_alloc((void **)&codes, (size_t)(nq * code_words), sizeof *codes, "query codes");
+    if (backend_codes && x->rotation != NULL) {
+        const size_t rbytes = sizeof(float) * (size_t)(index->dim * index->dim);
+        s = b->ops->mem_alloc(b, rbytes, &device_rotation);
+        if (s == SIMIL_OK) s = b->ops->mem_upload(b, device_rotation, x->rotation, rbytes);
+    } else if (!backend_codes) {
+        s = sml_xfbq_rotated(x, nq, call->queries, &coded, &rotated);
+        if (s == SIMIL_OK)
+            s = sml_alloc((void **)&codes, (size_t)(nq * code_words), sizeof *codes,
+                          "query codes");
         if (s == SIMIL_OK) s = sml_xfbq_query_codes(index, nq, coded, codes);
     }
     if (s == SIMIL_OK) {
@@ -304,6 +292,7 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
         sml_xfbq_scan_args args = {
             .scan = scan,
             .query_codes = codes,
+            .rotation = device_rotation,
             .alpha = x->q.alpha,
             .normalize = x->normalize,
             .query_bits = x->q.query_bits,
@@ -317,15 +306,13 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
             .extra_bins = sel.extra_bins,
             .spread_q16 = sel.spread_q16,
         };
-        args.scan.queries = queries;  /* staged in backend memory */
+        args.scan.queries = call->queries;
         args.scan.queries_host = 0;
         args.scan.metric = sml_kernel_metric(index->metric);
         s = b->ops->xfbq_scan(b, &args);
     }
-    if (device_block != NULL)
-        b->ops->mem_free(b, device_block);
-    else
-        sml_free(codes);
+    if (device_rotation != NULL) b->ops->mem_free(b, device_rotation);
+    sml_free(codes);
     sml_free(rotated);
     return s;
 }

@@ -529,32 +529,45 @@ static void test_query_codes_match_host(void **state)
 /* RR: built on one backend, loaded on the other; with extra 0 the results
  * are the same only where both take the same candidates, so codes and
  * rotation must match exactly. */
+/* The GPU rotates the queries itself (sml_xfbq_rotated_component's order,
+ * as the CPU): the same candidates and results.  200 dimensions: pieces of
+ * the rotation kernel past its first 128 components and 64-row steps. */
 static void test_rotation_same_as_cpu(void **state)
 {
     (void)state;
-    const int64_t dim = 96, n = 6000, nq = 101;
-    float *x = sml_test_malloc(sizeof(float) * n * dim);
-    float *q = sml_test_malloc(sizeof(float) * nq * dim);
-    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 91, x));
-    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 92, q));
-    const char *descs[] = {"RR,XFBQ", "RR,IVF16,XFBQ"};
-    const simil_metric metrics[] = {SIMIL_METRIC_COSINE, SIMIL_METRIC_IP};
-    for (int t = 0; t < 2; t++) {
+    const int64_t n = 6000, nq = 101;
+    const struct {
+        const char *desc;
+        int64_t dim;
+        simil_metric metric;
+    } cases[] = {{"RR,XFBQ", 96, SIMIL_METRIC_COSINE},
+                 {"RR,IVF16,XFBQ", 96, SIMIL_METRIC_IP},
+                 {"RR,XFBQ_fp32", 200, SIMIL_METRIC_L2}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int64_t dim = cases[t].dim;
+        float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+        float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
+        SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 91 + t, x));
+        SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 92 + t, q));
         simil_index *cpu, *gpu;
-        twin(descs[t], dim, metrics[t], n, x, t ? "cpu" : "gpu", &cpu, &gpu);
+        twin(cases[t].desc, dim, cases[t].metric, n, x, t % 2 ? "cpu" : "gpu", &cpu, &gpu);
         const float extras[] = {0.0f, 0.002f, -1.0f};
         for (int e = 0; e < 3; e++)
-            compare(descs[t], cpu, gpu, x, n, q, nq, dim, 10, 4, extras[e], metrics[t]);
-        float a[96], b[96];
+            compare(cases[t].desc, cpu, gpu, x, n, q, nq, dim, 10, 4, extras[e],
+                    cases[t].metric);
+        if (strstr(cases[t].desc, "IVF") == NULL)
+            for (int e = 0; e < 2; e++) same_candidates(cases[t].desc, gpu, nq, q, 10, extras[e]);
+        float a[200], b[200];
         SML_ASSERT_OK(simil_index_reconstruct(gpu, 17, a));
         SML_ASSERT_OK(simil_index_reconstruct(cpu, 17, b));
-        assert_memory_equal(a, b, sizeof a);
-        if (metrics[t] == SIMIL_METRIC_IP) assert_memory_equal(a, x + 17 * dim, sizeof a);
+        assert_memory_equal(a, b, sizeof(float) * (size_t)dim);
+        if (cases[t].metric == SIMIL_METRIC_IP)
+            assert_memory_equal(a, x + 17 * dim, sizeof(float) * (size_t)dim);
         simil_index_destroy(cpu);
         simil_index_destroy(gpu);
+        free(x);
+        free(q);
     }
-    free(x);
-    free(q);
 }
 
 /* GPU memory in use, after the device is idle. */

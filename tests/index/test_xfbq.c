@@ -13,7 +13,9 @@
  *     duplicate ids, NaN, remove then search, save/load, metrics IP and L2,
  *     IVF,XFBQ at nprobe = nlist equal to flat XFBQ;
  *   - RR (the random rotation): factory syntax and refusals, an orthogonal
- *     rotation kept by save/load (and read, not made again, by a load),
+ *     rotation kept by save/load (and read, not made again, by a load), the
+ *     rotation of queries bit for bit the one FMA chain per component that
+ *     the GPU runs too,
  *     reconstruct giving the vectors added, and
  *     a higher precision than without it on data with a few dominant
  *     dimensions (which breaks the paper's Assumption 3.1);
@@ -27,6 +29,7 @@
 
 #include "algo/xfbq.h"
 #include "core/alloc.h"
+#include "core/xfbq_code.h"
 #include "cpu/cpu_xfbq.h"
 #include "index/index_internal.h"
 #include "util/test_util.h"
@@ -983,6 +986,40 @@ static void test_rotation_spec(void **state)
     assert_non_null(strstr(simil_last_error(), "rotation"));
 }
 
+/* sml_xfbq_rotate (blocks of rows, the components side by side, vectorized
+ * where the CPU has FMA) gives each component bit for bit as
+ * sml_xfbq_rotated_component, the chain the GPU runs: a different order of
+ * the sums (a GEMM's) would differ in the last bits, and the codes with them
+ * wherever a component sits on a level's edge. */
+static void test_rotation_order(void **state)
+{
+    (void)state;
+    const int64_t dims[] = {1, 7, 96, 131};
+    const int64_t ns[] = {1, 9, 21};
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+            const int64_t dim = dims[d], n = ns[t];
+            float *r = sml_test_malloc(sizeof(float) * (size_t)(dim * dim));
+            float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+            float *y = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+            SML_ASSERT_OK(simil_generate("mix", 0, dim, dim, 31 + d, r));
+            SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 41 + t, x));
+            sml_xfbq_rotate(r, dim, n, x, y);
+            for (int64_t q = 0; q < n; q++)
+                for (int64_t j = 0; j < dim; j++) {
+                    const float want = sml_xfbq_rotated_component(x + q * dim, r, dim, j);
+                    if (memcmp(&want, &y[q * dim + j], sizeof want) != 0)
+                        fail_msg("dim %lld, %lld rows: row %lld component %lld: %.9g, "
+                                 "not %.9g",
+                                 (long long)dim, (long long)n, (long long)q, (long long)j,
+                                 (double)y[q * dim + j], (double)want);
+                }
+            free(r);
+            free(x);
+            free(y);
+        }
+}
+
 /* Gaussian vectors whose first `strong` dimensions have 10x the scale of
  * the rest: one alpha cannot suit both, so without a rotation the codes of
  * the weak dimensions are mostly the smallest level. */
@@ -1228,6 +1265,7 @@ int main(void)
         cmocka_unit_test(test_save_load),
         cmocka_unit_test(test_host_floats),
         cmocka_unit_test(test_rotation_spec),
+        cmocka_unit_test(test_rotation_order),
         cmocka_unit_test(test_rotation_precision),
         cmocka_unit_test(test_rotation_reconstruct),
         cmocka_unit_test(test_rotation_shared),
