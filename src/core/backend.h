@@ -261,9 +261,9 @@ typedef struct sml_xfbq_scan_args {
     sml_ivf_scan_args scan;      /* queries in mem (what re-ranking uses); metric
                                     of re-ranking */
     const uint64_t *query_codes; /* mem: nq x (query_bits x words); NULL: the
-                                    backend codes the queries itself (a backend
-                                    with xfbq_encode only), with these two as
-                                    xfbq_encode takes them */
+                                    backend codes the queries itself (a GPU
+                                    backend only), with these two and rotation
+                                    as xfbq_encode does */
     const float *rotation;       /* mem: dim x dim (RR), or NULL; with
                                     query_codes NULL the backend codes the
                                     queries rotated by it, each component as
@@ -350,8 +350,9 @@ typedef struct sml_backend_ops {
     simil_status (*sq_scan)(sml_backend *b, const sml_sq_scan_args *args);
     /* XFBQ: histogram selection and exact re-ranking (sml_xfbq_scan_args). */
     simil_status (*xfbq_scan)(sml_backend *b, const sml_xfbq_scan_args *args);
-    /* Optional, NULL where the host codes as fast (the CPU): XFBQ codes of
-     * vectors already in backend memory (the queries of a search). */
+    /* Optional, NULL on the CPU: XFBQ codes of vectors already in backend
+     * memory.  A search does not call it (a GPU's scan codes its staged
+     * queries with the same kernel); tests compare it with the host's. */
     simil_status (*xfbq_encode)(sml_backend *b, const sml_xfbq_encode_args *args);
 
     /* The k smallest (largest when largest != 0) values of each row of a

@@ -226,33 +226,6 @@ simil_status sml_xfbq_add_with(simil_index *index, int64_t n, const float *xs,
     return s;
 }
 
-/* codes (nq x query code words) of the queries to code (coded, rotated with
- * RR): on the backend where it codes them (coded and codes in its memory),
- * else on the host. */
-static simil_status sml_xfbq_query_codes(const simil_index *index, int64_t nq,
-                                         const float *coded, uint64_t *codes)
-{
-    const sml_xfbq_base *x = sml_xfbq_base_of(index);
-    sml_backend *b = index->backend;
-    if (b->ops->xfbq_encode == NULL) {
-        /* a backend without the op works in host memory */
-        sml_xfbq_encode(&x->q, x->q.query_bits, nq, coded, x->normalize, codes,
-                        (size_t)(x->q.query_bits * x->q.words) * sizeof *codes);
-        return SIMIL_OK;
-    }
-    const sml_xfbq_encode_args enc = {
-        .x = coded,
-        .n = nq,
-        .dim = index->dim,
-        .bits = x->q.query_bits,
-        .words = x->q.words,
-        .alpha = x->q.alpha,
-        .normalize = x->normalize,
-        .codes = codes,
-    };
-    return b->ops->xfbq_encode(b, &enc);
-}
-
 simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *call,
                              sml_ivf_scan_args scan, const float *vectors, size_t vector_stride,
                              const void *shadow)
@@ -268,7 +241,6 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
      * the host's order (sml_xfbq_rotate: the same bits as the CPU), from a
      * copy of the rotation in its memory.  Elsewhere the host rotates and
      * codes them. */
-    assert(b->gpu < 0 || b->ops->xfbq_encode != NULL);
     const int backend_codes = b->gpu >= 0;
     void *device_rotation = NULL;
     const float *coded = NULL;
@@ -283,7 +255,9 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
         if (s == SIMIL_OK)
             s = sml_alloc((void **)&codes, (size_t)(nq * code_words), sizeof *codes,
                           "query codes");
-        if (s == SIMIL_OK) s = sml_xfbq_query_codes(index, nq, coded, codes);
+        if (s == SIMIL_OK)
+            sml_xfbq_encode(&x->q, x->q.query_bits, nq, coded, x->normalize, codes,
+                            sizeof *codes * (size_t)code_words);
     }
     if (s == SIMIL_OK) {
         sml_xfbq_select sel;
@@ -306,8 +280,6 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
             .extra_bins = sel.extra_bins,
             .spread_q16 = sel.spread_q16,
         };
-        args.scan.queries = call->queries;
-        args.scan.queries_host = 0;
         args.scan.metric = sml_kernel_metric(index->metric);
         s = b->ops->xfbq_scan(b, &args);
     }

@@ -528,10 +528,9 @@ static void test_query_codes_match_host(void **state)
 
 /* RR: built on one backend, loaded on the other; with extra 0 the results
  * are the same only where both take the same candidates, so codes and
- * rotation must match exactly. */
-/* The GPU rotates the queries itself (sml_xfbq_rotated_component's order,
- * as the CPU): the same candidates and results.  200 dimensions: pieces of
- * the rotation kernel past its first 128 components and 64-row steps. */
+ * rotation must match exactly.  The GPU rotates the queries itself
+ * (sml_xfbq_rotated_component's order, as the CPU).  200 dimensions: pieces
+ * of the rotation kernel past its first 128 components and 64-row steps. */
 static void test_rotation_same_as_cpu(void **state)
 {
     (void)state;
