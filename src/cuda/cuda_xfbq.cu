@@ -55,8 +55,9 @@
 // the re-ranking is bound by DRAM, scattered rows, not by its L2 requests;
 // docs/benchmarks.md, "Tried and dropped".)
 //
-// The queries' codes come from cuda_xfbq_encode.cu: the caller's, or, where
-// it gives none, coded here from the staged queries, one launch per batch.
+// The queries' codes: the caller's, or, where it gives none, coded here from
+// the staged queries (rotated first with RR), one launch or two per batch
+// (cuda_xfbq_encode.cu).
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
@@ -616,9 +617,20 @@ simil_status launch_distances(const Batch &b, const DistItem *items, int n, cuda
     return launch_distances_as<DT, G, 0, 0, 0>(b, items, n, st);
 }
 
+// Step 3b's kernel R over the pass's candidates: 32 lanes a candidate past
+// 128 dimensions, else 8 (xfbq_rerank_kernel).
+template <Rerank R>
+void launch_rerank(const Batch &b, unsigned grid, cudaStream_t st)
+{
+    if (b.dim > 128)
+        xfbq_rerank_kernel<R, 32><<<grid, kThreads, 0, st>>>(b);
+    else
+        xfbq_rerank_kernel<R, 8><<<grid, kThreads, 0, st>>>(b);
+}
+
 // Steps 3 and 4 for batch queries [first, first + n), whose candidates fit:
 // count (host, by batch query) sizes their slots, laid out in cstart (host),
-// and collect(first, n, at) fills the slots (at of them) with their rows.
+// and collect(first, n) fills the slots with their rows.
 template <typename Collect>
 simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const int *count,
                          long long *cstart, Batch &b, const Scratch &s, long long q0, int first,
@@ -638,22 +650,15 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const int *co
     b.cstart = s.cstart;
     b.cand_total = at;
     if (at > 0) {
-        SML_TRY(collect(first, n, at));
+        SML_TRY(collect(first, n));
         const long long blocks = (at + 31) / 32, cap = (long long)dev->sm_count * 8;
         const unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
         trace_mark(st, "xfbq: collect");
-        const bool wide = b.dim > 128;
         if (b.half_rows == nullptr) {
-            if (wide)
-                xfbq_rerank_kernel<Rerank::exact, 32><<<grid, kThreads, 0, st>>>(b);
-            else
-                xfbq_rerank_kernel<Rerank::exact, 8><<<grid, kThreads, 0, st>>>(b);
+            launch_rerank<Rerank::exact>(b, grid, st);
             SML_LAUNCH_TRY("xfbq_rerank_kernel");
         } else {
-            if (wide)
-                xfbq_rerank_kernel<Rerank::shadow, 32><<<grid, kThreads, 0, st>>>(b);
-            else
-                xfbq_rerank_kernel<Rerank::shadow, 8><<<grid, kThreads, 0, st>>>(b);
+            launch_rerank<Rerank::shadow>(b, grid, st);
             SML_LAUNCH_TRY("xfbq_rerank_kernel (shadow)");
             const RaggedRows approx{s.cand_keys, s.cand_rows, s.cstart + first,
                                     s.count + first,  n,           most};
@@ -662,10 +667,7 @@ simil_status select_pass(Device *dev, const sml_xfbq_scan_args *a, const int *co
             xfbq_refine_threshold_kernel<<<(unsigned)((n + 3) / 4), 128, 0, st>>>(
                 b, first, n, s.final_keys, a->scan.k);
             SML_LAUNCH_TRY("xfbq_refine_threshold_kernel");
-            if (wide)
-                xfbq_rerank_kernel<Rerank::refine, 32><<<grid, kThreads, 0, st>>>(b);
-            else
-                xfbq_rerank_kernel<Rerank::refine, 8><<<grid, kThreads, 0, st>>>(b);
+            launch_rerank<Rerank::refine>(b, grid, st);
             SML_LAUNCH_TRY("xfbq_rerank_kernel (refine)");
         }
         trace_mark(st, "xfbq: re-rank");
@@ -799,7 +801,7 @@ simil_status run_batch(Device *dev, const sml_xfbq_scan_args *a, long long q0, i
     SML_CUDA_TRY(cudaStreamSynchronize(st));
     trace_mark(st, "xfbq: thresholds");
     return select_passes(dev, a, p.count, p.cstart, cand_cap, b, s, q0, nq, st,
-                         [&](int first, int n, long long) {
+                         [&](int first, int n) {
                              const int items = (first + n < p.nq ? p.citem_start[first + n]
                                                                  : p.ncitems) -
                                                p.citem_start[first];
@@ -944,7 +946,7 @@ simil_status run_flat_mma(Device *dev, const sml_xfbq_scan_args *a, long long q0
         sml_trace_mark(what);
     }
     return select_passes(dev, a, count, cstart, kCandBudget, b, s, q0, nq, st,
-                         [&](int first, int n, long long) {
+                         [&](int first, int n) {
                              return xfbq_mma_compact(m, s.limit, s.cstart, first, n,
                                                      s.cand_rows, s.cand_query, st);
                          });
