@@ -21,9 +21,10 @@ enum { SML_OPQ_ITERATIONS = 20, SML_OPQ_PQ_ITERATIONS = 4, SML_OPQ_MAX_TRAIN = 6
 
 /* Rows of the GEMM blocks (core/blas.h, sml_sgemm_rows): vectors rotated per
  * block, and rows of the d x d products.  128 rotated rows a block, so that a
- * batch of a few thousand queries (RR, XFBQ) spreads over every thread: with
- * 4,096, 2,048 queries of 784 dimensions were one block on one thread, 18 ms
- * of a 26 ms search on a 16-core host. */
+ * call of a few thousand rows (OPQ's vectors, RR XFBQ's rows being added,
+ * 4,096 a call) spreads over every thread: with 4,096 a block, such a call
+ * ran on one thread (queries of 784 dimensions, when they were rotated here:
+ * 18 ms of a 26 ms search of 2,048 on a 16-core host). */
 enum { SML_OPQ_ROWS = 128, SML_OPQ_BLOCK = 64 };
 
 /* sgesdd (divide and conquer) rather than sgesvd: at d = 784 one SVD took
