@@ -86,9 +86,17 @@ simil_status sml_xfbq_base_init(sml_xfbq_base *base, const simil_index *index,
     base->alpha_manual = 0;
     base->recode = recode;
     base->rotation = NULL;
+    base->rotation_device = NULL;
+    base->rotation_backend = index->backend;
     if (!index->spec.rotate) return SIMIL_OK;
-    SML_TRY(sml_alloc((void **)&base->rotation, (size_t)(index->dim * index->dim),
-                      sizeof(float), "the XFBQ rotation"));
+    SML_RETURN_IF(pthread_mutex_init(&base->rotation_lock, NULL) != 0, SIMIL_ERR_OUT_OF_MEMORY,
+                  "cannot make a lock for the XFBQ rotation");
+    simil_status a = sml_alloc((void **)&base->rotation, (size_t)(index->dim * index->dim),
+                               sizeof(float), "the XFBQ rotation");
+    if (a != SIMIL_OK) {
+        pthread_mutex_destroy(&base->rotation_lock);
+        return a;
+    }
     pthread_mutex_lock(&sml_xfbq_memo.lock);
     sml_xfbq_memo.live++;
     pthread_mutex_unlock(&sml_xfbq_memo.lock);
@@ -103,9 +111,45 @@ simil_status sml_xfbq_base_init(sml_xfbq_base *base, const simil_index *index,
     return s;
 }
 
+/* Free the GPU's copy of the rotation (after the host's changed, or when
+ * the index goes); no search may run meanwhile. */
+static void sml_xfbq_drop_device_rotation(sml_xfbq_base *base)
+{
+    if (base->rotation_device == NULL) return;
+    base->rotation_backend->ops->mem_free(base->rotation_backend, base->rotation_device);
+    base->rotation_device = NULL;
+}
+
+/* The GPU's copy of the rotation, uploaded once (sml_xfbq_base). */
+static simil_status sml_xfbq_device_rotation(const simil_index *index, const void **out)
+{
+    /* the copy is a cache, not a change of the index: searches take a const
+     * index, and make it under the lock */
+    sml_xfbq_base *x = (sml_xfbq_base *)sml_xfbq_base_of(index);
+    sml_backend *b = index->backend;
+    assert(x->rotation != NULL && x->rotation_backend == b);
+    simil_status s = SIMIL_OK;
+    pthread_mutex_lock(&x->rotation_lock);
+    if (x->rotation_device == NULL) {
+        const size_t bytes = sizeof(float) * (size_t)(index->dim * index->dim);
+        void *mem = NULL;
+        s = b->ops->mem_alloc(b, bytes, &mem);
+        if (s == SIMIL_OK) s = b->ops->mem_upload(b, mem, x->rotation, bytes);
+        if (s == SIMIL_OK)
+            x->rotation_device = mem;
+        else if (mem != NULL)
+            b->ops->mem_free(b, mem);
+    }
+    *out = x->rotation_device;
+    pthread_mutex_unlock(&x->rotation_lock);
+    return s;
+}
+
 void sml_xfbq_base_free(sml_xfbq_base *base)
 {
     if (base->rotation == NULL) return;
+    sml_xfbq_drop_device_rotation(base);
+    pthread_mutex_destroy(&base->rotation_lock);
     sml_free(base->rotation);
     base->rotation = NULL;
     /* the last RR index takes the memo with it: no memory stays held */
@@ -242,14 +286,12 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
      * copy of the rotation in its memory.  Elsewhere the host rotates and
      * codes them. */
     const int backend_codes = b->gpu >= 0;
-    void *device_rotation = NULL;
+    const void *device_rotation = NULL;
     const float *coded = NULL;
     float *rotated = NULL; /* host, RR */
     simil_status s = SIMIL_OK;
     if (backend_codes && x->rotation != NULL) {
-        const size_t rbytes = sizeof(float) * (size_t)(index->dim * index->dim);
-        s = b->ops->mem_alloc(b, rbytes, &device_rotation);
-        if (s == SIMIL_OK) s = b->ops->mem_upload(b, device_rotation, x->rotation, rbytes);
+        s = sml_xfbq_device_rotation(index, &device_rotation);
     } else if (!backend_codes) {
         s = sml_xfbq_rotated(x, nq, call->queries, &coded, &rotated);
         if (s == SIMIL_OK)
@@ -283,7 +325,6 @@ simil_status sml_xfbq_search(const simil_index *index, const sml_search_call *ca
         args.scan.metric = sml_kernel_metric(index->metric);
         s = b->ops->xfbq_scan(b, &args);
     }
-    if (device_rotation != NULL) b->ops->mem_free(b, device_rotation);
     sml_free(codes);
     sml_free(rotated);
     return s;
@@ -343,7 +384,11 @@ simil_status sml_xfbq_load_params(simil_index *index, sml_reader *r)
                   "'%s' is damaged: XFBQ parameters of %llu bytes, expected %llu", r->path,
                   (unsigned long long)bytes, (unsigned long long)(sizeof p + rbytes));
     SML_TRY(sml_section_read(r, p, sizeof p));
-    if (rbytes > 0) SML_TRY(sml_section_read(r, x->rotation, (size_t)rbytes));
+    if (rbytes > 0) {
+        /* a GPU copy of the rotation read over would be stale */
+        sml_xfbq_drop_device_rotation(x);
+        SML_TRY(sml_section_read(r, x->rotation, (size_t)rbytes));
+    }
     SML_TRY(sml_section_close(r));
     float alpha;
     uint32_t flags, qb, bb;

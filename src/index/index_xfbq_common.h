@@ -28,11 +28,14 @@
  * dimension; saved with the index): alpha is chosen from rotated vectors,
  * rows and queries are rotated before they are coded, and nothing else sees
  * the rotation: the floats kept for re-ranking and reconstruct are the
- * vectors given.  The rotation runs on the host (OpenBLAS, fixed blocks: the
- * same bits on every backend and thread count), so CPU and GPU indexes make
- * the same codes. */
+ * vectors given.  The host rotates rows and, on the CPU, queries; a GPU
+ * rotates its queries itself.  Both sum each component in one fixed order
+ * (sml_xfbq_rotated_component), so CPU and GPU indexes make the same codes
+ * on every thread count. */
 #ifndef SML_INDEX_XFBQ_COMMON_H
 #define SML_INDEX_XFBQ_COMMON_H
+
+#include <pthread.h>
 
 #include "algo/xfbq.h"
 #include "index/index_internal.h"
@@ -46,6 +49,13 @@ typedef struct sml_xfbq_base {
     int alpha_manual;    /* alpha set by hand: train and add keep it */
     int normalize;       /* metric IP or L2: codes from unit-norm copies */
     float *rotation;     /* host, dim x dim (RR), else NULL: codes of x rotation */
+    /* A GPU's copy of rotation, uploaded by the first search that needs it
+     * and kept until the index goes (sml_xfbq_search): a copy per call cost
+     * an allocation and a dim x dim upload each time, 2.4 MB at 784
+     * dimensions.  rotation_lock guards it, since searches run at once. */
+    void *rotation_device;
+    sml_backend *rotation_backend; /* where rotation_device lives */
+    pthread_mutex_t rotation_lock; /* made with rotation */
     /* The type's stored rows recoded for q's alpha, and swapped in (all or
      * nothing); called only on an index with rows. */
     simil_status (*recode)(simil_index *index, const sml_xfbq *q);
