@@ -882,6 +882,7 @@ simil_status run_flat_mma(Device *dev, const sml_xfbq_scan_args *a, long long q0
     m.shift = a->bin_shift;
     m.nbins = (int)a->nbins;
     m.rows_per_block = xfbq_mma_rows_per_block(m.n, dev->sm_count);
+    m.sm_count = dev->sm_count;
     m.chunk_step = xfbq_mma_chunk_step(m.n, m.rows_per_block, sc.k < m.n ? sc.k : m.n);
     // rows buffered per query: what kFlatBufBudget allows, within
     // [kFlatCapMin, kFlatCapMax] (a small batch's lane keeps its buffer)

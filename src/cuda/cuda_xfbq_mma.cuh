@@ -57,6 +57,7 @@ struct XfbqMma {
     int rows_per_block;           // a chunk of step 1; a multiple of 256
     int chunk_step;               // step 1 takes every chunk_step-th chunk
     int cap;                      // buffered rows per query
+    int sm_count;                 // the GPU's SMs (how to split the work)
     // scratch (xfbq_mma_carve)
     int8_t *qvec;                 // the queries' a_d in fragment order (padded to 64
                                   // queries, zero past dim and nq)

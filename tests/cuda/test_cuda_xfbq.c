@@ -305,6 +305,27 @@ static void test_tensor_same_as_popcount(void **state)
         free(x);
         free(q);
     }
+    /* past 128 dimensions, many query tiles on few chunks: the chunks'
+     * tiles are split over the grid's rows (79 chunks of 256 rows, 10 tiles;
+     * at k = 1 step 1 reads every fourth chunk) */
+    {
+        const int64_t dim = 200, rows = 20000, nqs = 600;
+        float *x = sml_test_malloc(sizeof(float) * (size_t)(rows * dim));
+        float *q = sml_test_malloc(sizeof(float) * (size_t)(nqs * dim));
+        SML_ASSERT_OK(simil_generate("mix", 0, rows, dim, 505, x));
+        SML_ASSERT_OK(simil_generate("mix", 0, nqs, dim, 506, q));
+        simil_index *cpu, *gpu;
+        twin("XFBQ", dim, SIMIL_METRIC_IP, rows, x, "gpu", &cpu, &gpu);
+        same_candidates("XFBQ wide, 600 queries", gpu, nqs, q, 10, 0.0f);
+        same_candidates("XFBQ wide, 600 queries", gpu, nqs, q, 10, 0.005f);
+        same_candidates("XFBQ wide, 300 queries", gpu, 300, q, 1, 0.005f);
+        compare("XFBQ wide, 600 queries", cpu, gpu, x, rows, q, nqs, dim, 10, 0, 0.005f,
+                SIMIL_METRIC_IP);
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+        free(x);
+        free(q);
+    }
     /* more queries than one tensor-core batch (2,048), and every row a
      * candidate: its buffer would pass 1 GiB, so the batch goes back to
      * XOR/popcount */
