@@ -10,9 +10,10 @@
  * COUNT neighbours inside; per device, the median of 3 timed range searches
  * (after a warm-up), its QPS, and how its results differ from the first
  * device's (queries whose counts differ, pairs in one and not the other).
- * filter: per device, the median of 3 searches (201 below 100 queries per
- * call) of k neighbours unfiltered and with a random 1%, 10% and 50% of the
- * ids allowed (as a bitset), and the ratio of each QPS to the unfiltered one. */
+ * filter: per device, k neighbours with a random 1%, 10% and 50% of the ids
+ * allowed (as a bitset), each timed in turns with the unfiltered search (the
+ * medians of 3 pairs, 201 below 100 queries per call), and the ratio of the
+ * filtered QPS to the unfiltered one of its turns. */
 #define _POSIX_C_SOURCE 200809L /* CLOCK_MONOTONIC under -std=c11 (clang) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,22 +134,34 @@ static int bench_range(char **devices, int ndev, int64_t n, int64_t nq, int64_t 
     return 0;
 }
 
-/* The median of 3 searches, or of 201 below 100 queries per call, where one
- * call takes well under a millisecond and its time spreads widely. */
-static double time_search(const simil_index *index, int64_t nq, const float *q, int64_t k,
-                          const simil_search_params *p, float *d, int64_t *l)
+/* Unfiltered (params base) and filtered (params p) searches timed in turns,
+ * so that a drift of the clocks or of other work over the run falls on both:
+ * pairs in alternating order, 3 of them (201 below 100 queries per call,
+ * where one call takes well under a millisecond and its time spreads
+ * widely), after a warm-up of each; the medians of each side go to *tu and
+ * *tf.  0, or -1 where a search failed. */
+static int time_pairs(const simil_index *index, int64_t nq, const float *q, int64_t k,
+                      const simil_search_params *base, const simil_search_params *p, float *d,
+                      int64_t *l, double *tu, double *tf)
 {
     enum { MANY = 201 };
-    double t[MANY];
+    double u[MANY], f[MANY];
     const int reps = nq < 100 ? MANY : 3;
-    if (simil_index_search(index, nq, q, k, p, d, l)) return -1;
-    for (int i = 0; i < reps; i++) {
-        const double t0 = now();
-        if (simil_index_search(index, nq, q, k, p, d, l)) return -1;
-        t[i] = now() - t0;
-    }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-    return t[reps / 2];
+    if (simil_index_search(index, nq, q, k, base, d, l) ||
+        simil_index_search(index, nq, q, k, p, d, l))
+        return -1;
+    for (int i = 0; i < reps; i++)
+        for (int side = 0; side < 2; side++) {
+            const int filtered = (i + side) % 2;  /* F then U on odd pairs */
+            const double t0 = now();
+            if (simil_index_search(index, nq, q, k, filtered ? p : base, d, l)) return -1;
+            (filtered ? f : u)[i] = now() - t0;
+        }
+    qsort(u, (size_t)reps, sizeof u[0], cmp_double);
+    qsort(f, (size_t)reps, sizeof f[0], cmp_double);
+    *tu = u[reps / 2];
+    *tf = f[reps / 2];
+    return 0;
 }
 
 static int bench_filter(char **devices, int ndev, int64_t n, int64_t nq, int64_t k,
@@ -161,10 +174,7 @@ static int bench_filter(char **devices, int ndev, int64_t n, int64_t nq, int64_t
     const int percents[] = {1, 10, 50};
     for (int dv = 0; dv < ndev; dv++) {
         simil_index *index = build(desc, devices[dv], n, 128, x);
-        const double t0 = time_search(index, nq, q, k, base, d, l);
-        if (t0 < 0) die("search");
-        printf("%s %s k=%lld: unfiltered %.0f QPS", desc, simil_backend_name(index),
-               (long long)k, (double)nq / t0);
+        printf("%s %s k=%lld:", desc, simil_backend_name(index), (long long)k);
         for (int i = 0; i < 3; i++) {
             uint64_t s = 12345u + (uint64_t)i;
             memset(bits, 0, (size_t)(n + 7) / 8);
@@ -182,11 +192,12 @@ static int bench_filter(char **devices, int ndev, int64_t n, int64_t nq, int64_t
                     die("params");
             }
             if (simil_search_params_allow_bitset(p, n, bits)) die("allow");
-            const double t = time_search(index, nq, q, k, p, d, l);
-            if (t < 0)
-                printf(", %d%%: %s", percents[i], simil_last_error());
+            double tu, tf;
+            if (time_pairs(index, nq, q, k, base, p, d, l, &tu, &tf) < 0)
+                printf(" %d%%: %s;", percents[i], simil_last_error());
             else
-                printf(", %d%%: %.0f QPS (%.2fx)", percents[i], (double)nq / t, t0 / t);
+                printf(" %d%%: %.0f QPS (%.2fx; unfiltered %.0f QPS in turn with it);",
+                       percents[i], (double)nq / tf, tu / tf, (double)nq / tu);
             simil_search_params_destroy(p);
         }
         printf("\n");
