@@ -169,7 +169,7 @@ static simil_status sml_ivf_xfbq_load(simil_index *index, sml_reader *r)
 static void sml_ivf_xfbq_destroy(simil_index *index)
 {
     sml_ivf_free(index->backend, &sml_ivf_xfbq_of(index)->ivf);
-    sml_xfbq_base_free(&sml_ivf_xfbq_of(index)->base);
+    sml_xfbq_base_free(&sml_ivf_xfbq_of(index)->base, index->backend);
     sml_free(index->impl);
 }
 
@@ -197,7 +197,7 @@ simil_status sml_ivf_xfbq_init(simil_index *index)
                          sml_kernel_metric(index->metric), index->metric == SIMIL_METRIC_COSINE,
                          x->base.q.row_size);
     if (s != SIMIL_OK) {
-        sml_xfbq_base_free(&x->base);
+        sml_xfbq_base_free(&x->base, index->backend);
         sml_free(x);
         return s;
     }

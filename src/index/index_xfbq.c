@@ -201,7 +201,7 @@ static simil_status sml_xfbq_flat_load(simil_index *index, sml_reader *r)
 static void sml_xfbq_flat_destroy(simil_index *index)
 {
     sml_xfbq_flat_reset(index);
-    sml_xfbq_base_free(&sml_xfbq_flat_of(index)->base);
+    sml_xfbq_base_free(&sml_xfbq_flat_of(index)->base, index->backend);
     sml_free(index->impl);
 }
 

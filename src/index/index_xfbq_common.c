@@ -87,7 +87,6 @@ simil_status sml_xfbq_base_init(sml_xfbq_base *base, const simil_index *index,
     base->recode = recode;
     base->rotation = NULL;
     base->rotation_device = NULL;
-    base->rotation_backend = index->backend;
     if (!index->spec.rotate) return SIMIL_OK;
     SML_RETURN_IF(pthread_mutex_init(&base->rotation_lock, NULL) != 0, SIMIL_ERR_OUT_OF_MEMORY,
                   "cannot make a lock for the XFBQ rotation");
@@ -107,16 +106,16 @@ simil_status sml_xfbq_base_init(sml_xfbq_base *base, const simil_index *index,
         return SIMIL_OK;
     }
     const simil_status s = sml_xfbq_make_rotation(index->dim, base->rotation);
-    if (s != SIMIL_OK) sml_xfbq_base_free(base);
+    if (s != SIMIL_OK) sml_xfbq_base_free(base, index->backend);
     return s;
 }
 
 /* Free the GPU's copy of the rotation (after the host's changed, or when
  * the index goes); no search may run meanwhile. */
-static void sml_xfbq_drop_device_rotation(sml_xfbq_base *base)
+static void sml_xfbq_drop_device_rotation(sml_xfbq_base *base, sml_backend *b)
 {
     if (base->rotation_device == NULL) return;
-    base->rotation_backend->ops->mem_free(base->rotation_backend, base->rotation_device);
+    b->ops->mem_free(b, base->rotation_device);
     base->rotation_device = NULL;
 }
 
@@ -127,7 +126,7 @@ static simil_status sml_xfbq_device_rotation(const simil_index *index, const voi
      * index, and make it under the lock */
     sml_xfbq_base *x = (sml_xfbq_base *)sml_xfbq_base_of(index);
     sml_backend *b = index->backend;
-    assert(x->rotation != NULL && x->rotation_backend == b);
+    assert(x->rotation != NULL);
     simil_status s = SIMIL_OK;
     pthread_mutex_lock(&x->rotation_lock);
     if (x->rotation_device == NULL) {
@@ -145,10 +144,10 @@ static simil_status sml_xfbq_device_rotation(const simil_index *index, const voi
     return s;
 }
 
-void sml_xfbq_base_free(sml_xfbq_base *base)
+void sml_xfbq_base_free(sml_xfbq_base *base, sml_backend *b)
 {
     if (base->rotation == NULL) return;
-    sml_xfbq_drop_device_rotation(base);
+    sml_xfbq_drop_device_rotation(base, b);
     pthread_mutex_destroy(&base->rotation_lock);
     sml_free(base->rotation);
     base->rotation = NULL;
@@ -386,7 +385,7 @@ simil_status sml_xfbq_load_params(simil_index *index, sml_reader *r)
     SML_TRY(sml_section_read(r, p, sizeof p));
     if (rbytes > 0) {
         /* a GPU copy of the rotation read over would be stale */
-        sml_xfbq_drop_device_rotation(x);
+        sml_xfbq_drop_device_rotation(x, index->backend);
         SML_TRY(sml_section_read(r, x->rotation, (size_t)rbytes));
     }
     SML_TRY(sml_section_close(r));

@@ -53,8 +53,7 @@ typedef struct sml_xfbq_base {
      * and kept until the index goes (sml_xfbq_search): a copy per call cost
      * an allocation and a dim x dim upload each time, 2.4 MB at 784
      * dimensions.  rotation_lock guards it, since searches run at once. */
-    void *rotation_device;
-    sml_backend *rotation_backend; /* where rotation_device lives */
+    void *rotation_device;         /* on the index's backend */
     pthread_mutex_t rotation_lock; /* made with rotation */
     /* The type's stored rows recoded for q's alpha, and swapped in (all or
      * nothing); called only on an index with rows. */
@@ -70,8 +69,9 @@ static inline sml_xfbq_base *sml_xfbq_base_of(const simil_index *index)
 simil_status sml_xfbq_base_init(sml_xfbq_base *base, const simil_index *index,
                                 simil_status (*recode)(simil_index *, const sml_xfbq *));
 
-/* Free what base_init allocated. */
-void sml_xfbq_base_free(sml_xfbq_base *base);
+/* Free what base_init allocated (the GPU's copy of the rotation on the
+ * index's backend b). */
+void sml_xfbq_base_free(sml_xfbq_base *base, sml_backend *b);
 
 /* The vectors to code for n host vectors v: *coded = v without a rotation,
  * else a rotated copy that *copy owns (the caller frees it). */
