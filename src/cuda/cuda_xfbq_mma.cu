@@ -23,6 +23,8 @@
 #include <assert.h>
 #include <limits.h>
 
+#include <algorithm>
+
 #include "cuda/cuda_util.cuh"
 #include "cuda/cuda_workspace.cuh"
 #include "cuda/cuda_xfbq_d.cuh"
@@ -757,18 +759,16 @@ bool xfbq_mma_fits(int qbits, int bbits, int dim)
 int xfbq_mma_chunk_step(long long n, int rows_per_block, long long want)
 {
     // keep at least 64 want chunks (and 256): the want-th smallest of their
-    // minima then stays near the want-th smallest D
+    // minima then stays near the want-th smallest D; but read at most a
+    // quarter of the chunks where that leaves 4 want of them: the looser
+    // bound buffers more rows in step 2, which costs less than step 1 saves
+    // (Fashion-MNIST, 235 chunks, k = 10, 2,048 queries on an H200: steps 1
+    // and 2 took 0.427 + 0.638 ms reading every chunk, 0.147 + 0.751 ms every
+    // fourth, 0.084 + 0.845 ms every eighth)
     const long long chunks = (n + rows_per_block - 1) / rows_per_block;
-    const long long keep = 64 * want > 256 ? 64 * want : 256;
-    long long step = chunks / keep;
-    // but read at most a quarter of the chunks where that leaves 4 want of
-    // them: the looser bound buffers more rows in step 2, which costs less
-    // than step 1 saves (Fashion-MNIST, 235 chunks, k = 10, 2,048 queries on
-    // an H200: steps 1 and 2 took 0.427 + 0.638 ms reading every chunk, 0.147
-    // + 0.751 ms every fourth, 0.084 + 0.845 ms every eighth)
-    const long long quarter = chunks / (4 * want) < 4 ? chunks / (4 * want) : 4;
-    step = step > quarter ? step : quarter;
-    return (int)(step < 1 ? 1 : step > 64 ? 64 : step);
+    const long long keep = std::max(64 * want, 256LL);
+    const long long step = std::max(chunks / keep, std::min(chunks / (4 * want), 4LL));
+    return (int)std::min(std::max(step, 1LL), 64LL);
 }
 
 int xfbq_mma_rows_per_block(long long n, int sm_count)
