@@ -112,15 +112,17 @@ void free_buffers(Device *dev)
     device_free(dev->tickets);
     pinned_free(dev->pinned);
     pinned_free(dev->results);
+    pinned_free(dev->staged);
     device_free(dev->sent.device);
     pinned_free(dev->sent.host);
     dev->sent.device = dev->sent.host = nullptr;
     dev->sent.device_bytes = dev->sent.host_bytes = dev->sent.held = 0;
     dev->workspace = dev->io = dev->out = dev->filter = dev->pinned = dev->results = nullptr;
+    dev->staged = nullptr;
     dev->tickets = nullptr;
     dev->tickets_bytes = 0;
     dev->workspace_bytes = dev->io_bytes = dev->out_bytes = dev->filter_bytes =
-        dev->pinned_bytes = dev->results_bytes = 0;
+        dev->pinned_bytes = dev->results_bytes = dev->staged_bytes = 0;
 }
 
 void backend_close(sml_backend *b)
@@ -466,6 +468,11 @@ simil_status device_pinned(Device *dev, size_t bytes, void **out)
 simil_status device_results(Device *dev, size_t bytes, void **out)
 {
     return grow_pinned_buffer(dev, &dev->results, &dev->results_bytes, bytes, out);
+}
+
+simil_status device_staged(Device *dev, size_t bytes, void **out)
+{
+    return grow_pinned_buffer(dev, &dev->staged, &dev->staged_bytes, bytes, out);
 }
 
 simil_status device_tickets(Device *dev, size_t n, unsigned **out)

@@ -58,6 +58,8 @@ struct Device {
     size_t pinned_bytes;
     void *results;  // pinned: a search's results on their way to the caller
     size_t results_bytes;
+    void *staged;  // pinned: a streamed scan's queries (QueryStream, cuda_ivf.cuh)
+    size_t staged_bytes;
     void *io;  // a search's inputs, beside the workspace that its steps use
     size_t io_bytes;
     void *out;  // a large batch's finished results, before their copy to `results`
@@ -117,6 +119,9 @@ simil_status device_filter(Device *dev, size_t bytes, void **out);
 // Pinned memory apart from device_pinned's, for results going to the host:
 // a scan's plan in the pinned buffer stays intact while they come back.
 simil_status device_results(Device *dev, size_t bytes, void **out);
+// Pinned memory apart from both, for queries that go up while a scan that
+// uses the other two runs (QueryStream).
+simil_status device_staged(Device *dev, size_t bytes, void **out);
 // Device memory for a large batch's finished results (finish_to_host).
 simil_status device_out(Device *dev, size_t bytes, void **out);
 

@@ -140,6 +140,80 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     return knn_locked(dev, &knn);
 }
 
+QueryStream::~QueryStream()
+{
+    join();
+    // after a failure an upload may still read a half that the next call writes
+    if (sending_) cudaStreamSynchronize(dev_->stream[1]);
+    for (int h = 0; h < 2; ++h) {
+        if (sent_[h]) cudaEventDestroy(sent_[h]);
+        if (read_[h]) cudaEventDestroy(read_[h]);
+    }
+}
+
+void QueryStream::join()
+{
+    if (copier_.joinable()) copier_.join();
+}
+
+simil_status QueryStream::open(int most)
+{
+    assert(most > 0);
+    half_ = (size_t)most * row_;
+    SML_TRY(device_staged(dev_, 2 * half_, reinterpret_cast<void **>(&pinned_)));
+    SML_TRY(device_io(dev_, 2 * half_, reinterpret_cast<void **>(&io_)));
+    for (int h = 0; h < 2; ++h) {
+        SML_CUDA_TRY(cudaEventCreateWithFlags(&sent_[h], cudaEventDisableTiming));
+        SML_CUDA_TRY(cudaEventCreateWithFlags(&read_[h], cudaEventDisableTiming));
+    }
+    return SIMIL_OK;
+}
+
+simil_status QueryStream::send(long long q0, int n, const float **device_queries)
+{
+    assert((size_t)n * row_ <= half_);
+    const size_t bytes = (size_t)n * row_;
+    char *host = pinned_ + turn_ * half_, *dst = io_ + turn_ * half_;
+    join();
+    if (ahead_q0_ != q0 || ahead_n_ != n) {
+        // not copied ahead (the first batch, or no thread to be had)
+        SML_CUDA_TRY(cudaEventSynchronize(sent_[turn_]));
+        sml_copy_parallel(host, reinterpret_cast<const char *>(queries_) + q0 * row_, bytes);
+    }
+    ahead_q0_ = -1;
+    assert(replay_recording() == nullptr);  // a recorded graph holds the first stream alone
+    cudaStream_t work = dev_->stream[0], up = dev_->stream[1];
+    // the work so far read the other half; the upload waits for what read this one
+    SML_CUDA_TRY(cudaEventRecord(read_[turn_ ^ 1], work));
+    SML_CUDA_TRY(cudaStreamWaitEvent(up, read_[turn_], 0));
+    sending_ = true;
+    SML_CUDA_TRY(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, up));
+    SML_CUDA_TRY(cudaEventRecord(sent_[turn_], up));
+    SML_CUDA_TRY(cudaStreamWaitEvent(work, sent_[turn_], 0));
+    turn_ ^= 1;
+    *device_queries = reinterpret_cast<const float *>(dst);
+    return SIMIL_OK;
+}
+
+simil_status QueryStream::ahead(long long q0, int n)
+{
+    assert(!copier_.joinable() && (size_t)n * row_ <= half_);
+    // the half's last upload (two batches back) is done before it is written
+    SML_CUDA_TRY(cudaEventSynchronize(sent_[turn_]));
+    char *host = pinned_ + turn_ * half_;
+    const char *src = reinterpret_cast<const char *>(queries_) + q0 * row_;
+    const size_t bytes = (size_t)n * row_;
+    try {
+        // one thread: its copy has the GPU's whole batch to finish in
+        copier_ = std::thread([=] { memcpy(host, src, bytes); });
+    } catch (...) {
+        return SIMIL_OK;  // send copies it then
+    }
+    ahead_q0_ = q0;
+    ahead_n_ = n;
+    return SIMIL_OK;
+}
+
 // ---- probes on the host -------------------------------------------------
 
 simil_status batch_probes(Device *dev, const sml_ivf_scan_args *a, const float *queries,

@@ -39,7 +39,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <atomic>
+#include <thread>
 
 #include "core/alloc.h"
 #include "core/backend.h"
@@ -317,14 +319,84 @@ struct BatchLimits {
     int max_queries;
 };
 
+// Host queries to the device a batch at a time, through two halves of
+// pinned (device_staged) and device (device_io) memory: while the GPU runs
+// batch i, a host thread copies batch i + 1 into the other pinned half, and
+// the copy engine takes it up on the second stream, as the exact search's
+// slots do (cuda_knn.cu).  Staged all at once, a flat scan's queries waited
+// for the host's copy and the upload before any kernel ran (Fashion-MNIST,
+// 10,000 queries: 1.5 ms; docs/benchmarks.md).  send(q0, n) uploads batch
+// [q0, q0 + n) (copied by ahead(q0, n) before, or now), makes the first
+// stream wait for it, and returns its device copy, valid until the send
+// after the next.
+class QueryStream {
+public:
+    QueryStream(Device *dev, const float *queries, long long dim) :
+        dev_(dev), queries_(queries), row_(4 * (size_t)dim) {}
+    QueryStream(const QueryStream &) = delete;
+    QueryStream &operator=(const QueryStream &) = delete;
+    ~QueryStream();
+    // room for batches of at most `most` queries
+    simil_status open(int most);
+    simil_status send(long long q0, int n, const float **device_queries);
+    // start copying batch [q0, q0 + n), the next send's, on a host thread
+    simil_status ahead(long long q0, int n);
+
+private:
+    void join();
+    Device *dev_;
+    const float *queries_;
+    size_t row_, half_ = 0;
+    char *pinned_ = nullptr, *io_ = nullptr;
+    cudaEvent_t sent_[2] = {nullptr, nullptr};  // each half's last upload
+    cudaEvent_t read_[2] = {nullptr, nullptr};  // the first stream's work on each half
+    bool sending_ = false;                      // an upload was issued
+    int turn_ = 0;                              // the next send's half
+    std::thread copier_;
+    long long ahead_q0_ = -1;  // the batch the copier fills, or -1
+    int ahead_n_ = 0;
+};
+
 // The queries of a (host memory where host_queries) in batches: staged
 // (stage_inputs), their probes on the host (batch_probes), then cut to the
 // limits; batch(args, first, sub, n) scans queries [sub, sub + n) of args,
-// a's queries from first on.  Caller holds the device (ivf_locked).
+// a's queries from first on.  With host queries and given probes (a flat
+// scan's one list: no coarse search wants a whole input batch on the
+// device), each cut goes up on its own while the one before runs
+// (QueryStream).  Caller holds the device (ivf_locked).
 template <typename Batch>
 simil_status scan_planned(Device *dev, const sml_ivf_scan_args *a, bool host_queries,
                           const BatchLimits &limits, Batch batch)
 {
+    if (host_queries && a->probes.lists != nullptr && a->nq > 1) {
+        // batches of at most 32 MB of queries, so that the halves stay small
+        const long long most_fit = (long long)(((size_t)32 << 20) / (4 * (size_t)a->dim));
+        const int most = (int)std::max(1LL, std::min({most_fit, (long long)limits.max_queries,
+                                                      (long long)a->nq}));
+        QueryStream qs(dev, a->queries, a->dim);
+        SML_TRY(qs.open(most));
+        auto cut = [&](long long q0) {
+            return std::min(most, plan_batch_queries(*a, q0, limits.shape,
+                                                     limits.bytes_per_position, limits.budget,
+                                                     limits.max_queries));
+        };
+        int n = cut(0);
+        for (long long q0 = 0; q0 < a->nq;) {
+            const float *queries;
+            SML_TRY(qs.send(q0, n, &queries));
+            trace_mark(dev->stream[0], "ivf: a batch's queries sent");
+            const long long next = q0 + n;
+            const int n_next = next < a->nq ? cut(next) : 0;
+            if (n_next > 0) SML_TRY(qs.ahead(next, n_next));
+            sml_ivf_scan_args args;
+            FoundProbes found;
+            SML_TRY(batch_probes(dev, a, queries, q0, n, &args, &found));
+            SML_TRY(batch(args, q0, 0, n));
+            q0 = next;
+            n = n_next;
+        }
+        return SIMIL_OK;
+    }
     for (long long q0 = 0; q0 < a->nq;) {
         const int n = input_batch(a, q0, host_queries, false);
         Inputs in{};

@@ -7,8 +7,10 @@
  * selection) and past n, every metric, extra distances (of the range and of
  * each query's spread), grouped queries of flat XFBQ (batches not a multiple
  * of 4), several blocks per query, probes of empty lists, remove, reconstruct, alpha set on the GPU, and precision on
- * Fashion-MNIST; with RR (the random rotation, rotated on the host for both)
- * the same results too, and reconstruct the vectors added.  The GPU codes the queries itself: its codes must be the
+ * Fashion-MNIST; with RR (the random rotation, which the GPU applies to its
+ * queries itself, in the host's order) the same results too, and reconstruct
+ * the vectors added; more queries than a batch, sent a batch at a time
+ * (test_streamed_batches).  The GPU codes the queries itself: its codes must be the
  * host encoder's, bit for bit (test_query_codes_match_host).  Each place of
  * flat XFBQ's re-ranking floats gives the same results: XFBQ (the default,
  * _fp16: pinned host memory and an fp16 copy on the GPU), XFBQ_fp32 (on the
@@ -590,6 +592,36 @@ static void test_rotation_same_as_cpu(void **state)
     }
 }
 
+/* More queries than one batch of the tensor-core path takes (2,048), from host
+ * memory: each batch's queries go up while the one before runs (QueryStream),
+ * and the last batch is a partial one.  With RR at 203 dimensions the
+ * rotation's pieces end in a remainder of 3 and its last block of components
+ * is partly past the row. */
+static void test_streamed_batches(void **state)
+{
+    (void)state;
+    const int64_t n = 3000, nq = 4500;
+    const struct {
+        const char *desc;
+        int64_t dim;
+        simil_metric metric;
+    } cases[] = {{"XFBQ_fp32", 40, SIMIL_METRIC_L2}, {"RR,XFBQ", 203, SIMIL_METRIC_COSINE}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int64_t dim = cases[t].dim;
+        float *x = sml_test_malloc(sizeof(float) * (size_t)(n * dim));
+        float *q = sml_test_malloc(sizeof(float) * (size_t)(nq * dim));
+        SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 121 + t, x));
+        SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 122 + t, q));
+        simil_index *cpu, *gpu;
+        twin(cases[t].desc, dim, cases[t].metric, n, x, "cpu", &cpu, &gpu);
+        compare(cases[t].desc, cpu, gpu, x, n, q, nq, dim, 10, 0, 0.002f, cases[t].metric);
+        simil_index_destroy(cpu);
+        simil_index_destroy(gpu);
+        free(x);
+        free(q);
+    }
+}
+
 /* GPU memory in use, after the device is idle. */
 static size_t gpu_used(void)
 {
@@ -734,6 +766,7 @@ int main(void)
         cmocka_unit_test(test_flat_edits_on_gpu),
         cmocka_unit_test(test_fashion_mnist_precision),
         cmocka_unit_test(test_rotation_same_as_cpu),
+        cmocka_unit_test(test_streamed_batches),
         cmocka_unit_test(test_host_floats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
