@@ -143,12 +143,15 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
 }
 
-// Step 2, arena row `row` under query q's bound: into q's buffer while it
-// has room (the count goes on; its D comes after: hist_kernel).
-__device__ __forceinline__ void buffer(const XfbqMma &m, int q, int row)
+// Step 2, arena row `row` (its D d) under query q's bound: into q's buffer
+// while it has room (the count goes on).
+__device__ __forceinline__ void buffer(const XfbqMma &m, int q, int row, unsigned d)
 {
     const int slot = atomicAdd(&m.fill[q], 1);
-    if (slot < m.cap) m.buf_row[(long long)q * m.cap + slot] = row;
+    if (slot < m.cap) {
+        m.buf_row[(long long)q * m.cap + slot] = row;
+        m.buf_d[(long long)q * m.cap + slot] = d;
+    }
 }
 
 // Step 2's rows under their bounds, staged in shared memory during a tile of
@@ -159,16 +162,19 @@ struct Hits {
     int *n;             // staged so far (may pass kHits: those went direct)
     int *q;
     int *row;
+    unsigned *d;
 };
 
-__device__ __forceinline__ void stage_hit(const XfbqMma &m, const Hits &h, int q, int row)
+__device__ __forceinline__ void stage_hit(const XfbqMma &m, const Hits &h, int q, int row,
+                                          unsigned d)
 {
     const int i = atomicAdd(h.n, 1);
     if (i < kHits) {
         h.q[i] = q;
         h.row[i] = row;
+        h.d[i] = d;
     } else {
-        buffer(m, q, row);
+        buffer(m, q, row, d);
     }
 }
 
@@ -177,7 +183,7 @@ __device__ __forceinline__ void flush_hits(const XfbqMma &m, const Hits &h)
 {
     __syncthreads();
     const int n = min(*h.n, kHits);
-    for (int i = threadIdx.x; i < n; i += kThreads) buffer(m, h.q[i], h.row[i]);
+    for (int i = threadIdx.x; i < n; i += kThreads) buffer(m, h.q[i], h.row[i], h.d[i]);
     __syncthreads();
     if (threadIdx.x == 0) *h.n = 0;
 }
@@ -221,13 +227,14 @@ __device__ __forceinline__ void epilogue_min(const XfbqMma &m, const Acc<MT> &ac
 // Step 2's epilogue.  The accumulators started at C_q - T_q - 1, so a row is
 // under its query's bound where its accumulator is negative: one OR of all
 // of them finds the few threads with any (at 5,000 rows a query in 10M,
-// about 3% at MT = 4), and only those decode each hit's query and row from
-// its place.  Rows past the chunk (levels 0) may test negative: the row
-// check drops them.  A padding query's accumulators stay 0.
+// about 3% at MT = 4), and only those decode each hit's query, row and D
+// (the accumulator + T_q + 1) from its place.  Rows past the chunk (levels
+// 0) may test negative: the row check drops them.  A padding query's
+// accumulators stay 0.
 template <int MT>
-__device__ __forceinline__ void epilogue_collect(const XfbqMma &m, const Acc<MT> &acc,
-                                                 const Hits &hits, int q0, long long r,
-                                                 long long last, int g, int t)
+__device__ __forceinline__ void epilogue_collect(const XfbqMma &m, const unsigned *limit,
+                                                 const Acc<MT> &acc, const Hits &hits, int q0,
+                                                 long long r, long long last, int g, int t)
 {
     static_assert(MT * 16 <= 64, "a bit per accumulator");
     int any = 0;
@@ -239,14 +246,17 @@ __device__ __forceinline__ void epilogue_collect(const XfbqMma &m, const Acc<MT>
             for (int e = 0; e < 4; ++e) any |= acc[mt][nt][e];
     if (any >= 0) return;
     unsigned long long bits = 0;
+    int v[MT * 16];  // indexed by a hit's place below: local memory, this branch only
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
+            for (int e = 0; e < 4; ++e) {
                 bits |= (unsigned long long)((unsigned)acc[mt][nt][e] >> 31)
                         << (mt * 16 + nt * 4 + e);
+                v[mt * 16 + nt * 4 + e] = acc[mt][nt][e];
+            }
     while (bits) {
         const int i = __ffsll((long long)bits) - 1;
         bits &= bits - 1;
@@ -254,7 +264,9 @@ __device__ __forceinline__ void epilogue_collect(const XfbqMma &m, const Acc<MT>
         const int q = q0 + mt * 16 + (e >> 1) * 8 + g;
         const long long row = r + nt * 8 + 2 * t + (e & 1);
         assert(q < m.nq);
-        if (row < last) stage_hit(m, hits, q, (int)(m.row0 + row));
+        // D = C_q + <a, y> = the accumulator + T_q + 1 (clamped: a no-op but for damaged codes)
+        const unsigned d = min((unsigned)(v[i] + (int)limit[q] + 1), m.dclamp);
+        if (row < last) stage_hit(m, hits, q, (int)(m.row0 + row), d);
     }
 }
 
@@ -311,9 +323,10 @@ __device__ __forceinline__ BlockStart block_start(const XfbqMma &m, const unsign
     const int nqp = padded_queries(m.nq);
     b.nqt = nqp / kQTile;
     b.qv = reinterpret_cast<int *>(words);
-    // step 2: the staged hits (kHits queries, kHits rows, then the count)
+    // step 2: the staged hits (kHits queries, kHits rows, kHits D, then the count)
     int *hit_words = b.qv + nqp;
-    b.hits = Hits{hit_words + (kCollect ? 2 * kHits : 0), hit_words, hit_words + kHits};
+    b.hits = Hits{hit_words + (kCollect ? 3 * kHits : 0), hit_words, hit_words + kHits,
+                  reinterpret_cast<unsigned *>(hit_words + 2 * kHits)};
     if (kCollect && threadIdx.x == 0) *b.hits.n = 0;
     // step 1 takes every chunk_step-th chunk (a bound from fewer chunk minima
     // is looser, never wrong); step 2 takes every chunk
@@ -416,7 +429,7 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_kernel(const XfbqMma m,
                 for (int mt = 0; mt < MT; ++mt) a[mt] = an[mt];
             }
             if constexpr (kCollect)
-                epilogue_collect<MT>(m, acc, hits, qt * kQTile, r, last, g, t);
+                epilogue_collect<MT>(m, limit, acc, hits, qt * kQTile, r, last, g, t);
             else if (full)
                 epilogue_min<true, MT>(m, acc, qv, qt * kQTile, r, last, g, t);
             else
@@ -509,7 +522,7 @@ __global__ void __launch_bounds__(kThreads, 2) xfbq_mma_wide_kernel(const XfbqMm
             }
             const int q0 = qt * kQTile + slab * 16;
             if constexpr (kCollect)
-                epilogue_collect<1>(m, acc, hits, q0, r, last, g, t);
+                epilogue_collect<1>(m, limit, acc, hits, q0, r, last, g, t);
             else if (full)
                 epilogue_min<true, 1>(m, acc, qv, q0, r, last, g, t);
             else
@@ -560,31 +573,20 @@ __global__ void xfbq_mma_compact_kernel(const XfbqMma m, const unsigned *limit,
 
 constexpr int kPopQueries = 2;
 
-// After step 2, a block per query: each buffered row's D, by XOR and
-// popcount (step 2 kept only rows: its D are in accumulator registers that
-// a lane cannot index), and their histogram (every D up to T_q), built in
-// shared memory and written whole.
+// After step 2, a block per query: the histogram of its buffered rows' D
+// (every D up to T_q), built in shared memory and written whole.  Step 2
+// wrote each row's D beside it (from its accumulator); worked out again here
+// from the row's planes by XOR and popcount, they took 0.12 ms of 2,048
+// Fashion-MNIST queries (ncu, H200).
 __global__ void xfbq_mma_hist_kernel(const XfbqMma m)
 {
     extern __shared__ unsigned h[];
-    __shared__ uint64_t x[kMaxQueryWords];  // the query's planes
-    const int q = blockIdx.x, qw = m.qbits * m.words;
-    assert(qw <= kMaxQueryWords);
+    const int q = blockIdx.x;
     for (int i = threadIdx.x; i < m.nbins; i += blockDim.x) h[i] = 0;
-    for (int i = threadIdx.x; i < qw; i += blockDim.x) x[i] = m.query_codes[(long long)q * qw + i];
     __syncthreads();
     const int nb = min(m.fill[q], m.cap);
     const long long base = (long long)q * m.cap;
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) {
-        unsigned d[1];
-        const uint64_t *const xq[1] = {x};
-        xfbq_row_d<1, 0, 0, 0>(
-            xq, reinterpret_cast<const uint64_t *>(m.codes + (long long)m.buf_row[base + i] * m.stride),
-            m.qbits, m.bbits, m.words, d);
-        d[0] = min(d[0], m.dclamp);  // a no-op but for damaged codes
-        m.buf_d[base + i] = d[0];
-        atomicAdd(&h[d[0] >> m.shift], 1u);
-    }
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) atomicAdd(&h[m.buf_d[base + i] >> m.shift], 1u);
     __syncthreads();
     for (int i = threadIdx.x; i < m.nbins; i += blockDim.x) m.hist[(long long)q * m.nbins + i] = h[i];
 }
@@ -631,7 +633,10 @@ __global__ void __launch_bounds__(kThreads) xfbq_pop_kernel(const XfbqMma m, con
                 int slot = 0;
                 if (lane == __ffs(mask) - 1) slot = atomicAdd(&m.fill[t], __popc(mask));
                 slot = __shfl_sync(kFull, slot, __ffs(mask) - 1) + __popc(mask & ((1u << lane) - 1));
-                if (hit && slot < m.cap) m.buf_row[(long long)t * m.cap + slot] = (int)(m.row0 + r);
+                if (hit && slot < m.cap) {
+                    m.buf_row[(long long)t * m.cap + slot] = (int)(m.row0 + r);
+                    m.buf_d[(long long)t * m.cap + slot] = d[t];
+                }
             } else if (live) {
                 best[t] = min(best[t], d[t]);
             }
@@ -683,7 +688,7 @@ size_t tile_smem(const XfbqMma &m, bool collect, int rows)
 {
     const int kp = (m.dim + 31) / 32 * 32;
     return (size_t)rows * (kp + 16) + (size_t)rows * raw_bytes(m) +
-           4 * (size_t)padded_queries(m.nq) + (collect ? 4 * (size_t)(2 * kHits + 1) : 0);
+           4 * (size_t)padded_queries(m.nq) + (collect ? 4 * (size_t)(3 * kHits + 1) : 0);
 }
 
 // Grid rows that split each chunk's query tiles: where the chunks are fewer

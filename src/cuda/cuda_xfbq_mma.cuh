@@ -20,11 +20,11 @@
 //     distinct rows, so the bin of the K-th smallest of them is at least b,
 //     the bin of the K-th smallest D: the threshold kernel on that histogram
 //     gives a limit T_q no lower than the scan's own.
-//  2. collect: every row with D <= T_q goes to its query's buffer (cap rows;
-//     the count goes on past cap, so the caller learns the cap it needs);
-//     then each buffered row's D, by XOR and popcount, and their histogram,
-//     which holds every D up to T_q: the threshold kernel on it gives the
-//     scan's own bin, limit and count.
+//  2. collect: every row with D <= T_q goes to its query's buffer with its D
+//     (cap rows; the count goes on past cap, so the caller learns the cap it
+//     needs); then the histogram of the buffered D, which holds every D up
+//     to T_q: the threshold kernel on it gives the scan's own bin, limit and
+//     count.
 //  3. compact: each query's rows under its limit go to the selection pass's
 //     candidate slots.
 // A batch of 1 or 2 queries runs steps 1 and 2 with D by XOR and popcount
@@ -66,7 +66,7 @@ struct XfbqMma {
     unsigned *hist;               // nq x nbins
     int *fill;                    // per query: rows with D <= T_q (may pass cap)
     int *buf_row;                 // nq x cap arena rows
-    unsigned *buf_d;              //   and their D (from the rows, after step 2)
+    unsigned *buf_d;              //   and their D
 };
 
 // Whether the tensor-core path takes codes of these bits and dimensions.
