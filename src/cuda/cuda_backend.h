@@ -77,6 +77,12 @@ void sml_cuda_knn_small_max(long long nq);
  * Not for concurrent use. */
 void sml_cuda_xfbq_tensor(int mode);
 
+/* Tests: RR's rotation on the GPU, y = x r for n rows x of dim components
+ * and r (dim x dim, row-major), all device memory; the bits of
+ * sml_xfbq_rotate (algo/xfbq.h).  Synchronous. */
+simil_status sml_cuda_xfbq_rotate(const float *d_x, const float *d_r, int64_t dim, int64_t n,
+                                  float *d_y);
+
 /* Tests and benchmarks: the largest batch that an IVF search on the GPU
  * runs with its probes on the device (cuda_ivf.cuh, "small batches"); 0
  * sends every batch to the batch path, a negative value restores the default

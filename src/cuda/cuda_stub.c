@@ -69,6 +69,12 @@ void sml_cuda_replay_counts(long long *hits, long long *builds, long long *direc
 void sml_cuda_ivf_thin_staged(int on) { (void)on; }
 
 void sml_cuda_ivf_small_max(long long nq) { (void)nq; }
+simil_status sml_cuda_xfbq_rotate(const float *d_x, const float *d_r, int64_t dim, int64_t n,
+                                  float *d_y)
+{
+    (void)d_x, (void)d_r, (void)dim, (void)n, (void)d_y;
+    return sml_error(SIMIL_ERR_NO_DEVICE, "this simil was built without CUDA");
+}
 void sml_cuda_xfbq_tensor(int mode) { (void)mode; }
 
 void sml_cuda_lanes(int lanes) { (void)lanes; }

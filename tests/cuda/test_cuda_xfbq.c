@@ -9,7 +9,8 @@
  * of 4), several blocks per query, probes of empty lists, remove, reconstruct, alpha set on the GPU, and precision on
  * Fashion-MNIST; with RR (the random rotation, which the GPU applies to its
  * queries itself, in the host's order) the same results too, and reconstruct
- * the vectors added; more queries than a batch, sent a batch at a time
+ * the vectors added, and the rotation kernel gives sml_xfbq_rotate's bits
+ * (test_rotation_bits); more queries than a batch, sent a batch at a time
  * (test_streamed_batches).  The GPU codes the queries itself: its codes must be the
  * host encoder's, bit for bit (test_query_codes_match_host).  Each place of
  * flat XFBQ's re-ranking floats gives the same results: XFBQ (the default,
@@ -592,6 +593,50 @@ static void test_rotation_same_as_cpu(void **state)
     }
 }
 
+/* The GPU's rotation kernel against sml_xfbq_rotate, bit for bit: dims that
+ * end a piece of 16 components part way and a block of 128 components part
+ * way, rows that end a block of 32 part way, a zero row and one of mixed
+ * magnitudes. */
+static void test_rotation_bits(void **state)
+{
+    (void)state;
+    const int64_t dims[] = {1, 17, 96, 203, 784};
+    const int64_t n = 75;
+    for (size_t t = 0; t < sizeof dims / sizeof dims[0]; t++) {
+        const int64_t dim = dims[t];
+        const size_t xs = (size_t)(n * dim), rs = (size_t)(dim * dim);
+        float *x = sml_test_malloc(sizeof(float) * xs), *r = sml_test_malloc(sizeof(float) * rs);
+        float *want = sml_test_malloc(sizeof(float) * xs), *got = sml_test_malloc(sizeof(float) * xs);
+        SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 131 + t, x));
+        SML_ASSERT_OK(simil_generate("uniform", 0, dim, dim, 141 + t, r));
+        for (size_t i = 0; i < rs; i++) r[i] -= 0.5f; /* both signs, as a rotation's */
+        for (int64_t j = 0; j < dim; j++) {
+            x[2 * dim + j] = 0.0f;                         /* a zero row */
+            x[5 * dim + j] *= j % 3 == 0 ? 1e6f : 1e-6f;   /* mixed magnitudes */
+        }
+        sml_xfbq_rotate(r, dim, n, x, want);
+        float *dx, *dr, *dy;
+        assert_int_equal(cudaMalloc((void **)&dx, sizeof(float) * xs), cudaSuccess);
+        assert_int_equal(cudaMalloc((void **)&dr, sizeof(float) * rs), cudaSuccess);
+        assert_int_equal(cudaMalloc((void **)&dy, sizeof(float) * xs), cudaSuccess);
+        assert_int_equal(cudaMemcpy(dx, x, sizeof(float) * xs, cudaMemcpyHostToDevice), cudaSuccess);
+        assert_int_equal(cudaMemcpy(dr, r, sizeof(float) * rs, cudaMemcpyHostToDevice), cudaSuccess);
+        SML_ASSERT_OK(sml_cuda_xfbq_rotate(dx, dr, dim, n, dy));
+        assert_int_equal(cudaMemcpy(got, dy, sizeof(float) * xs, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (size_t i = 0; i < xs; i++)
+            if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+                fail_msg("dim %lld: row %zu component %zu: GPU %a, host %a", (long long)dim,
+                         i / (size_t)dim, i % (size_t)dim, (double)got[i], (double)want[i]);
+        cudaFree(dx);
+        cudaFree(dr);
+        cudaFree(dy);
+        free(x);
+        free(r);
+        free(want);
+        free(got);
+    }
+}
+
 /* More queries than one batch of the tensor-core path takes (2,048), from host
  * memory: each batch's queries go up while the one before runs (QueryStream),
  * and the last batch is a partial one.  With RR at 203 dimensions the
@@ -766,6 +811,7 @@ int main(void)
         cmocka_unit_test(test_flat_edits_on_gpu),
         cmocka_unit_test(test_fashion_mnist_precision),
         cmocka_unit_test(test_rotation_same_as_cpu),
+        cmocka_unit_test(test_rotation_bits),
         cmocka_unit_test(test_streamed_batches),
         cmocka_unit_test(test_host_floats),
     };
