@@ -553,8 +553,9 @@ static void test_query_codes_match_host(void **state)
 /* RR: built on one backend, loaded on the other; with extra 0 the results
  * are the same only where both take the same candidates, so codes and
  * rotation must match exactly.  The GPU rotates the queries itself
- * (sml_xfbq_rotated_component's order, as the CPU).  200 dimensions: pieces
- * of the rotation kernel past its first 128 components and 64-row steps. */
+ * (sml_xfbq_rotated_component's order, as the CPU).  200 dimensions: a
+ * second block of 128 components of the rotation kernel, partly past the
+ * row. */
 static void test_rotation_same_as_cpu(void **state)
 {
     (void)state;
@@ -640,8 +641,8 @@ static void test_rotation_bits(void **state)
 /* More queries than one batch of the tensor-core path takes (2,048), from host
  * memory: each batch's queries go up while the one before runs (QueryStream),
  * and the last batch is a partial one.  With RR at 203 dimensions the
- * rotation's pieces end in a remainder of 3 and its last block of components
- * is partly past the row. */
+ * rotation's last piece of 16 components is a partial one, and so is its
+ * last block of 128 components. */
 static void test_streamed_batches(void **state)
 {
     (void)state;
