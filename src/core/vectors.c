@@ -25,28 +25,36 @@ simil_status sml_vectors_check(const float *x, int64_t n, int64_t dim, int bound
     return sml_vectors_check_from(x, n, dim, bound_norms, what, 0);
 }
 
-simil_status sml_vectors_check_from(const float *x, int64_t n, int64_t dim, int bound_norms,
-                                    const char *what, int64_t first)
+/* Whether a row fails the check: NaN or Inf in it (v - v is 0 for finite v
+ * and NaN otherwise, so `poison` stays 0 only for a finite row; plain sums
+ * let the loop run in SIMD lanes), or, with bound_norms, a squared norm past
+ * SML_NORM2_BOUND. */
+static inline int sml_row_bad(const float *row, int64_t dim, int bound_norms)
 {
-    int64_t bad_row = -1;
-#pragma omp parallel for schedule(static) num_threads(sml_vectors_threads(n * dim))
-    for (int64_t i = 0; i < n; i++) {
-        const float *row = x + i * dim;
-        /* v - v is 0 for finite v and NaN for NaN or Inf, so `poison` stays 0
-         * only for a finite row; plain sums let the loop run in SIMD lanes */
-        double norm2 = 0, poison = 0;
+    double norm2 = 0, poison = 0;
 #pragma omp simd reduction(+ : norm2, poison)
-        for (int64_t j = 0; j < dim; j++) {
-            const double v = row[j];
-            norm2 += v * v;
-            poison += v - v;
-        }
-        if (poison != 0 || (bound_norms && norm2 > SML_NORM2_BOUND)) {
-#pragma omp critical(sml_vectors_check)
-            if (bad_row < 0 || i < bad_row) bad_row = i;
-        }
+    for (int64_t j = 0; j < dim; j++) {
+        const double v = row[j];
+        norm2 += v * v;
+        poison += v - v;
     }
-    if (bad_row < 0) return SIMIL_OK;
+    return poison != 0 || (bound_norms && norm2 > SML_NORM2_BOUND);
+}
+
+/* One row scaled to unit norm (out may be row). */
+static inline void sml_normalize_row(const float *row, int64_t dim, float *out)
+{
+    double norm2 = 0;
+#pragma omp simd reduction(+ : norm2)
+    for (int64_t j = 0; j < dim; j++) norm2 += (double)row[j] * row[j];
+    double scale = norm2 > 0 ? 1.0 / sqrt(norm2) : 0.0;
+    for (int64_t j = 0; j < dim; j++) out[j] = (float)(row[j] * scale);
+}
+
+/* The error for row bad_row of x (number first + bad_row in the caller's set). */
+static simil_status sml_row_error(const float *x, int64_t dim, const char *what, int64_t first,
+                                  int64_t bad_row)
+{
     const float *row = x + bad_row * dim;
     for (int64_t j = 0; j < dim; j++) {
         SML_RETURN_IF(!isfinite(row[j]), SIMIL_ERR_INVALID_ARGUMENT,
@@ -60,17 +68,40 @@ simil_status sml_vectors_check_from(const float *x, int64_t n, int64_t dim, int 
                      what, first + bad_row, SML_NORM2_BOUND);
 }
 
+simil_status sml_vectors_check_from(const float *x, int64_t n, int64_t dim, int bound_norms,
+                                    const char *what, int64_t first)
+{
+    int64_t bad_row = -1;
+#pragma omp parallel for schedule(static) num_threads(sml_vectors_threads(n * dim))
+    for (int64_t i = 0; i < n; i++) {
+        if (sml_row_bad(x + i * dim, dim, bound_norms)) {
+#pragma omp critical(sml_vectors_check)
+            if (bad_row < 0 || i < bad_row) bad_row = i;
+        }
+    }
+    return bad_row < 0 ? SIMIL_OK : sml_row_error(x, dim, what, first, bad_row);
+}
+
 void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out)
 {
 #pragma omp parallel for schedule(static) num_threads(sml_vectors_threads(n * dim))
+    for (int64_t i = 0; i < n; i++) sml_normalize_row(x + i * dim, dim, out + i * dim);
+}
+
+simil_status sml_vectors_check_normalize(const float *x, int64_t n, int64_t dim, const char *what,
+                                         int64_t first, float *out)
+{
+    int64_t bad_row = -1;
+#pragma omp parallel for schedule(static) num_threads(sml_vectors_threads(n * dim))
     for (int64_t i = 0; i < n; i++) {
-        const float *row = x + i * dim;
-        double norm2 = 0;
-#pragma omp simd reduction(+ : norm2)
-        for (int64_t j = 0; j < dim; j++) norm2 += (double)row[j] * row[j];
-        double scale = norm2 > 0 ? 1.0 / sqrt(norm2) : 0.0;
-        for (int64_t j = 0; j < dim; j++) out[i * dim + j] = (float)(row[j] * scale);
+        if (sml_row_bad(x + i * dim, dim, 0)) {
+#pragma omp critical(sml_vectors_check)
+            if (bad_row < 0 || i < bad_row) bad_row = i;
+        } else {
+            sml_normalize_row(x + i * dim, dim, out + i * dim);
+        }
     }
+    return bad_row < 0 ? SIMIL_OK : sml_row_error(x, dim, what, first, bad_row);
 }
 
 void sml_copy_parallel(void *dst, const void *src, size_t bytes)

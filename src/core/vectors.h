@@ -32,6 +32,13 @@ simil_status sml_vectors_check_from(const float *x, int64_t n, int64_t dim, int 
  * rows stay zero.  out may equal x. */
 void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out);
 
+/* sml_vectors_check_from without a bound on norms, and out = x normalized
+ * as sml_vectors_normalize (the same bits), in one pass: each row is checked
+ * and scaled while it is in cache, where two passes read x twice.  out may
+ * equal x.  After a failure out holds part of the rows. */
+simil_status sml_vectors_check_normalize(const float *x, int64_t n, int64_t dim, const char *what,
+                                         int64_t first, float *out);
+
 /* memcpy by every OpenMP thread, a slice each: one core cannot keep up with
  * a GPU's pinned buffer when results come back from it. */
 void sml_copy_parallel(void *dst, const void *src, size_t bytes);

@@ -81,12 +81,13 @@ static simil_status sml_join_rows(sml_join_build *j, int64_t first, int64_t coun
 {
     sml_source *s = &j->g->src;
     SML_TRY(sml_source_rows(s, first, count, raw));
-    SML_TRY(sml_vectors_check_from(*raw, count, s->dim, !j->cosine, "k-NN graph", first));
-    *rows = *raw;
-    if (j->cosine) {
-        sml_vectors_normalize(*raw, count, s->dim, j->prep);
-        *rows = j->prep;
+    if (!j->cosine) {
+        SML_TRY(sml_vectors_check_from(*raw, count, s->dim, 1, "k-NN graph", first));
+        *rows = *raw;
+        return SIMIL_OK;
     }
+    SML_TRY(sml_vectors_check_normalize(*raw, count, s->dim, "k-NN graph", first, j->prep));
+    *rows = j->prep;
     return SIMIL_OK;
 }
 
@@ -112,8 +113,9 @@ static simil_status sml_join_train(sml_join_build *j, int64_t nlist)
         sml_knn_graph_sample(s->n, m, p->seed + 1, nodes);
         st = sml_source_gather(s, m, nodes, x);
     }
-    if (st == SIMIL_OK) st = sml_vectors_check(x, m, s->dim, !j->cosine, "k-NN graph");
-    if (st == SIMIL_OK && j->cosine) sml_vectors_normalize(x, m, s->dim, x);
+    if (st == SIMIL_OK)
+        st = j->cosine ? sml_vectors_check_normalize(x, m, s->dim, "k-NN graph", 0, x)
+                       : sml_vectors_check(x, m, s->dim, 1, "k-NN graph");
     if (st == SIMIL_OK) {
         simil_kmeans_params kp;
         sml_ivf_kmeans_params(nlist, j->cosine, &kp);

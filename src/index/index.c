@@ -107,14 +107,14 @@ static simil_status sml_prepare_vectors(const simil_index *index, int64_t n, con
         }
         host = *copy;
     }
-    simil_status s = sml_vectors_check(host, n, index->dim, !cosine, what);
-    if (s == SIMIL_OK && cosine) {
+    simil_status s = SIMIL_OK;
+    if (cosine) {
         if (*copy == NULL)
             s = sml_alloc((void **)copy, count, sizeof(float), "normalized vectors");
-        if (s == SIMIL_OK) {
-            sml_vectors_normalize(host, n, index->dim, *copy);
-            *prepared = *copy;
-        }
+        if (s == SIMIL_OK) s = sml_vectors_check_normalize(host, n, index->dim, what, 0, *copy);
+        if (s == SIMIL_OK) *prepared = *copy;
+    } else {
+        s = sml_vectors_check(host, n, index->dim, 1, what);
     }
     if (s == SIMIL_OK && !cosine && *copy != NULL && host_only) *prepared = *copy;
     if (s != SIMIL_OK || (!cosine && *copy != NULL && !host_only)) {

@@ -256,11 +256,17 @@ simil_status simil_source_search(const simil_source *base, simil_metric metric, 
     if (nq == 0) return SIMIL_OK;
     const int64_t dim = simil_source_dim(base);
     const int cosine = metric == SIMIL_METRIC_COSINE;
-    SML_TRY(sml_vectors_check(queries, nq, dim, !cosine, "search"));
     float *normalized = NULL;
     if (cosine) {
         SML_TRY(sml_alloc((void **)&normalized, (size_t)(nq * dim), sizeof(float), "queries"));
-        sml_vectors_normalize(queries, nq, dim, normalized);
+        const simil_status st =
+            sml_vectors_check_normalize(queries, nq, dim, "search", 0, normalized);
+        if (st != SIMIL_OK) {
+            sml_free(normalized);
+            return st;
+        }
+    } else {
+        SML_TRY(sml_vectors_check(queries, nq, dim, 1, "search"));
     }
     sml_stream_search s = {
         .metric = sml_kernel_metric(metric),
