@@ -88,6 +88,10 @@ void sml_vectors_normalize(const float *x, int64_t n, int64_t dim, float *out)
     for (int64_t i = 0; i < n; i++) sml_normalize_row(x + i * dim, dim, out + i * dim);
 }
 
+/* The loop of sml_vectors_check_from, with the normalization in it: one
+ * loop for both, the normalization under a test of out, made this one pass
+ * 7% slower (10,000 x 784 floats, 2 threads: 4.04 against 3.76 ms), as the
+ * parallel region's body is outlined and the test stays. */
 simil_status sml_vectors_check_normalize(const float *x, int64_t n, int64_t dim, const char *what,
                                          int64_t first, float *out)
 {
