@@ -5,9 +5,10 @@
 // ids[r]), from the caller's bitset or sorted id list and the rows' labels on
 // the device; an IVF scan of a small batch, which reads far fewer rows than
 // the bitset's pass over every label, tests the label of each row it reads
-// instead (RowFilter).  The scans then give a refused row the key +inf: Flat through
-// the per-column term its selection already adds (the squared norms for L2),
-// the pair scans by marking the refused positions of their distance
+// instead (RowFilter).  The scans then give a refused row the key +inf: Flat's
+// batch path through the per-column term its selection already adds (the
+// squared norms for L2; its small-batch path does not read a refused row at
+// all), the pair scans by marking the refused positions of their distance
 // segments, IVF-PQ's fused scan and XFBQ in their kernels.  A +inf key never
 // beats a real one, and the results (finish_row, knn_device.cuh) turn a +inf
 // key into an empty slot (-1), so a filtered search returns the k best of the

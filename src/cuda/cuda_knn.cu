@@ -653,19 +653,24 @@ simil_status knn_locked(Device *dev, const sml_knn_args *a)
                   "search: distances and labels must both be in host or both in GPU memory");
     if (a->nq == 0) return SIMIL_OK;
     simil_status st = SIMIL_OK;
+    const bool small = knn_small_takes(a);
+    const uint32_t *bits = nullptr;
     if (a->filter != nullptr) {
-        const uint32_t *bits;
+        // the small path skips the refused rows by their bits; the batch
+        // path's GEMM reads every row, and their keys go to +inf through
+        // the per-column term
         void *add;
-        st = rows_allowed(dev, a->filter, a->base_ids, a->n, sizeof(float) * (size_t)a->n, &bits,
-                          &add);
-        if (st == SIMIL_OK)
+        st = rows_allowed(dev, a->filter, a->base_ids, a->n,
+                          small ? 0 : sizeof(float) * (size_t)a->n, &bits, &add);
+        if (st == SIMIL_OK && !small) {
             st = launch_filter_add(a->n, s.add, bits, static_cast<float *>(add), dev->stream[0]);
-        s.add = static_cast<const float *>(add);
-        s.filtered = true;
+            s.add = static_cast<const float *>(add);
+            s.filtered = true;
+        }
     }
     if (st != SIMIL_OK) {
-    } else if (knn_small_takes(a)) {
-        st = knn_small(dev, a, s.add, s.queries_on_device, s.outputs_on_device);
+    } else if (small) {
+        st = knn_small(dev, a, s.add, bits, s.queries_on_device, s.outputs_on_device);
     } else {
         s.max_query_tile = s.queries_on_device && s.outputs_on_device ? kMaxQueryTile
                                                                       : staged_tile_cap(s);

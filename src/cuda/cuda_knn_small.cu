@@ -116,8 +116,8 @@ bool use_mma(int dim)
 struct ScanArgs {
     const __half *rows;       // n x dim: the shadow
     const float *inv_scale;   // n
-    const float *add;         // n: added to the keys (squared norms for L2, +inf for rows a
-                              // filter refuses), or null
+    const float *add;         // n: added to the keys (squared norms for L2), or null
+    const uint32_t *allow;    // bit r: a filter allows row r (cuda_filter.cuh), or null: all
     long long n;
     int dim;
     int width;                // halves per load: 8, 4, 2 or 1, dividing dim
@@ -208,26 +208,28 @@ __device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0, unsigned a1
 }
 
 // acc[q] = <row first + lane, query q> for the warp's 32 rows [first, first +
-// 32) (rows from last on are read as row last - 1 and ignored by the caller),
-// on tensor cores.  Lane (g, t) = (lane / 4, lane % 4) feeds rows first + g +
-// 8i, i < 4: two m16n8k16 tiles.  A dot product may sum its dimensions in any
-// order, so the k of a fragment need not be consecutive dimensions: per 32
-// dimensions d.., lane t loads the 8 halves d + 8t.. of each of its rows (one
-// 16-byte load) and of query g (from qh), and the fragments' k slots (2t,
-// 2t + 1, 2t + 8, 2t + 9) of the two mmas take halves 0-3 and 4-7 of them.
-// A last 16 dimensions take 4 halves per lane.  sums: the warp's 32 x
-// kSumStride buffer, through which each lane gets its own row's sums.
+// 32) whose bit (row - first) is set in live (the others, rows past the
+// slice and those a filter refuses, are not read: zeros), on tensor cores.
+// Lane (g, t) = (lane / 4, lane % 4) feeds rows first + g + 8i, i < 4: two
+// m16n8k16 tiles.  A dot product may sum its dimensions in any order, so the
+// k of a fragment need not be consecutive dimensions: per 32 dimensions d..,
+// lane t loads the 8 halves d + 8t.. of each of its rows (one 16-byte load)
+// and of query g (from qh), and the fragments' k slots (2t, 2t + 1, 2t + 8,
+// 2t + 9) of the two mmas take halves 0-3 and 4-7 of them.  A last 16
+// dimensions take 4 halves per lane.  sums: the warp's 32 x kSumStride
+// buffer, through which each lane gets its own row's sums.
 template <int QG>
 __device__ __forceinline__ void dot_rows_mma(const __half *rows, int dim, long long first,
-                                             long long last, const __half *qh, int qstride,
+                                             unsigned live, const __half *qh, int qstride,
                                              float *sums, float (&acc)[QG])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const __half *r[4];
+    bool read[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const long long j = first + g + 8 * i;
-        r[i] = rows + (j < last ? j : last - 1) * dim;
+        read[i] = (live >> (g + 8 * i)) & 1u;
+        r[i] = rows + (first + g + 8 * i) * dim;
     }
     const __half *q = qh + g * qstride;
     float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -236,7 +238,9 @@ __device__ __forceinline__ void dot_rows_mma(const __half *rows, int dim, long l
     for (; d + 32 <= dim; d += 32) {
         uint4 x[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) x[i] = __ldg(reinterpret_cast<const uint4 *>(r[i] + d + 8 * t));
+        for (int i = 0; i < 4; ++i)
+            x[i] = read[i] ? __ldg(reinterpret_cast<const uint4 *>(r[i] + d + 8 * t))
+                           : make_uint4(0, 0, 0, 0);
         const uint4 b = *reinterpret_cast<const uint4 *>(q + d + 8 * t);
         mma16816(c0, x[0].x, x[1].x, x[0].y, x[1].y, b.x, b.y);
         mma16816(c0, x[0].z, x[1].z, x[0].w, x[1].w, b.z, b.w);
@@ -246,7 +250,9 @@ __device__ __forceinline__ void dot_rows_mma(const __half *rows, int dim, long l
     if (d < dim) {  // 16 left
         uint2 x[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) x[i] = __ldg(reinterpret_cast<const uint2 *>(r[i] + d + 4 * t));
+        for (int i = 0; i < 4; ++i)
+            x[i] = read[i] ? __ldg(reinterpret_cast<const uint2 *>(r[i] + d + 4 * t))
+                           : make_uint2(0, 0);
         const uint2 b = *reinterpret_cast<const uint2 *>(q + d + 4 * t);
         mma16816(c0, x[0].x, x[1].x, x[0].y, x[1].y, b.x, b.y);
         mma16816(c1, x[2].x, x[3].x, x[2].y, x[3].y, b.x, b.y);
@@ -357,23 +363,42 @@ __device__ __forceinline__ void scan_block(const ScanArgs &a, const OneQuery *on
     for (int q = 0; q < QG; ++q) ws[q].init(K, INFINITY, kEmptyIdx, slot_k[warp][q], slot_v[warp][q]);
     const long long r0 = (long long)slice * a.slice_rows;
     const long long r1 = min(a.n, r0 + a.slice_rows);
+    // A warp's 32 rows start at a multiple of 32 (slice_rows is one), so
+    // their bits are one word of allow.
+    auto live_rows = [&](long long first) {
+        const unsigned in = r1 - first >= 32 ? ~0u : (1u << (r1 - first)) - 1;
+        return a.allow != nullptr ? in & a.allow[first >> 5] : in;
+    };
     for (long long first = r0 + warp * 32; first < r1; first += kThreads) {
         const long long ahead = first + (long long)kPrefetchSteps * kThreads;
         if (ahead < r1) {
             const char *p = reinterpret_cast<const char *>(a.rows + ahead * a.dim);
-            const long long end = (min(ahead + 32, r1) - ahead) * a.dim * 2;
-            for (long long off = lane * 128; off < end; off += 32 * 128)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+            if (a.allow == nullptr) {
+                const long long end = (min(ahead + 32, r1) - ahead) * a.dim * 2;
+                for (long long off = lane * 128; off < end; off += 32 * 128)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+            } else if ((live_rows(ahead) >> lane) & 1u) {
+                // under a filter, only the allowed rows, each lane its own:
+                // every line the row touches
+                const long long bytes = 2ll * a.dim;
+                const char *row = p + lane * bytes;
+                for (long long off = 0; off < bytes; off += 128)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(row + bytes - 1));
+            }
         }
+        // rows past the slice and those a filter refuses are not read, and
+        // a warp with none to read skips the step (its lanes agree)
+        const unsigned live = live_rows(first);
+        if (live == 0) continue;
         const long long j = first + lane;
-        const bool valid = j < r1;
+        const bool valid = (live >> lane) & 1u;
         float acc[QG];
 #pragma unroll
         for (int q = 0; q < QG; ++q) acc[q] = 0.0f;
         float add = 0.0f, scale = 0.0f;
         // every lane of the warp takes part in the mmas, valid or not
-        if constexpr (MMA)
-            dot_rows_mma<QG>(a.rows, a.dim, first, r1, qh, qstride, sums[warp], acc);
+        if constexpr (MMA) dot_rows_mma<QG>(a.rows, a.dim, first, live, qh, qstride, sums[warp], acc);
         if (valid) {
             if constexpr (!MMA) {
                 const __half *row = a.rows + j * a.dim;
@@ -398,7 +423,6 @@ __device__ __forceinline__ void scan_block(const ScanArgs &a, const OneQuery *on
                 s *= scale;
                 key = a.add ? add + s : s;
                 if (key != key) key = INFINITY;
-                // a +inf key is a row the filter refuses (cuda_filter.cuh): never a candidate
                 idx = key == INFINITY ? kEmptyIdx : (int)j;
             }
             ws[q].offer(key, idx);
@@ -714,7 +738,7 @@ bool knn_small_takes(const sml_knn_args *a)
 }
 
 simil_status knn_small(Device *dev, const sml_knn_args *a, const float *add,
-                       bool queries_on_device, bool outputs_on_device)
+                       const uint32_t *allow, bool queries_on_device, bool outputs_on_device)
 {
     const Shadow *shadow = static_cast<const Shadow *>(a->base_shadow);
     const bool l2 = a->metric == SIMIL_METRIC_L2;
@@ -750,7 +774,7 @@ simil_status knn_small(Device *dev, const sml_knn_args *a, const float *add,
                                      b.query_norm, nullptr, st));
     }
     const int dim = (int)a->dim;
-    ScanArgs scan{shadow->rows, shadow->inv_scale, add, a->n, dim,
+    ScanArgs scan{shadow->rows, shadow->inv_scale, add, allow, a->n, dim,
                   dim % 8 == 0 ? 8 : dim % 4 == 0 ? 4 : dim % 2 == 0 ? 2 : 1, b.queries_h,
                   b.query_inv, (int)a->nq, l2, p.slices, p.groups, p.slice_rows,
                   b.part_keys, b.part_idx};

@@ -13,12 +13,15 @@
  *    order), the allowed rows of a full ranking (k = every row), first k,
  *    bit for bit.
  * Flat also runs both of its paths (a few queries: the fused small-batch
- * scan; many: the GEMM tiles) and k past 2048 (radix selection). */
+ * scan, which does not read a refused row, on tensor cores and off, and one
+ * query in one launch; many: the GEMM tiles) and k past 2048 (radix
+ * selection). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_backend.h"
 #include "util/test_util.h"
 
 enum { N = 3000, DIM = 16, NQ_MAX = 200 };
@@ -185,7 +188,14 @@ static void test_flat_paths(void **state)
     const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP, SIMIL_METRIC_COSINE};
     const int nmetrics = sml_test_quick() ? 1 : 3;
     for (int m = 0; m < nmetrics; m++) {
-        check_type("Flat", "", metrics[m], 0, x_, ids_, q_, 10, 20);       /* small batch */
+        /* the small batch skips the refused rows, on tensor cores and off,
+         * and one query is one launch */
+        for (int tensor = 1; tensor >= 0; tensor--) {
+            sml_cuda_knn_small_tensor(tensor);
+            check_type("Flat", "", metrics[m], 0, x_, ids_, q_, 10, 20);
+            check_type("Flat", "", metrics[m], 0, x_, ids_, q_, 1, 20);
+        }
+        sml_cuda_knn_small_tensor(1);
         check_type("Flat", "", metrics[m], 0, x_, ids_, q_, NQ_MAX, 20);   /* GEMM tiles */
         check_type("Flat", "", metrics[m], 0, x_, ids_, q_, 10, 2100);     /* radix, k > allowed */
     }
