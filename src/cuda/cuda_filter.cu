@@ -32,13 +32,14 @@ __global__ void filter_add_kernel(long long n, const float *norms, const uint32_
 
 // A block per segment.
 __global__ void mask_pairs_kernel(const long long *pair_out, const int *pair_cols,
-                                  const int *pair_base, const uint32_t *bits, float *distances)
+                                  const int *pair_base, const __grid_constant__ RowFilter f,
+                                  float *distances)
 {
     const int p = blockIdx.x;
     const long long out = pair_out[p], base = pair_base[p];
     const int cols = pair_cols[p];
     for (int i = threadIdx.x; i < cols; i += blockDim.x)
-        if (!row_allowed(bits, base + i)) distances[out + i] = INFINITY;
+        if (!row_allowed(f, base + i)) distances[out + i] = INFINITY;
 }
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
@@ -164,11 +165,11 @@ simil_status launch_filter_add(long long n, const float *norms, const uint32_t *
 }
 
 simil_status launch_mask_pairs(int npairs, const long long *pair_out, const int *pair_cols,
-                               const int *pair_base, const uint32_t *bits, float *distances,
+                               const int *pair_base, const RowFilter &f, float *distances,
                                cudaStream_t st)
 {
-    if (npairs == 0 || bits == nullptr) return SIMIL_OK;
-    mask_pairs_kernel<<<npairs, 128, 0, st>>>(pair_out, pair_cols, pair_base, bits, distances);
+    if (npairs == 0 || (f.rows == nullptr && !f.by_label)) return SIMIL_OK;
+    mask_pairs_kernel<<<npairs, 128, 0, st>>>(pair_out, pair_cols, pair_base, f, distances);
     SML_LAUNCH_TRY("mask_pairs_kernel");
     return SIMIL_OK;
 }

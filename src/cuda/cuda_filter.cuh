@@ -97,9 +97,10 @@ simil_status launch_filter_add(long long n, const float *norms, const uint32_t *
 
 // Each of npairs distance segments (device plan arrays: segment p starts at
 // pair_out[p] and holds pair_cols[p] positions, position i being arena row
-// pair_base[p] + i): +inf at the positions of refused rows.
+// pair_base[p] + i): +inf at the positions of the rows f refuses (by the
+// rows' bitset, or by label; no filter: nothing to do).
 simil_status launch_mask_pairs(int npairs, const long long *pair_out, const int *pair_cols,
-                               const int *pair_base, const uint32_t *bits, float *distances,
+                               const int *pair_base, const RowFilter &f, float *distances,
                                cudaStream_t st);
 
 }  // namespace sml

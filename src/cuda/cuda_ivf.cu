@@ -419,6 +419,11 @@ simil_status scan_rows_allowed(Device *dev, const sml_ivf_scan_args &a, const ui
     return SIMIL_OK;
 }
 
+bool filter_by_label(const sml_ivf_scan_args &a)
+{
+    return a.filter != nullptr && a.nq * a.probes.nprobe < a.lists.nlist;
+}
+
 simil_status scan_filter(Device *dev, const sml_ivf_scan_args &a, bool by_label, RowFilter *out)
 {
     if (by_label) return labels_allowed(dev, a.filter, a.lists.ids, out);
@@ -427,7 +432,7 @@ simil_status scan_filter(Device *dev, const sml_ivf_scan_args &a, bool by_label,
 }
 
 simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, const PairPlan &dev,
-                          const PairScratch &s, const uint32_t *allowed, cudaStream_t st)
+                          const PairScratch &s, const RowFilter &allowed, cudaStream_t st)
 {
     SML_TRY(launch_mask_pairs(host.npairs, dev.pair_out, dev.pair_cols, dev.pair_base, allowed,
                               s.distances, st));

@@ -93,6 +93,11 @@ simil_status scan_rows_allowed(Device *dev, const sml_ivf_scan_args &a, const ui
 // the rows it reads, without the rows' bitset.
 simil_status scan_filter(Device *dev, const sml_ivf_scan_args &a, bool by_label, RowFilter *out);
 
+// Whether a's pairs read fewer rows than its lists hold (nq x nprobe below
+// nlist, lists of even size): then testing the labels of the rows read costs
+// less than the rows' bitset, a pass over every label.
+bool filter_by_label(const sml_ivf_scan_args &a);
+
 // ---- staging ------------------------------------------------------------
 
 // A batch's inputs in device memory: its queries, and for a scan that reads
@@ -484,10 +489,10 @@ simil_status pair_workspace(Device *dev, const sml_ivf_scan_args &a, const void 
 // nprobe x k1, and one more selection per query merges them (the paper's
 // multi-pass k-selection); past k = 2048, radix selection over each query's
 // whole segment, reading the rows the kernel wrote.  Results: final_keys,
-// final_idx (arena rows).  With allowed (scan_rows_allowed), the refused
-// rows' distances become +inf first.
+// final_idx (arena rows).  The rows allowed refuses (scan_filter) get +inf
+// distances first.
 simil_status select_pairs(const sml_ivf_scan_args &a, const PairPlan &host, const PairPlan &dev,
-                          const PairScratch &s, const uint32_t *allowed, cudaStream_t st);
+                          const PairScratch &s, const RowFilter &allowed, cudaStream_t st);
 
 // ---- small batches (cuda_ivf_small.cu) -----------------------------------
 //
@@ -902,11 +907,11 @@ struct TileLaunch {
 
 // Queries [q0, q0 + nq) of a (device queries, host probes): plan (tiles cut
 // as shape says), keys by launch(g, how) over the tiles, selection of the
-// rows allowed (scan_rows_allowed; null: all), results.  Caller holds the
+// rows allowed (scan_filter; none: all), results.  Caller holds the
 // device (ivf_locked, scan_planned).
 template <typename Launch>
 simil_status tiled_batch_by(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
-                            const TileShape &shape, const uint32_t *allowed, Launch launch)
+                            const TileShape &shape, const RowFilter &allowed, Launch launch)
 {
     cudaStream_t st = dev->stream[0];
     PairCount count;
@@ -961,7 +966,7 @@ simil_status launch_thin(const TileArgs &g, const Rows &rows, int tiles, cudaStr
 // tiled_batch_by with the thin tiles' kernel and tile_distance_kernel over rows.
 template <typename Rows>
 simil_status tiled_batch(Device *dev, const sml_ivf_scan_args &a, long long q0, int nq,
-                         const Rows &rows, const uint32_t *allowed)
+                         const Rows &rows, const RowFilter &allowed)
 {
     const TileShape shape{tile_thin_fits(a.dim) ? kThinQueries : 0, kTileVectors, false, 0, 0};
     const bool l2 = a.metric == SIMIL_METRIC_L2;

@@ -173,7 +173,7 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
     return ivf_locked(b, *a, [&](Device *dev, bool host_queries) {
         const bool small = small_fits(*a, a->nq);
         RowFilter allowed;
-        SML_TRY(scan_filter(dev, *a, small, &allowed));
+        SML_TRY(scan_filter(dev, *a, small || filter_by_label(*a), &allowed));
         if (small) {
             long long total = 0;
             for (int64_t l = 0; l < a->lists.nlist; ++l) total += a->lists.size[l];
@@ -192,7 +192,7 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
         }
         return scan_planned(dev, a, host_queries, limits,
                             [&](const sml_ivf_scan_args &batch, long long, long long sub, int n) {
-                                return tiled_batch(dev, batch, sub, n, rows, allowed.rows);
+                                return tiled_batch(dev, batch, sub, n, rows, allowed);
                             });
     });
 }

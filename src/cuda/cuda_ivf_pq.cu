@@ -135,7 +135,7 @@ void fill_items(PqPlan *p)
 // Queries [q0, q0 + nq) of a (device queries, host probes): plan, distances
 // through per-pair tables, selection, results.
 simil_status pair_batch(Device *dev, const sml_ivf_pq_scan_args *a, long long q0, int nq,
-                        const uint32_t *allowed)
+                        const RowFilter &allowed)
 {
     cudaStream_t st = dev->stream[0];
     const sml_ivf_scan_args &sc = a->scan;
@@ -175,11 +175,13 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
     SML_RETURN_IF(sc->k >= INT32_MAX || sc->dim >= INT32_MAX, SIMIL_ERR_UNSUPPORTED,
                   "IVF scan on the GPU: k and dim must be below 2^31");
     return ivf_locked(b, *sc, [&](Device *dev, bool host_queries) -> simil_status {
-        // a fused scan of a few queries tests the filter on the labels of
-        // the rows it reads
+        // a fused scan of a few queries, and any scan that reads fewer rows
+        // than its lists hold, tests the filter on the labels of the rows
+        // it reads
         const bool fused = pq_fused(a);
         RowFilter allowed;
-        SML_TRY(scan_filter(dev, *sc, fused && sc->nq <= ivf_small_max(), &allowed));
+        SML_TRY(scan_filter(dev, *sc, (fused && sc->nq <= ivf_small_max()) || filter_by_label(*sc),
+                            &allowed));
         if (!fused) {
             const BatchLimits limits{kPairShape, sc->k > kMaxWarpSelectK ? (size_t)8 : (size_t)4,
                                      kCandidateBudget, kMaxBatch};
@@ -188,7 +190,7 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
                                     int n) {
                                     sml_ivf_pq_scan_args pq = *a;
                                     pq.scan = batch;
-                                    return pair_batch(dev, &pq, sub, n, allowed.rows);
+                                    return pair_batch(dev, &pq, sub, n, allowed);
                                 });
         }
         for (long long q0 = 0; q0 < sc->nq;) {

@@ -317,7 +317,7 @@ inline bool sq8_mma_fits(long long dim) { return sq8_shared(kTileQueries, dim) <
 
 // A batch of SQ8 keys: the queries' digits, the pairs' <q, c>, the tiles.
 simil_status sq8_batch(Device *dev, const sml_sq_scan_args *sa, const sml_ivf_scan_args &a,
-                       long long q0, int nq, const uint32_t *allowed)
+                       long long q0, int nq, const RowFilter &allowed)
 {
     const int dimp = sq8_dimp(a.dim);
     // per query: its Sq8Query and digits; per pair: <q, c>
@@ -359,8 +359,8 @@ simil_status sq_scan(sml_backend *b, const sml_sq_scan_args *a)
     const SqRows<T> rows{static_cast<const uint8_t *>(s->lists.codes), s->lists.code_stride,
                          a->vmin, a->vdiff, a->coarse, (int)s->dim};
     return ivf_locked(b, *s, [&](Device *dev, bool host_queries) {
-        const uint32_t *allowed;
-        SML_TRY(scan_rows_allowed(dev, *s, &allowed));
+        RowFilter allowed;
+        SML_TRY(scan_filter(dev, *s, filter_by_label(*s), &allowed));
         return scan_planned(dev, s, host_queries, limits,
                             [&](const sml_ivf_scan_args &batch, long long, long long sub, int n) {
                                 if (T == SML_SQ_8BIT && sq8_mma_fits(s->dim))
