@@ -21,10 +21,18 @@
 // The keys equal the CPU's (fp32 on decoded floats) up to the weights'
 // rounding.  Where a tile's digits would not fit in shared memory (dim past
 // 1,568), SQ8 takes the decoding path of SQfp16.
+//
+// A small batch of an inverted file (up to ivf_small_max() queries) takes
+// the probe scan of ivf_probe_scan.cuh over the decoded rows, its probes
+// found on the device: no host plan, a few launches.  Its SQ8 keys are the
+// CPU's arithmetic (fp32 on the decoded floats), not the tensor cores'
+// rounded weights, so they may differ from the batch path's in the last
+// bits.
 #include <assert.h>
 
 #include "core/sq_code.h"
 #include "cuda/cuda_ivf.cuh"
+#include "cuda/ivf_probe_scan.cuh"
 #include "cuda/knn_device.cuh"
 #include "cuda/select.cuh"
 
@@ -359,8 +367,13 @@ simil_status sq_scan(sml_backend *b, const sml_sq_scan_args *a)
     const SqRows<T> rows{static_cast<const uint8_t *>(s->lists.codes), s->lists.code_stride,
                          a->vmin, a->vdiff, a->coarse, (int)s->dim};
     return ivf_locked(b, *s, [&](Device *dev, bool host_queries) {
+        // a few queries of an inverted file: the probe scan, on the decoded
+        // floats (one list, flat SQ, keeps the tiles: each 32 queries read
+        // the codes once)
+        const bool small = s->lists.nlist > 1 && probe_scan_fits(*s, s->nq);
         RowFilter allowed;
-        SML_TRY(scan_filter(dev, *s, filter_by_label(*s), &allowed));
+        SML_TRY(scan_filter(dev, *s, small || filter_by_label(*s), &allowed));
+        if (small) return probe_scan_all(dev, s, host_queries, allowed, rows);
         return scan_planned(dev, s, host_queries, limits,
                             [&](const sml_ivf_scan_args &batch, long long, long long sub, int n) {
                                 if (T == SML_SQ_8BIT && sq8_mma_fits(s->dim))

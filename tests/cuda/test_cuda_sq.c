@@ -1,7 +1,8 @@
 /* test_cuda_sq.c: scalar quantizers on the GPU against the CPU: the same
  * index (filled on the CPU, loaded on the GPU) gives the same results for
  * every type and metric, flat and IVF, at k = 1 to past 2048 and several
- * nprobe; reconstruct agrees; remove and add on the GPU; an empty index. */
+ * nprobe, in batches and in a few queries (IVF's probe scan); reconstruct
+ * agrees; remove and add on the GPU; an empty index. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,10 @@ static void test_same_as_cpu(void **state)
             for (int i = 0; i < 3; i++)
                 compare(what, cpu, gpu, base, n, q, nq, dim, ks[i], ivf ? 8 : 1, metrics[m]);
             if (ivf) compare(what, cpu, gpu, base, n, q, nq, dim, 10, 32, metrics[m]);
+            /* a few queries: IVF's probe scan on the decoded rows (one query,
+             * and 10 at k = 100) */
+            compare(what, cpu, gpu, base, n, q, 1, dim, 10, ivf ? 8 : 1, metrics[m]);
+            compare(what, cpu, gpu, base, n, q, 10, dim, 100, ivf ? 8 : 1, metrics[m]);
             /* past WarpSelect: radix selection over each query's segment */
             compare(what, cpu, gpu, base, n, q, 20, dim, 2500, ivf ? 32 : 1, metrics[m]);
             simil_index_destroy(cpu);
