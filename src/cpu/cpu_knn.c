@@ -250,7 +250,8 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
  * the labels ascend (k-means labels its centroids 0..k-1). */
 static bool sml_knn_nearest_fits(const sml_knn_args *a)
 {
-    if (a->k != 1 || a->metric != SIMIL_METRIC_L2 || a->dim > SML_NEAREST_MAX_DIM ||
+    /* the book holds every row: a filter's refused rows would be found */
+    if (a->filter != NULL || a->k != 1 || a->metric != SIMIL_METRIC_L2 || a->dim > SML_NEAREST_MAX_DIM ||
         sml_nearest_book_bytes(a->n, a->dim) > SML_NEAREST_MAX_BYTES)
         return false;
     for (int64_t i = 1; i < a->n; i++)

@@ -104,39 +104,48 @@ static void test_filtered_every_type(void **state)
 }
 
 /* Flat: the true top k among the allowed vectors (float64 brute force over
- * them alone), for the direct path (few queries) and the GEMM path. */
+ * them alone), for the direct path (few queries) and the GEMM path, and at
+ * k = 1 over a base that fits cpu_nearest.h's book (800 rows of 16 floats,
+ * under its 64 KiB), which an unfiltered search of k = 1 takes and which
+ * holds every row. */
 static void test_flat_filtered_brute_force(void **state)
 {
     (void)state;
     const int64_t nq = 100;
     float *x = sml_test_blobs(N, DIM, 20, 0.4f, 21), *q = sml_test_blobs(nq, DIM, 20, 0.4f, 22);
     unsigned char *allowed = random_allowed(10, 3);
-    simil_index *index = filled("Flat", SIMIL_METRIC_L2, "cpu", x, N, NULL);
     float *sub = sml_test_malloc(sizeof(float) * N * DIM);
-    int64_t *pos = sml_test_malloc(sizeof(int64_t) * N), nsub = 0;
+    int64_t *pos = sml_test_malloc(sizeof(int64_t) * N);
     int64_t *ids = sml_test_malloc(sizeof(int64_t) * N);
-    for (int64_t i = 0; i < N; i++)
-        if (allowed[i]) {
-            memcpy(sub + nsub * DIM, x + i * DIM, sizeof(float) * DIM);
-            pos[i] = nsub;
-            ids[nsub++] = i;
-        }
-    simil_search_params *p = sml_test_params("");
-    SML_ASSERT_OK(simil_search_params_allow_ids(p, nsub, ids));
-    const int64_t counts[] = {3, nq};
     float *d = sml_test_malloc(sizeof(float) * nq * K);
     int64_t *l = sml_test_malloc(sizeof(int64_t) * nq * K);
-    for (int c = 0; c < 2; c++) {
-        SML_ASSERT_OK(simil_index_search(index, counts[c], q, K, p, d, l));
-        for (int64_t i = 0; i < counts[c] * K; i++) {
-            assert_true(l[i] >= 0 && allowed[l[i]]);
-            l[i] = pos[l[i]];
-        }
-        sml_test_check_knn("Flat filtered", sub, nsub, q, counts[c], DIM, K, SIMIL_METRIC_L2, d,
-                           l, 1e-4);
+    const int64_t sizes[] = {N, 800}, counts[] = {3, nq}, ks[] = {K, 1};
+    for (int z = 0; z < 2; z++) {
+        const int64_t n = sizes[z];
+        simil_index *index = filled("Flat", SIMIL_METRIC_L2, "cpu", x, n, NULL);
+        int64_t nsub = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (allowed[i]) {
+                memcpy(sub + nsub * DIM, x + i * DIM, sizeof(float) * DIM);
+                pos[i] = nsub;
+                ids[nsub++] = i;
+            }
+        simil_search_params *p = sml_test_params("");
+        SML_ASSERT_OK(simil_search_params_allow_ids(p, nsub, ids));
+        for (int c = 0; c < 2; c++)
+            for (int j = 0; j < 2; j++) {
+                const int64_t k = ks[j];
+                SML_ASSERT_OK(simil_index_search(index, counts[c], q, k, p, d, l));
+                for (int64_t i = 0; i < counts[c] * k; i++) {
+                    assert_true(l[i] >= 0 && l[i] < n && allowed[l[i]]);
+                    l[i] = pos[l[i]];
+                }
+                sml_test_check_knn("Flat filtered", sub, nsub, q, counts[c], DIM, k,
+                                   SIMIL_METRIC_L2, d, l, 1e-4);
+            }
+        simil_search_params_destroy(p);
+        simil_index_destroy(index);
     }
-    simil_search_params_destroy(p);
-    simil_index_destroy(index);
     free(d);
     free(l);
     free(sub);
