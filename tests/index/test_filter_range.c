@@ -57,6 +57,14 @@ static void check_filtered(const char *what, const simil_index *index, const flo
     assert_memory_equal(d, d2, sizeof d);
     const float empty = simil_index_metric(index) == SIMIL_METRIC_L2 ? INFINITY : -INFINITY;
     sml_test_check_filtered_ranking(what, NQ, K, all, D, L, d, l, allowed, &empty);
+    /* k = 1 and one query a call take other paths of some scans */
+    SML_ASSERT_OK(simil_index_search(index, NQ, q, 1, bits, d, l));
+    sml_test_check_filtered_ranking(what, NQ, 1, all, D, L, d, l, allowed, &empty);
+    for (int64_t i = 0; i < NQ; i++) {
+        SML_ASSERT_OK(simil_index_search(index, 1, q + i * DIM, K, bits, d, l));
+        sml_test_check_filtered_ranking(what, 1, K, all, D + i * all, L + i * all, d, l, allowed,
+                                        &empty);
+    }
     free(D);
     free(L);
     simil_search_params_destroy(plain);
