@@ -12,9 +12,17 @@
  * keep per-thread top-k lists, and merge them.
  *
  * k = 1 against a base of short vectors that fits a core's caches (k-means in
- * the sub-spaces of a product quantizer) skips it too: cpu_nearest.h. */
+ * the sub-spaces of a product quantizer) skips it too: cpu_nearest.h.
+ *
+ * Under a filter, the small batches skip the refused rows, and the GEMM
+ * blocks multiply only the allowed rows of each tile, gathered with their ids
+ * and norms: the work falls with the share of ids allowed.  Which rows a
+ * tile gathers depends on the filter and the tile alone, not on the threads;
+ * a row's key may differ in its last bits from an unfiltered search's, whose
+ * GEMM holds it at another place. */
 #include "cpu/cpu_knn.h"
 
+#include <assert.h>
 #include <math.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -31,7 +39,8 @@ enum {
     SML_QUERY_BLOCK = 512,
     SML_BASE_TILE = 2048,
     SML_NEAREST_MAX_DIM = 32,
-    SML_NEAREST_MAX_BYTES = 64 << 10
+    SML_NEAREST_MAX_BYTES = 64 << 10,
+    SML_GATHER_BYTES = 8 << 20
 };
 
 /* Bytes the top-k buffers of one query block may take. */
@@ -163,15 +172,59 @@ void sml_cpu_knn_block_finish(const sml_knn_args *a, const float *queries, int64
     }
 }
 
+/* A thread's scratch for a filtered GEMM block: a tile's allowed rows. */
+typedef struct sml_knn_gather {
+    float *rows;    /* tile x dim */
+    int64_t *ids;   /* tile */
+    float *norms;   /* tile (L2) */
+} sml_knn_gather;
+
+/* sml_cpu_knn_block_scan over the whole base under a->filter: each tile's
+ * allowed rows gathered into g, and only they multiplied. */
+static void sml_knn_scan_allowed(const sml_knn_args *a, const float *queries, int64_t m,
+                                 int64_t tile, float *scores, sml_topk *lists,
+                                 const sml_knn_gather *g)
+{
+    assert(a->filter != NULL);
+    const float alpha = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
+    const size_t row_bytes = sizeof(float) * (size_t)a->dim;
+    for (int64_t b0 = 0; b0 < a->n; b0 += tile) {
+        const int64_t w = a->n - b0 < tile ? a->n - b0 : tile;
+        int64_t c = 0;
+        for (int64_t j = 0; j < w; j++) {
+            const int64_t id = a->base_ids[b0 + j];
+            if (!sml_id_allowed(a->filter, id)) continue;
+            memcpy(g->rows + c * a->dim, a->base + (b0 + j) * a->dim, row_bytes);
+            g->ids[c] = id;
+            if (a->base_norms != NULL) g->norms[c] = a->base_norms[b0 + j];
+            c++;
+        }
+        if (c == 0) continue;
+        sml_sgemm(0, 1, m, c, a->dim, alpha, queries, a->dim, g->rows, a->dim, 0.0f, scores, c);
+        for (int64_t i = 0; i < m; i++) {
+            float *row = scores + i * c;
+            if (a->base_norms != NULL) {
+#pragma omp simd
+                for (int64_t j = 0; j < c; j++) row[j] += g->norms[j];
+            }
+            sml_topk_push_row(&lists[i], row, c, g->ids, 0);
+        }
+    }
+}
+
 /* Queries [q0, q0 + m) against the whole base, tile by tile, with one set of
- * scratch. */
+ * scratch (g: under a filter). */
 static void sml_knn_gemm_block(const sml_knn_args *a, int64_t q0, int64_t m, int64_t tile,
-                               float *scores, sml_topk_pair *storage, sml_topk *lists)
+                               float *scores, sml_topk_pair *storage, sml_topk *lists,
+                               const sml_knn_gather *g)
 {
     int64_t cap = sml_topk_capacity(a->k);
     const float *queries = a->queries + q0 * a->dim;
     for (int64_t i = 0; i < m; i++) sml_topk_reset(&lists[i], storage + i * cap, a->k);
-    sml_cpu_knn_block_scan(a, queries, m, 0, a->n, tile, scores, lists);
+    if (a->filter != NULL)
+        sml_knn_scan_allowed(a, queries, m, tile, scores, lists, g);
+    else
+        sml_cpu_knn_block_scan(a, queries, m, 0, a->n, tile, scores, lists);
     sml_cpu_knn_block_finish(a, queries, m, lists, a->distances + q0 * a->k,
                              a->labels + q0 * a->k);
 }
@@ -207,6 +260,10 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
     int64_t qb_budget = (int64_t)(sml_topk_budget / ((size_t)cap * sizeof(sml_topk_pair)));
     if (qb > qb_budget) qb = qb_budget > 0 ? qb_budget : 1;
     int64_t tile = a->n < SML_BASE_TILE ? a->n : SML_BASE_TILE;
+    /* a filter's gathered rows take tile x dim floats a thread: at most
+     * SML_GATHER_BYTES (but 64 rows) */
+    const int64_t gather_rows = (int64_t)(SML_GATHER_BYTES / (sizeof(float) * (size_t)a->dim));
+    if (a->filter != NULL && tile > gather_rows) tile = gather_rows > 64 ? gather_rows : 64;
     int64_t blocks = (a->nq + qb - 1) / qb;
     if (threads > blocks) threads = (int)blocks;
     /* under an address-space limit, as many callers as have room */
@@ -224,6 +281,17 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
     if (s == SIMIL_OK)
         s = sml_alloc((void **)&lists, (size_t)(threads * qb), sizeof *lists,
                       "k-NN candidate lists");
+    float *grows = NULL, *gnorms = NULL;
+    int64_t *gids = NULL;
+    if (s == SIMIL_OK && a->filter != NULL) {
+        s = sml_alloc((void **)&grows, (size_t)(threads * tile), sizeof(float) * (size_t)a->dim,
+                      "allowed rows");
+        if (s == SIMIL_OK)
+            s = sml_alloc((void **)&gids, (size_t)(threads * tile), sizeof *gids, "allowed rows");
+        if (s == SIMIL_OK)
+            s = sml_alloc((void **)&gnorms, (size_t)(threads * tile), sizeof *gnorms,
+                          "allowed rows");
+    }
     if (s == SIMIL_OK) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
         for (int64_t b = 0; b < blocks; b++) {
@@ -233,10 +301,16 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
             int t = omp_get_thread_num();
             int64_t q0 = b * qb;
             int64_t m = a->nq - q0 < qb ? a->nq - q0 : qb;
+            const sml_knn_gather g = {grows ? grows + t * tile * a->dim : NULL,
+                                      gids ? gids + t * tile : NULL,
+                                      gnorms ? gnorms + t * tile : NULL};
             sml_knn_gemm_block(a, q0, m, tile, scores + t * qb * tile, storage + t * qb * cap,
-                               lists + t * qb);
+                               lists + t * qb, &g);
         }
     }
+    sml_free(gnorms);
+    sml_free(gids);
+    sml_free(grows);
     sml_free(lists);
     sml_free(storage);
     sml_free(scores);
