@@ -115,48 +115,64 @@ static inline float sml_pq_row_start(const sml_ivf_pq_scan_args *a, const uint8_
     return a->term1_at ? base + t1 : base;
 }
 
-/* Push rows [r, end) of one list, four at a time, so that the four chains of
- * dependent additions overlap.  The four sums are separate scalars: as an
- * array, gcc packed them into one vector kept on the stack, and a store per
- * lookup slowed the scan (docs/benchmarks.md, "Tried and dropped"). */
-static void sml_pq_scan_rows(const sml_ivf_pq_scan_args *a, const float *tab, float base,
-                             int64_t r, int64_t end, sml_topk *top)
+/* Push four rows of one list at once, so that their four chains of dependent
+ * additions overlap.  The four sums are separate scalars: as an array, gcc
+ * packed them into one vector kept on the stack, and a store per lookup
+ * slowed the scan (docs/benchmarks.md, "Tried and dropped"). */
+static inline void sml_pq_push4(const sml_ivf_pq_scan_args *a, const float *tab, float base,
+                                int64_t r0, int64_t r1, int64_t r2, int64_t r3, sml_topk *top)
 {
     const int64_t m = a->m, ksub = a->ksub;
     const uint8_t *codes = a->scan.lists.codes;
     const int64_t *ids = a->scan.lists.ids;
     const size_t cs = a->scan.lists.code_stride;
+    const uint8_t *c0 = codes + (size_t)r0 * cs, *c1 = codes + (size_t)r1 * cs;
+    const uint8_t *c2 = codes + (size_t)r2 * cs, *c3 = codes + (size_t)r3 * cs;
+    float d0 = sml_pq_row_start(a, c0, base), d1 = sml_pq_row_start(a, c1, base);
+    float d2 = sml_pq_row_start(a, c2, base), d3 = sml_pq_row_start(a, c3, base);
+    for (int64_t i = 0; i < m; i++) {
+        const float *row = tab + i * ksub;
+        d0 += row[c0[i]];
+        d1 += row[c1[i]];
+        d2 += row[c2[i]];
+        d3 += row[c3[i]];
+    }
+    sml_topk_push(top, d0, ids[r0]);
+    sml_topk_push(top, d1, ids[r1]);
+    sml_topk_push(top, d2, ids[r2]);
+    sml_topk_push(top, d3, ids[r3]);
+}
+
+static inline void sml_pq_push1(const sml_ivf_pq_scan_args *a, const float *tab, float base,
+                                int64_t r, sml_topk *top)
+{
+    const uint8_t *c = a->scan.lists.codes + (size_t)r * a->scan.lists.code_stride;
+    float d = sml_pq_row_start(a, c, base);
+    for (int64_t i = 0; i < a->m; i++) d += tab[i * a->ksub + c[i]];
+    sml_topk_push(top, d, a->scan.lists.ids[r]);
+}
+
+/* Push rows [r, end) of one list, four at a time (sml_pq_push4); under a
+ * filter, four allowed rows at a time, taken a chunk at a time
+ * (sml_allowed_rows), the refused rows skipped before their lookups. */
+static void sml_pq_scan_rows(const sml_ivf_pq_scan_args *a, const float *tab, float base,
+                             int64_t r, int64_t end, sml_topk *top)
+{
     const sml_id_filter *filter = a->scan.filter;
-    /* filtered: row by row, refused rows skipped before their lookups */
-    for (; filter != NULL && r < end; r++) {
-        if (!sml_id_allowed(filter, ids[r])) continue;
-        const uint8_t *c = codes + (size_t)r * cs;
-        float d = sml_pq_row_start(a, c, base);
-        for (int64_t i = 0; i < m; i++) d += tab[i * ksub + c[i]];
-        sml_topk_push(top, d, ids[r]);
-    }
-    for (; r + 4 <= end; r += 4) {
-        const uint8_t *c0 = codes + (size_t)r * cs, *c1 = c0 + cs, *c2 = c1 + cs, *c3 = c2 + cs;
-        float d0 = sml_pq_row_start(a, c0, base), d1 = sml_pq_row_start(a, c1, base);
-        float d2 = sml_pq_row_start(a, c2, base), d3 = sml_pq_row_start(a, c3, base);
-        for (int64_t i = 0; i < m; i++) {
-            const float *row = tab + i * ksub;
-            d0 += row[c0[i]];
-            d1 += row[c1[i]];
-            d2 += row[c2[i]];
-            d3 += row[c3[i]];
+    if (filter != NULL) {
+        int64_t pick[SML_ALLOWED_CHUNK];
+        for (; r < end; r += SML_ALLOWED_CHUNK) {
+            const int n = end - r < SML_ALLOWED_CHUNK ? (int)(end - r) : SML_ALLOWED_CHUNK;
+            const int np = sml_allowed_rows(filter, a->scan.lists.ids, r, n, pick);
+            int p = 0;
+            for (; p + 4 <= np; p += 4)
+                sml_pq_push4(a, tab, base, pick[p], pick[p + 1], pick[p + 2], pick[p + 3], top);
+            for (; p < np; p++) sml_pq_push1(a, tab, base, pick[p], top);
         }
-        sml_topk_push(top, d0, ids[r]);
-        sml_topk_push(top, d1, ids[r + 1]);
-        sml_topk_push(top, d2, ids[r + 2]);
-        sml_topk_push(top, d3, ids[r + 3]);
+        return;
     }
-    for (; r < end; r++) {
-        const uint8_t *c = codes + (size_t)r * cs;
-        float d = sml_pq_row_start(a, c, base);
-        for (int64_t i = 0; i < m; i++) d += tab[i * ksub + c[i]];
-        sml_topk_push(top, d, ids[r]);
-    }
+    for (; r + 4 <= end; r += 4) sml_pq_push4(a, tab, base, r, r + 1, r + 2, r + 3, top);
+    for (; r < end; r++) sml_pq_push1(a, tab, base, r, top);
 }
 
 simil_status sml_cpu_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)

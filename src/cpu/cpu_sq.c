@@ -144,6 +144,28 @@ float sml_cpu_sq16_row(sml_sq_impl impl, int type, bool l2, const float *x, cons
     return l2 ? sml_cpu_l2sq(x, buf, dim) : sml_cpu_dot(x, buf, dim);
 }
 
+/* What sml_cpu_sq_list has made of a query for one list. */
+typedef struct sml_sq_query {
+    const sml_sq_scan_args *a;
+    bool l2, sq8;
+    float *y;               /* SQ8: the weights (IP) or u (L2); SQfp16 and SQbf16: scratch */
+    const float *step;      /* SQ8: s */
+    const float *xq;        /* the query (its residual for L2 with a coarse quantizer) */
+    float base;             /* IP: added to every row's sum */
+} sml_sq_query;
+
+/* Arena row i's key for the query into t. */
+static inline void sml_cpu_sq_push(const sml_sq_query *q, int64_t i, sml_topk *t)
+{
+    const sml_ivf_scan_args *s = &q->a->scan;
+    const int64_t dim = s->dim;
+    const uint8_t *code = (const uint8_t *)s->lists.codes + (size_t)i * s->lists.code_stride;
+    const float sum =
+        q->sq8 ? sml_cpu_sq8_row(SML_SQ_IMPL_AUTO, q->l2, q->y, q->step, code, dim)
+               : sml_cpu_sq16_row(SML_SQ_IMPL_AUTO, q->a->type, q->l2, q->xq, code, dim, q->y);
+    sml_topk_push(t, q->l2 ? sum : -(q->base + sum), s->lists.ids[i]);
+}
+
 /* Query q's keys over list l into t; buf: 3 x dim floats of the thread. */
 static void sml_cpu_sq_list(const sml_sq_scan_args *a, const float *x, int64_t l, float *buf,
                             sml_topk *t)
@@ -175,14 +197,19 @@ static void sml_cpu_sq_list(const sml_sq_scan_args *a, const float *x, int64_t l
             }
         }
     }
-    const uint8_t *codes = s->lists.codes;
     const int64_t end = s->lists.offset[l] + s->lists.size[l];
-    for (int64_t i = s->lists.offset[l]; i < end; i++) {
-        if (!sml_id_allowed(s->filter, s->lists.ids[i])) continue;
-        const uint8_t *code = codes + (size_t)i * s->lists.code_stride;
-        const float sum = sq8 ? sml_cpu_sq8_row(SML_SQ_IMPL_AUTO, l2, y, step, code, dim)
-                              : sml_cpu_sq16_row(SML_SQ_IMPL_AUTO, a->type, l2, xq, code, dim, y);
-        sml_topk_push(t, l2 ? sum : -(base + sum), s->lists.ids[i]);
+    const sml_sq_query sq = {a, l2, sq8, y, step, xq, base};
+    if (s->filter == NULL) {
+        for (int64_t i = s->lists.offset[l]; i < end; i++) sml_cpu_sq_push(&sq, i, t);
+        return;
+    }
+    /* the allowed rows of each chunk first (sml_allowed_rows: no branch per
+     * row's test) */
+    int64_t pick[SML_ALLOWED_CHUNK];
+    for (int64_t i0 = s->lists.offset[l]; i0 < end; i0 += SML_ALLOWED_CHUNK) {
+        const int n = end - i0 < SML_ALLOWED_CHUNK ? (int)(end - i0) : SML_ALLOWED_CHUNK;
+        const int np = sml_allowed_rows(s->filter, s->lists.ids, i0, n, pick);
+        for (int p = 0; p < np; p++) sml_cpu_sq_push(&sq, pick[p], t);
     }
 }
 
