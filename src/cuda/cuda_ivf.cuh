@@ -1,7 +1,8 @@
 // cuda_ivf.cuh: the skeleton every inverted-list scan on the GPU is built on
 // (the GPU paper, section 5.2).  Each code type owns its driver and its scan
 // kernels: IVF-Flat in cuda_ivf_flat.cu and scalar quantizers in
-// cuda_ivf_sq.cu (both on the tiled pair scan below), IVF-PQ in
+// cuda_ivf_sq.cu (both on the tiled pair scan below, and for small batches
+// on ivf_probe_scan.cuh's scan of rows that a loader turns into floats), IVF-PQ in
 // cuda_ivf_pq.cu (kernels: cuda_ivf_pq_fused.cu, cuda_ivf_pq_pairs.cu), XFBQ
 // in cuda_xfbq.cu; what they share is here (cuda_ivf.cu):
 //   - the frame: the device's lock, the caller's pending work joined
