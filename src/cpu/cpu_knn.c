@@ -91,6 +91,18 @@ static void sml_keys_to_distances(const sml_knn_args *a, const float *query, flo
     }
 }
 
+/* Base row i's keys for every query, into the queries' lists. */
+static inline void sml_knn_direct_row(const sml_knn_args *a, int64_t i, sml_topk *lists)
+{
+    const float *y = a->base + i * a->dim;
+    for (int64_t q = 0; q < a->nq; q++) {
+        const float *x = a->queries + q * a->dim;
+        float key = a->metric == SIMIL_METRIC_L2 ? sml_cpu_l2sq(x, y, a->dim)
+                                                 : -sml_cpu_dot(x, y, a->dim);
+        sml_topk_push(&lists[q], key, a->base_ids[i]);
+    }
+}
+
 static simil_status sml_knn_direct(const sml_knn_args *a)
 {
     int threads = sml_thread_count(a->threads);
@@ -114,14 +126,16 @@ static simil_status sml_knn_direct(const sml_knn_args *a)
         sml_topk *mine = lists + t * a->nq;
         for (int64_t q = 0; q < a->nq; q++)
             sml_topk_reset(&mine[q], storage + (t * a->nq + q) * cap, a->k);
-        for (int64_t i = lo; i < hi; i++) {
-            if (!sml_id_allowed(a->filter, a->base_ids[i])) continue;
-            const float *y = a->base + i * a->dim;
-            for (int64_t q = 0; q < a->nq; q++) {
-                const float *x = a->queries + q * a->dim;
-                float key = a->metric == SIMIL_METRIC_L2 ? sml_cpu_l2sq(x, y, a->dim)
-                                                         : -sml_cpu_dot(x, y, a->dim);
-                sml_topk_push(&mine[q], key, a->base_ids[i]);
+        if (a->filter == NULL) {
+            for (int64_t i = lo; i < hi; i++) sml_knn_direct_row(a, i, mine);
+        } else {
+            /* a chunk's allowed rows first, without a branch per row's test
+             * (sml_allowed_rows) */
+            int64_t pick[SML_ALLOWED_CHUNK];
+            for (int64_t i0 = lo; i0 < hi; i0 += SML_ALLOWED_CHUNK) {
+                const int n = hi - i0 < SML_ALLOWED_CHUNK ? (int)(hi - i0) : SML_ALLOWED_CHUNK;
+                const int np = sml_allowed_rows(a->filter, a->base_ids, i0, n, pick);
+                for (int p = 0; p < np; p++) sml_knn_direct_row(a, pick[p], mine);
             }
         }
     }
