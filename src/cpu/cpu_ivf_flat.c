@@ -9,6 +9,16 @@
 #include "cpu/cpu_ivf.h"
 #include "cpu/cpu_knn.h"
 
+/* Arena row i's key for query x into t. */
+static inline void sml_ivf_flat_push(const sml_ivf_scan_args *a, const float *x, int64_t i,
+                                     sml_topk *t)
+{
+    const float *y = (const float *)a->lists.codes + i * a->dim;
+    const float key = a->metric == SIMIL_METRIC_L2 ? sml_cpu_l2sq(x, y, a->dim)
+                                                   : -sml_cpu_dot(x, y, a->dim);
+    sml_topk_push(t, key, a->lists.ids[i]);
+}
+
 simil_status sml_cpu_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
 {
     assert(a->lists.code_stride == sizeof(float) * (size_t)a->dim);
@@ -25,7 +35,6 @@ simil_status sml_cpu_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
         sml_cpu_ivf_probes_free(a, &probes);
         return s;
     }
-    const float *codes = a->lists.codes;
     const int64_t nprobe = probes.nprobe;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 4)
     for (int64_t q = 0; q < a->nq; q++) {
@@ -35,13 +44,19 @@ simil_status sml_cpu_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
         for (int64_t p = 0; p < nprobe; p++) {
             int64_t l = probes.lists[q * nprobe + p];
             if (l < 0) continue;
-            int64_t end = a->lists.offset[l] + a->lists.size[l];
-            for (int64_t i = a->lists.offset[l]; i < end; i++) {
-                if (!sml_id_allowed(a->filter, a->lists.ids[i])) continue;
-                const float *y = codes + i * a->dim;
-                float key = a->metric == SIMIL_METRIC_L2 ? sml_cpu_l2sq(x, y, a->dim)
-                                                         : -sml_cpu_dot(x, y, a->dim);
-                sml_topk_push(&t, key, a->lists.ids[i]);
+            const int64_t end = a->lists.offset[l] + a->lists.size[l];
+            if (a->filter == NULL) {
+                for (int64_t i = a->lists.offset[l]; i < end; i++)
+                    sml_ivf_flat_push(a, x, i, &t);
+                continue;
+            }
+            /* the allowed rows of each chunk first (sml_allowed_rows: no
+             * branch per row's test) */
+            int64_t pick[SML_ALLOWED_CHUNK];
+            for (int64_t i0 = a->lists.offset[l]; i0 < end; i0 += SML_ALLOWED_CHUNK) {
+                const int n = end - i0 < SML_ALLOWED_CHUNK ? (int)(end - i0) : SML_ALLOWED_CHUNK;
+                const int np = sml_allowed_rows(a->filter, a->lists.ids, i0, n, pick);
+                for (int j = 0; j < np; j++) sml_ivf_flat_push(a, x, pick[j], &t);
             }
         }
         sml_cpu_ivf_finish(a, q, kept, &t);
