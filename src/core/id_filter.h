@@ -45,15 +45,16 @@ static inline int sml_id_allowed(const sml_id_filter *f, int64_t id)
 /* Rows a CPU scan takes the filter over at a time (sml_allowed_rows). */
 enum { SML_ALLOWED_CHUNK = 64 };
 
-/* The rows first .. first + n - 1 (n <= SML_ALLOWED_CHUNK) whose labels
+/* The rows of [first, min(first + SML_ALLOWED_CHUNK, end)) whose labels
  * ids[row] f allows, ascending into pick; returns their count.  Every row is
  * written and the count advanced by the test's value, with no branch per
  * row: a scan that branched on each row's test mispredicted about half of
  * them under a filter allowing half the ids at random, which made IVF-PQ's
  * CPU scan slower filtered than not (docs/benchmarks.md). */
 static inline int sml_allowed_rows(const sml_id_filter *f, const int64_t *ids, int64_t first,
-                                   int n, int64_t *pick)
+                                   int64_t end, int64_t *pick)
 {
+    const int n = end - first < SML_ALLOWED_CHUNK ? (int)(end - first) : SML_ALLOWED_CHUNK;
     int np = 0;
     for (int j = 0; j < n; j++) {
         pick[np] = first + j;

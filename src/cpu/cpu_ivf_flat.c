@@ -54,8 +54,7 @@ simil_status sml_cpu_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
              * branch per row's test) */
             int64_t pick[SML_ALLOWED_CHUNK];
             for (int64_t i0 = a->lists.offset[l]; i0 < end; i0 += SML_ALLOWED_CHUNK) {
-                const int n = end - i0 < SML_ALLOWED_CHUNK ? (int)(end - i0) : SML_ALLOWED_CHUNK;
-                const int np = sml_allowed_rows(a->filter, a->lists.ids, i0, n, pick);
+                const int np = sml_allowed_rows(a->filter, a->lists.ids, i0, end, pick);
                 for (int j = 0; j < np; j++) sml_ivf_flat_push(a, x, pick[j], &t);
             }
         }

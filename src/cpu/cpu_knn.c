@@ -133,8 +133,7 @@ static simil_status sml_knn_direct(const sml_knn_args *a)
              * (sml_allowed_rows) */
             int64_t pick[SML_ALLOWED_CHUNK];
             for (int64_t i0 = lo; i0 < hi; i0 += SML_ALLOWED_CHUNK) {
-                const int n = hi - i0 < SML_ALLOWED_CHUNK ? (int)(hi - i0) : SML_ALLOWED_CHUNK;
-                const int np = sml_allowed_rows(a->filter, a->base_ids, i0, n, pick);
+                const int np = sml_allowed_rows(a->filter, a->base_ids, i0, hi, pick);
                 for (int p = 0; p < np; p++) sml_knn_direct_row(a, pick[p], mine);
             }
         }
@@ -151,28 +150,35 @@ static simil_status sml_knn_direct(const sml_knn_args *a)
     return SIMIL_OK;
 }
 
+/* Keys of m queries against w base rows (rows, their labels and, for L2,
+ * their norms): one GEMM into scores (m x w), the norms added, each query's
+ * row pushed into its list. */
+static void sml_knn_tile(const sml_knn_args *a, const float *queries, int64_t m,
+                         const float *rows, const int64_t *ids, const float *norms, int64_t w,
+                         float *scores, sml_topk *lists)
+{
+    const float alpha = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
+    sml_sgemm(0, 1, m, w, a->dim, alpha, queries, a->dim, rows, a->dim, 0.0f, scores, w);
+    for (int64_t i = 0; i < m; i++) {
+        float *row = scores + i * w;
+        if (norms != NULL) {
+#pragma omp simd
+            for (int64_t j = 0; j < w; j++) row[j] += norms[j];
+        }
+        sml_topk_push_row(&lists[i], row, w, ids, 0);
+    }
+}
+
 void sml_cpu_knn_block_scan(const sml_knn_args *a, const float *queries, int64_t m,
                             int64_t first, int64_t count, int64_t tile, float *scores,
                             sml_topk *lists)
 {
-    float alpha = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
+    /* a filtered search gathers its allowed rows (sml_knn_scan_allowed) */
+    assert(a->filter == NULL);
     for (int64_t b0 = first; b0 < first + count; b0 += tile) {
-        int64_t w = first + count - b0 < tile ? first + count - b0 : tile;
-        sml_sgemm(0, 1, m, w, a->dim, alpha, queries, a->dim, a->base + b0 * a->dim, a->dim, 0.0f,
-                  scores, w);
-        const float *norms = a->base_norms ? a->base_norms + b0 : NULL;
-        for (int64_t i = 0; i < m; i++) {
-            float *row = scores + i * w;
-            if (norms != NULL) {
-#pragma omp simd
-                for (int64_t j = 0; j < w; j++) row[j] += norms[j];
-            }
-            /* refused rows get NaN, which no top-k admits */
-            if (a->filter != NULL)
-                for (int64_t j = 0; j < w; j++)
-                    if (!sml_id_allowed(a->filter, a->base_ids[b0 + j])) row[j] = NAN;
-            sml_topk_push_row(&lists[i], row, w, a->base_ids + b0, 0);
-        }
+        const int64_t w = first + count - b0 < tile ? first + count - b0 : tile;
+        sml_knn_tile(a, queries, m, a->base + b0 * a->dim, a->base_ids + b0,
+                     a->base_norms ? a->base_norms + b0 : NULL, w, scores, lists);
     }
 }
 
@@ -194,35 +200,29 @@ typedef struct sml_knn_gather {
 } sml_knn_gather;
 
 /* sml_cpu_knn_block_scan over the whole base under a->filter: each tile's
- * allowed rows gathered into g, and only they multiplied. */
+ * allowed rows gathered into g (their norms only for L2), and only they
+ * multiplied. */
 static void sml_knn_scan_allowed(const sml_knn_args *a, const float *queries, int64_t m,
                                  int64_t tile, float *scores, sml_topk *lists,
                                  const sml_knn_gather *g)
 {
     assert(a->filter != NULL);
-    const float alpha = a->metric == SIMIL_METRIC_L2 ? -2.0f : -1.0f;
     const size_t row_bytes = sizeof(float) * (size_t)a->dim;
+    int64_t pick[SML_ALLOWED_CHUNK];
     for (int64_t b0 = 0; b0 < a->n; b0 += tile) {
-        const int64_t w = a->n - b0 < tile ? a->n - b0 : tile;
+        const int64_t end = a->n - b0 < tile ? a->n : b0 + tile;
         int64_t c = 0;
-        for (int64_t j = 0; j < w; j++) {
-            const int64_t id = a->base_ids[b0 + j];
-            if (!sml_id_allowed(a->filter, id)) continue;
-            memcpy(g->rows + c * a->dim, a->base + (b0 + j) * a->dim, row_bytes);
-            g->ids[c] = id;
-            if (a->base_norms != NULL) g->norms[c] = a->base_norms[b0 + j];
-            c++;
-        }
-        if (c == 0) continue;
-        sml_sgemm(0, 1, m, c, a->dim, alpha, queries, a->dim, g->rows, a->dim, 0.0f, scores, c);
-        for (int64_t i = 0; i < m; i++) {
-            float *row = scores + i * c;
-            if (a->base_norms != NULL) {
-#pragma omp simd
-                for (int64_t j = 0; j < c; j++) row[j] += g->norms[j];
+        for (int64_t i0 = b0; i0 < end; i0 += SML_ALLOWED_CHUNK) {
+            const int np = sml_allowed_rows(a->filter, a->base_ids, i0, end, pick);
+            for (int p = 0; p < np; p++, c++) {
+                memcpy(g->rows + c * a->dim, a->base + pick[p] * a->dim, row_bytes);
+                g->ids[c] = a->base_ids[pick[p]];
+                if (a->base_norms != NULL) g->norms[c] = a->base_norms[pick[p]];
             }
-            sml_topk_push_row(&lists[i], row, c, g->ids, 0);
         }
+        if (c > 0)
+            sml_knn_tile(a, queries, m, g->rows, g->ids, a->base_norms ? g->norms : NULL, c,
+                         scores, lists);
     }
 }
 
@@ -302,7 +302,7 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
                       "allowed rows");
         if (s == SIMIL_OK)
             s = sml_alloc((void **)&gids, (size_t)(threads * tile), sizeof *gids, "allowed rows");
-        if (s == SIMIL_OK)
+        if (s == SIMIL_OK && a->base_norms != NULL)
             s = sml_alloc((void **)&gnorms, (size_t)(threads * tile), sizeof *gnorms,
                           "allowed rows");
     }
@@ -339,7 +339,8 @@ static simil_status sml_knn_gemm(const sml_knn_args *a)
 static bool sml_knn_nearest_fits(const sml_knn_args *a)
 {
     /* the book holds every row: a filter's refused rows would be found */
-    if (a->filter != NULL || a->k != 1 || a->metric != SIMIL_METRIC_L2 || a->dim > SML_NEAREST_MAX_DIM ||
+    if (a->filter != NULL || a->k != 1 || a->metric != SIMIL_METRIC_L2 ||
+        a->dim > SML_NEAREST_MAX_DIM ||
         sml_nearest_book_bytes(a->n, a->dim) > SML_NEAREST_MAX_BYTES)
         return false;
     for (int64_t i = 1; i < a->n; i++)

@@ -23,8 +23,8 @@ float sml_cpu_l2sq(const float *a, const float *b, int64_t dim);
 /* The GEMM blocks of sml_cpu_knn, for callers that choose their own base rows
  * (the inverted-list join, cpu_join.c).  scan pushes the keys of m queries
  * (rows of `queries`, dim = a->dim) against base rows [first, first + count)
- * of a (base, base_norms, base_ids, metric) into lists[0..m), tile rows at a
- * time; scores holds m x tile floats.  finish writes each list's k (= a->k)
+ * of a (base, base_norms, base_ids, metric; no filter) into lists[0..m),
+ * tile rows at a time; scores holds m x tile floats.  finish writes each list's k (= a->k)
  * best as distances and labels (rows of a->k), the query norm added for L2.
  * Single-threaded: call from one thread per block, with OpenBLAS kept to one
  * thread (see sml_cpu_blas_one_caller). */

@@ -162,8 +162,7 @@ static void sml_pq_scan_rows(const sml_ivf_pq_scan_args *a, const float *tab, fl
     if (filter != NULL) {
         int64_t pick[SML_ALLOWED_CHUNK];
         for (; r < end; r += SML_ALLOWED_CHUNK) {
-            const int n = end - r < SML_ALLOWED_CHUNK ? (int)(end - r) : SML_ALLOWED_CHUNK;
-            const int np = sml_allowed_rows(filter, a->scan.lists.ids, r, n, pick);
+            const int np = sml_allowed_rows(filter, a->scan.lists.ids, r, end, pick);
             int p = 0;
             for (; p + 4 <= np; p += 4)
                 sml_pq_push4(a, tab, base, pick[p], pick[p + 1], pick[p + 2], pick[p + 3], top);

@@ -207,8 +207,7 @@ static void sml_cpu_sq_list(const sml_sq_scan_args *a, const float *x, int64_t l
      * row's test) */
     int64_t pick[SML_ALLOWED_CHUNK];
     for (int64_t i0 = s->lists.offset[l]; i0 < end; i0 += SML_ALLOWED_CHUNK) {
-        const int n = end - i0 < SML_ALLOWED_CHUNK ? (int)(end - i0) : SML_ALLOWED_CHUNK;
-        const int np = sml_allowed_rows(s->filter, s->lists.ids, i0, n, pick);
+        const int np = sml_allowed_rows(s->filter, s->lists.ids, i0, end, pick);
         for (int p = 0; p < np; p++) sml_cpu_sq_push(&sq, pick[p], t);
     }
 }
