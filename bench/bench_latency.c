@@ -47,6 +47,9 @@
  *   --ivf-thin staged|plain  GPU IVF-Flat batch path: thin tiles' rows staged
  *                      through shared memory (staged, the default) or read
  *                      lane by lane (plain)
+ *   --pq-tables coarse|block  GPU IVF-PQ small batches: each query's table
+ *                      built once by the coarse search (coarse, the default)
+ *                      or by every block of the split scan (block)
  *   --replay 0|1|both  GPU IVF small batches: each call's work as one CUDA
  *                      graph launch (1, the default) or operation by
  *                      operation (0); both: the callers run with 0, 1, 0, 1
@@ -151,7 +154,8 @@ static void usage(void)
             "                     [--wait-us W] [--lanes 1,2,...] [--small-max Q]\n"
             "                     [--ivf-small-max Q]\n"
             "                     [--small-cores tensor|cuda] [--knn-one 0|1]\n"
-            "                     [--ivf-thin staged|plain] [--replay 0|1|both]\n"
+            "                     [--ivf-thin staged|plain] [--pq-tables coarse|block]\n"
+            "                     [--replay 0|1|both]\n"
             "                     [--csv FILE]\n"
             "                     [--write-fvecs DIR] INDEX[@NPROBE] ...\n"
             "(see the comment at the top of bench/bench_latency.c)\n");
@@ -524,6 +528,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(arg, "--ivf-thin")) {
             if (strcmp(val, "staged") && strcmp(val, "plain")) usage();
             sml_cuda_ivf_thin_staged(!strcmp(val, "staged"));
+        } else if (!strcmp(arg, "--pq-tables")) {
+            if (strcmp(val, "coarse") && strcmp(val, "block")) usage();
+            sml_cuda_ivf_pq_coarse_tables(!strcmp(val, "coarse"));
         } else if (!strcmp(arg, "--knn-one")) {
             if (strcmp(val, "0") && strcmp(val, "1")) usage();
             sml_cuda_knn_small_one_launch(atoi(val));

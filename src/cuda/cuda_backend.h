@@ -95,6 +95,12 @@ void sml_cuda_ivf_small_max(long long nq);
  * benchmarks and tests that compare the two.  Not for concurrent use. */
 void sml_cuda_ivf_thin_staged(int on);
 
+/* Whether a small batch's fused IVF-PQ scan takes each query's table from
+ * the coarse search, which fills it beside the keys (the default, on), or
+ * builds it in every block (0): the same bits, for benchmarks and tests that
+ * compare the two.  Not for concurrent use. */
+void sml_cuda_ivf_pq_coarse_tables(int on);
+
 /* Tests only: the coarse selection of a small IVF batch (cuda_ivf_small.cu)
  * on nq rows of n keys (device memory, row-major): each row's np smallest
  * (key, column) pairs in order (key, then column; NaN as +inf), as columns

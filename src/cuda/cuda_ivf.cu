@@ -46,10 +46,11 @@ struct InputLayout {
     int64_t *probes;
     float *keys;
     float *coarse;  // the coarse keys of launch_coarse
+    float *table;   // the tables launch_coarse fills (QueryTable)
 };
 
 size_t carve_inputs(void *base, size_t nlist, size_t q_floats, size_t pairs, size_t coarse,
-                    InputLayout *l)
+                    InputLayout *l, size_t table = 0)
 {
     Carve c(base);
     l->list_offset = c.take<int64_t>(nlist);
@@ -58,6 +59,7 @@ size_t carve_inputs(void *base, size_t nlist, size_t q_floats, size_t pairs, siz
     l->probes = c.take<int64_t>(pairs);
     l->keys = c.take<float>(pairs);
     l->coarse = c.take<float>(coarse);
+    l->table = c.take<float>(table);
     return c.used();
 }
 
@@ -81,7 +83,8 @@ int input_batch(const sml_ivf_scan_args *a, long long q0, bool host_queries, boo
 // out as the input buffer: the list layout, the queries, given probes and
 // keys.  Found probes are written by the coarse search in the input buffer.
 simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0, int nq,
-                          bool device_probes, bool host_queries, Inputs *in)
+                          bool device_probes, bool host_queries, Inputs *in,
+                          const QueryTable *table, float **table_out)
 {
     cudaStream_t st = dev->stream[0];
     const bool given = a->probes.lists != nullptr;
@@ -93,8 +96,13 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     const size_t q_floats = host_queries ? (size_t)nq * a->dim : 0;
     const bool on_device = device_probes && coarse_on_device(*a, nq);
     const size_t coarse = on_device ? (size_t)nq * a->lists.nlist : 0;
+    // (a few queries' tables: within the input budget's slack, as the keys)
+    const bool tables = on_device && table != nullptr;
+    const size_t table_floats = tables ? (size_t)nq * table->m * table->ksub : 0;
+    assert((table == nullptr) == (table_out == nullptr));
+    if (table_out != nullptr) *table_out = nullptr;
     InputLayout lay, h{};
-    const size_t total = carve_inputs(nullptr, nlist, q_floats, pairs, coarse, &lay);
+    const size_t total = carve_inputs(nullptr, nlist, q_floats, pairs, coarse, &lay, table_floats);
     // what goes through the pinned buffer: given probes and keys come after
     const size_t staged = given ? carve_inputs(nullptr, nlist, q_floats, pairs, 0, &h)
                                 : carve_inputs(nullptr, nlist, q_floats, 0, 0, &h);
@@ -119,7 +127,7 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
         // away.  (A pinned buffer that grows waits for its copies itself.)
         if (given && !device_probes) SML_CUDA_TRY(cudaStreamSynchronize(st));
     }
-    carve_inputs(io, nlist, q_floats, pairs, coarse, &lay);
+    carve_inputs(io, nlist, q_floats, pairs, coarse, &lay, table_floats);
     in->queries = host_queries ? lay.queries : a->queries + q0 * a->dim;
     in->list_offset = layout ? layout : lay.list_offset;
     in->list_size = layout ? layout + a->lists.nlist : lay.list_size;
@@ -131,7 +139,9 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     if (on_device) {
         unsigned *tickets;
         SML_TRY(device_tickets(dev, (size_t)nq, &tickets));
-        return launch_coarse(*a, in->queries, nq, lay.coarse, tickets, lay.probes, lay.keys, st);
+        if (tables) *table_out = lay.table;
+        return launch_coarse(*a, in->queries, nq, lay.coarse, tickets, lay.probes, lay.keys,
+                             tables ? table : nullptr, lay.table, st);
     }
     // knn_locked issues its work directly: it would run before a recorded upload
     assert(replay_recording() == nullptr);

@@ -116,11 +116,43 @@ struct Inputs {
 // budget (and a grid within one launch).
 int input_batch(const sml_ivf_scan_args *a, long long q0, bool host_queries, bool device_probes);
 
+// A table of dot products of each query's slices with a set of codewords,
+// which the coarse search of a small batch (launch_coarse) fills beside its
+// keys: IVF-PQ's term 3, built once per query there rather than once per
+// block of a split scan.  Entry e is scale * <x_i, codewords + e * dsub>,
+// with i = e % m (by_codeword: e = j * m + i) or i = e / ksub (e = i * ksub
+// + j).
+struct QueryTable {
+    const float *codewords;  // m * ksub x dsub floats, in the table's order
+    int m, ksub, dsub;
+    bool by_codeword;
+    float scale;
+};
+
+// scale * <xi, c> over dsub floats: an entry of a QueryTable (IVF-PQ's term 3).
+__device__ __forceinline__ float scaled_dot(const float *xi, const float *c, int dsub, float scale)
+{
+    float s = 0;
+    for (int t = 0; t < dsub; ++t) s = fmaf(xi[t], c[t], s);
+    return scale * s;
+}
+
+// Entry e of query x's table t.
+__device__ __forceinline__ float table_entry(const QueryTable &t, const float *x, int e)
+{
+    const int i = t.by_codeword ? e % t.m : e / t.ksub;
+    return scaled_dot(x + i * t.dsub, t.codewords + (long long)e * t.dsub, t.dsub, t.scale);
+}
+
 // Queries [q0, q0 + nq) to the device (unless there already: host_queries
 // false), and with device_probes their probes: the caller's, or the coarse
-// search's, which writes them in device memory.
+// search's, which writes them in device memory.  With a table, *table_out is
+// where the coarse search writes it (nq x m * ksub floats, device), or null
+// where the batch's probes are not found on the device: the scan then builds
+// its tables itself.
 simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0, int nq,
-                          bool device_probes, bool host_queries, Inputs *in);
+                          bool device_probes, bool host_queries, Inputs *in,
+                          const QueryTable *table = nullptr, float **table_out = nullptr);
 
 // ---- probes on the host -------------------------------------------------
 
@@ -515,10 +547,11 @@ bool coarse_on_device(const sml_ivf_scan_args &a, int nq);
 // The nprobe nearest centroids of nq device queries, as the coarse search
 // (a.probes.coarse_search) reports them: list numbers into probes and its
 // distances into distances (nq x nprobe each, device); scratch: nq x nlist
-// floats of device memory; tickets: nq of device_tickets.  Queued on st.
+// floats of device memory; tickets: nq of device_tickets.  With a table, its
+// entries into table_out (nq x m * ksub floats, device).  Queued on st.
 simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int nq,
                            float *scratch, unsigned *tickets, int64_t *probes, float *distances,
-                           cudaStream_t st);
+                           const QueryTable *table, float *table_out, cudaStream_t st);
 
 // The largest k of a small batch's split scans.
 constexpr int kSmallMaxK = 128;

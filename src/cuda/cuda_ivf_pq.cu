@@ -11,6 +11,8 @@
 // list) pair and chunk of up to kPqItemVectors of the list's vectors.
 #include <assert.h>
 
+#include <atomic>
+
 #include "cuda/cuda_ivf.cuh"
 #include "cuda/cuda_ivf_pq.cuh"
 #include "cuda/select.cuh"
@@ -22,6 +24,8 @@ constexpr size_t kCandidateBudget = (size_t)2 << 30;  // bytes of distances per 
 constexpr int kMaxBatch = 65536;
 // Blocks per query of a small batch at most: each builds the query's table.
 constexpr int kPqMaxSplits = 64;
+// sml_cuda_ivf_pq_coarse_tables
+std::atomic<bool> coarse_tables{true};
 
 // The table by codeword (fp32, m a power of two from 4 to 64, k <= 64).
 bool pq_swizzled(const sml_ivf_pq_scan_args *a)
@@ -39,7 +43,7 @@ bool pq_fused(const sml_ivf_pq_scan_args *a)
 
 // Queries [q0, q0 + nq) in one launch, from their inputs on the device.
 simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Inputs &in,
-                         long long q0, int nq, const RowFilter &allowed)
+                         const float *tables, long long q0, int nq, const RowFilter &allowed)
 {
     cudaStream_t st = dev->stream[0];
     const sml_ivf_scan_args &sc = a->scan;
@@ -79,6 +83,7 @@ simil_status fused_batch(Device *dev, const sml_ivf_pq_scan_args *a, const Input
     scan.dim = (int)sc.dim;
     scan.codebooks = a->codebooks;
     scan.codebooks_by_codeword = a->codebooks_by_codeword;
+    scan.tables = tables;
     assert(!swizzled || scan.codebooks_by_codeword != nullptr);
     scan.m = (int)a->m;
     scan.ksub = (int)a->ksub;
@@ -193,14 +198,26 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
                                     return pair_batch(dev, &pq, sub, n, allowed);
                                 });
         }
+        // each query's term 3, built by the coarse search of a small batch
+        // (a split scan's blocks would each build it)
+        const bool swizzled = pq_swizzled(a);
+        const QueryTable table{swizzled ? a->codebooks_by_codeword : a->codebooks,
+                               (int)a->m,
+                               (int)a->ksub,
+                               (int)a->dsub,
+                               swizzled,
+                               term3_scale(a)};
         for (long long q0 = 0; q0 < sc->nq;) {
             const int n = input_batch(sc, q0, host_queries, true);
             Inputs in{};
             const SmallReplay replay(dev, *sc, n);
             trace_mark(dev->stream[0], "ivf: lock and join");
-            SML_TRY(stage_inputs(dev, sc, q0, n, true, host_queries, &in));
+            const bool shared = coarse_tables.load();
+            float *tables = nullptr;
+            SML_TRY(stage_inputs(dev, sc, q0, n, true, host_queries, &in,
+                                 shared ? &table : nullptr, shared ? &tables : nullptr));
             trace_mark(dev->stream[0], "ivf: inputs staged, coarse search on the device");
-            SML_TRY(fused_batch(dev, a, in, q0, n, allowed));
+            SML_TRY(fused_batch(dev, a, in, tables, q0, n, allowed));
             q0 += n;
         }
         return SIMIL_OK;
@@ -208,3 +225,5 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
 }
 
 }  // namespace sml
+
+extern "C" void sml_cuda_ivf_pq_coarse_tables(int on) { sml::coarse_tables.store(on != 0); }

@@ -43,14 +43,6 @@ constexpr int kPqThreads = 256;
 
 constexpr int kPqWarps = kPqThreads / 32;
 
-// scale * <xi, c> over dsub floats: a term-3 entry.
-__device__ __forceinline__ float scaled_dot(const float *xi, const float *c, int dsub, float scale)
-{
-    float s = 0;
-    for (int t = 0; t < dsub; ++t) s = fmaf(xi[t], c[t], s);
-    return scale * s;
-}
-
 // Entry e = i * ksub + j of query x's term 3: scale * <x_i, q_ij>.
 __device__ __forceinline__ float term3_entry(const float *x, const float *codebooks, int ksub,
                                              int dsub, float scale, int e)
@@ -209,6 +201,9 @@ struct PqQueryScan {
     int term1_at;
     int k;                       // <= kPqFusedMaxK
     const float *codebooks_by_codeword;  // swizzled: the index's codebooks, ksub x m x dsub
+    // nq x m * ksub: each query's term 3 from the coarse search (QueryTable;
+    // by codeword where swizzled), or null: each block computes its own
+    const float *tables;
     RowFilter allowed;           // the arena rows a filter allows (cuda_filter.cuh)
     SmallOut out;                // splits > 1: the results, from each query's last block
 };

@@ -55,6 +55,26 @@ __device__ __forceinline__ void fill_swizzled(float *table, int ksub, int dsub, 
     }
 }
 
+// The same from the query's entries in global memory (tables: by codeword,
+// m * ksub of them), four at a time: one pass of independent loads, where
+// the entries' dot products are a chain of loads per entry.
+template <int M>
+__device__ __forceinline__ void fill_swizzled_from(float *table, int ksub, const float *entries)
+{
+    constexpr int W = swizzled_columns(M);
+    static_assert(M % 4 == 0, "four entries of one codeword");
+    const float4 *from = reinterpret_cast<const float4 *>(entries);
+    const int quads = M * ksub / 4;
+#pragma unroll 4
+    for (int f = threadIdx.x; f < quads; f += blockDim.x) {
+        const float4 v = __ldg(from + f);
+        const int j = 4 * f / M, i = 4 * f % M;
+#pragma unroll
+        for (int col = i; col < W; col += M)
+            *reinterpret_cast<float4 *>(table + j * W + col) = v;
+    }
+}
+
 // Sum of a row's m entries from the table by codeword (see above); `words`
 // is the row's codes in global memory, one byte per sub-quantizer.  Lane l
 // takes code word (l % m) / 4 ^ u at step u: global loads have no banks, so
@@ -128,14 +148,20 @@ pq_query_kernel(const __grid_constant__ PqQueryScan a)
     const int q = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
     const float *x = a.queries + (long long)q * a.dim;
     const int m = a.m, ksub = a.ksub, dsub = a.dsub;
+    const float *entries = a.tables ? a.tables + (long long)q * m * ksub : nullptr;
     const auto term3 = [&](int e) {
-        return term3_entry(x, a.codebooks, ksub, dsub, a.term3_scale, e);
+        return entries ? __ldg(entries + e)
+                       : term3_entry(x, a.codebooks, ksub, dsub, a.term3_scale, e);
     };
     float inv_scale = 1.0f, offset = 0.0f;
-    if constexpr (SWZ > 0)
-        fill_swizzled<SWZ>(pq_smem, ksub, dsub, x, a.codebooks_by_codeword, a.term3_scale);
-    else
+    if constexpr (SWZ > 0) {
+        if (entries)
+            fill_swizzled_from<SWZ>(pq_smem, ksub, entries);
+        else
+            fill_swizzled<SWZ>(pq_smem, ksub, dsub, x, a.codebooks_by_codeword, a.term3_scale);
+    } else {
         fill_table<FP16>(pq_smem, m * ksub, m, term3, reduce, inv_scale, offset);
+    }
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     WarpSelect<K> ws;

@@ -189,22 +189,38 @@ __device__ void coarse_select_block(const float *row, int n, int np, bool l2, co
     }
 }
 
+// Blocks of one query's keys.
+constexpr int key_blocks(int n)
+{
+    return (n + kKeyWarps * kCentroidsPerWarp - 1) / (kKeyWarps * kCentroidsPerWarp);
+}
+
 // keys[q * n + c]: exact key of query q (blockIdx.y) against centroid c,
 // then in the last block of the query to finish, its probes (as above).
+// The blocks past key_blocks(n) fill the query's table (table_out non-null),
+// a thread an entry, beside the keys: no launch and no time of their own on
+// a small batch.
 __global__ void __launch_bounds__(kKeyThreads)
 coarse_kernel(const float *queries, const float *centroids, int n, int dim, bool l2, int np,
               const int64_t *ids, float *keys, unsigned *tickets, int64_t *probes,
-              float *distances)
+              float *distances, const QueryTable table, float *table_out)
 {
     static_assert(kKeyThreads == kSelectThreads, "the last block selects");
     const int q = blockIdx.y, warp = threadIdx.x >> 5;
     const float *x = queries + (long long)q * dim;
+    const int blocks = key_blocks(n);
+    if ((int)blockIdx.x >= blocks) {
+        const int entries = table.m * table.ksub;
+        const int e = ((int)blockIdx.x - blocks) * kKeyThreads + (int)threadIdx.x;
+        if (e < entries) table_out[(long long)q * entries + e] = table_entry(table, x, e);
+        return;
+    }
     const int c0 = (blockIdx.x * kKeyWarps + warp) * kCentroidsPerWarp;
     for (int c = c0; c < c0 + kCentroidsPerWarp && c < n; ++c) {
         const float key = exact_key(x, centroids + (long long)c * dim, dim, l2);
         if ((threadIdx.x & 31) == 0) keys[(long long)q * n + c] = key;
     }
-    if (!last_block(tickets + q, gridDim.x)) return;
+    if (!last_block(tickets + q, (unsigned)blocks)) return;
     coarse_select_block(keys + (long long)q * n, n, np, l2, ids, probes + (long long)q * np,
                         distances + (long long)q * np);
 }
@@ -230,18 +246,21 @@ bool coarse_on_device(const sml_ivf_scan_args &a, int nq)
 
 simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int nq,
                            float *scratch, unsigned *tickets, int64_t *probes, float *distances,
-                           cudaStream_t st)
+                           const QueryTable *table, float *table_out, cudaStream_t st)
 {
     const sml_knn_args &c = a.probes.coarse_search;
     const int n = (int)c.n, np = (int)a.probes.nprobe;
     const bool l2 = c.metric == SIMIL_METRIC_L2;
     assert(np >= 1 && np <= kCoarseMaxProbes && np <= n);
+    assert(table == nullptr || (table_out != nullptr && table->m * table->ksub > 0));
     if (nq == 0) return SIMIL_OK;
-    const dim3 grid((unsigned)((n + kKeyWarps * kCentroidsPerWarp - 1) /
-                               (kKeyWarps * kCentroidsPerWarp)),
-                    (unsigned)nq);
+    const QueryTable none{};
+    const int table_blocks =
+        table ? (table->m * table->ksub + kKeyThreads - 1) / kKeyThreads : 0;
+    const dim3 grid((unsigned)(key_blocks(n) + table_blocks), (unsigned)nq);
     SML_CUDA_TRY(launch(coarse_kernel, grid, dim3(kKeyThreads), 0, st, queries, c.base, n,
-                        (int)c.dim, l2, np, c.base_ids, scratch, tickets, probes, distances));
+                        (int)c.dim, l2, np, c.base_ids, scratch, tickets, probes, distances,
+                        table ? *table : none, table ? table_out : nullptr));
     return SIMIL_OK;
 }
 

@@ -67,6 +67,7 @@ void sml_cuda_replay_counts(long long *hits, long long *builds, long long *direc
     *hits = *builds = *direct = *dropped = 0;
 }
 void sml_cuda_ivf_thin_staged(int on) { (void)on; }
+void sml_cuda_ivf_pq_coarse_tables(int on) { (void)on; }
 
 void sml_cuda_ivf_small_max(long long nq) { (void)nq; }
 simil_status sml_cuda_xfbq_rotate(const float *d_x, const float *d_r, int64_t dim, int64_t n,

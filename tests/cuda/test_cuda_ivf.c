@@ -502,6 +502,48 @@ static void small_same_as_batch(const char *what, const simil_index *gpu,
     two_results_free(&r);
 }
 
+/* A small batch's fused IVF-PQ scan reads each query's table from the
+ * coarse search (which fills it beside the keys), where the batch path's
+ * blocks build their own: the same bits for every table layout (by codeword
+ * for m = 4 to 64 with fp32 tables and k <= 64, repeated columns where m <
+ * 32; by sub-quantizer in fp32 and fp16), both metrics; and one query
+ * against the CPU. */
+static void test_ivf_pq_small_tables(void **state)
+{
+    (void)state;
+    const int64_t n = 20000, dim = 192, nq = 7;
+    const char *descs[] = {"IVF16,PQ4", "IVF16,PQ32", "IVF16,PQ64", "IVF16,PQ12",
+                           "IVF16,PQ16x6"};
+    const int64_t ks[] = {10, 100};
+    float *x = sml_test_malloc(4 * n * dim), *q = sml_test_malloc(4 * nq * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 63, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, nq, dim, 64, q));
+    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP};
+    const char *luts[] = {"nprobe=5,lut=fp32", "nprobe=5,lut=fp16"};
+    for (size_t d = 0; d < sizeof descs / sizeof descs[0]; d++)
+        for (int m = 0; m < 2; m++) {
+            simil_index *cpu, *gpu;
+            twin(descs[d], dim, metrics[m], n, x, &cpu, &gpu);
+            simil_search_params *pc = sml_test_params("nprobe=5");
+            for (int t = 0; t < 2; t++)
+                for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                    simil_search_params *pg = sml_test_params(luts[t]);
+                    char what[96];
+                    snprintf(what, sizeof what, "%s metric %d %s k=%lld", descs[d],
+                             (int)metrics[m], luts[t], (long long)ks[ki]);
+                    small_same_as_batch(what, gpu, pg, 1, q, ks[ki]);
+                    small_same_as_batch(what, gpu, pg, nq, q, ks[ki]);
+                    if (t == 0) compare_approx(what, cpu, gpu, pc, pg, q, 1, ks[ki], 1e-4);
+                    simil_search_params_destroy(pg);
+                }
+            simil_search_params_destroy(pc);
+            simil_index_destroy(cpu);
+            simil_index_destroy(gpu);
+        }
+    free(x);
+    free(q);
+}
+
 /* The batch path's thin tiles (at most 8 pairs of a list) staged through
  * shared memory against read lane by lane (cuda_ivf.cuh,
  * thin_staged_kernel): the same bits, over dims with a partial last stage
@@ -861,6 +903,7 @@ int main(void)
         cmocka_unit_test(test_ivf_pq_gpu_encoder_matches_cpu),
         cmocka_unit_test(test_ivf_pq_fashion_56_bytes),
         cmocka_unit_test(test_thin_staged),
+        cmocka_unit_test(test_ivf_pq_small_tables),
         cmocka_unit_test(test_small_batches),
         cmocka_unit_test(test_replay),
         cmocka_unit_test(test_replay_unsplit),
