@@ -13,7 +13,9 @@
 #      build of `bash .device-deps/faiss-gpu` is in /tmp/fb (skipped, saying
 #      so, otherwise);
 #   4. OUT/latency.png (bench/latency_plot.sh) from OUT/latency.csv, where
-#      gnuplot is installed (else the command that draws it elsewhere).
+#      gnuplot is installed (else the command that draws it elsewhere);
+#   5. build-gpu/bench_gpu_exact uniform1M 10: exact search of 10,000 queries,
+#      the guard against a regression of large batches (skip: NO_GUARD=1).
 # Extra options go to bench_latency (e.g. --n 1000000 for a short run).
 # Disk: about 4 GB in DATA (default /tmp/simil-latency-data), kept out of OUT
 # and removed at the end unless KEEP_DATA=1.
@@ -55,3 +57,7 @@ else
   echo "no gnuplot here: draw it with bash bench/latency_plot.sh $csv $out/latency.png '$title'"
 fi
 [ "${KEEP_DATA:-}" = 1 ] || rm -rf "$data"
+if [ "${NO_GUARD:-}" != 1 ]; then
+  echo "== exact search at 10,000 queries (uniform1M, k = 10)"
+  "$root/build-gpu/bench_gpu_exact" uniform1M 10 || echo "bench_gpu_exact failed"
+fi
