@@ -3,7 +3,8 @@
 //
 // Fused scan (term-3 tables, k <= kPqFusedMaxK; cuda_ivf_pq_fused.cu): one
 // block per query builds the query's table once, scans every probed list and
-// selects in registers.  It reads the probes where the coarse search wrote
+// selects in registers; a small batch splits each query over blocks, which
+// copy the table that the coarse kernel built beside its keys (QueryTable).  It reads the probes where the coarse search wrote
 // them in device memory (stage_inputs): no plan, no distances in memory.
 //
 // Pair scan (residual tables, or larger k; cuda_ivf_pq_pairs.cu): the pair
@@ -22,7 +23,8 @@ namespace {
 
 constexpr size_t kCandidateBudget = (size_t)2 << 30;  // bytes of distances per batch
 constexpr int kMaxBatch = 65536;
-// Blocks per query of a small batch at most: each builds the query's table.
+// Blocks per query of a small batch at most: each copies the query's table
+// (from the coarse kernel; built by each block with coarse_tables off).
 constexpr int kPqMaxSplits = 64;
 // sml_cuda_ivf_pq_coarse_tables
 std::atomic<bool> coarse_tables{true};

@@ -2,7 +2,8 @@
 // k <= kPqFusedMaxK; cuda_ivf_pq.cuh).
 //
 // Fused scan (term-3 tables, k <= kPqFusedMaxK): one block of 256 threads per
-// query builds the query's table once, scans every probed list, each warp
+// query builds the query's table once (a split query's blocks copy it from
+// the coarse kernel: PqQueryScan::tables), scans every probed list, each warp
 // keeping its k best in a WarpSelect queue, and the block merges its warps'
 // queues.  No distance goes to memory, and no table is built per list.  Each
 // lane adds up its own row.  With the table by sub-quantizer, the 32 lanes of
