@@ -465,20 +465,18 @@ small_scan_kernel(const __grid_constant__ ScanArgs a)
 }
 
 
-// Slices whose first keys the finish ranks (kth_first_key): 2 KB of shared
-// memory; past it the bound of finish_bound is the lists' last keys alone.
+// Slices whose first keys finish_bound ranks at most: 2 KB of shared memory.
 constexpr int kRankSlices = 512;
 
 // A key no lower than the K-th best of the slices' lists (each ascending, K
 // pairs, empty slots last as (+inf, -1)), so that the finish need offer only
 // the pairs at or under it: the least of the lists' K-th keys (each list
-// holds K pairs at or under its own), and where there are at least K lists,
-// the K-th least of their first keys (K lists each hold one pair at or under
-// it).  Offering every pair instead (264 x 64 for one query of mix10M), the
-// finish took 60.7 us against 34.2 us (ncu, base clocks, H200), of a
-// one-launch search of 0.6 ms.  The first keys are ranked by (key,
-// slice), so exactly one has rank K - 1.  Every thread calls it; all get
-// the bound.
+// holds K pairs at or under its own), and the K-th least of their first keys
+// (K lists each hold one pair at or under it; K <= slices <= kRankSlices).
+// The first keys are ranked by (key, slice), so exactly one has rank K - 1.
+// On one query of mix10M (264 lists of 64), offering every pair instead, the
+// finish took 60.7 us against 34.2 us (ncu, base clocks, H200) of a 0.6 ms
+// search.  Every thread calls it; all get the bound.
 template <int K>
 __device__ float finish_bound(const float *keys, int slices)
 {
@@ -486,26 +484,24 @@ __device__ float finish_bound(const float *keys, int slices)
     __shared__ float least[kWarps];
     __shared__ float kth;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const bool rank = slices >= K && slices <= kRankSlices;
+    assert(slices >= K && slices <= kRankSlices);
     float last = INFINITY;
     if (threadIdx.x == 0) kth = INFINITY;
     for (int s = threadIdx.x; s < slices; s += kThreads) {
         last = fminf(last, __ldcg(keys + (long long)s * K + K - 1));
-        if (rank) first[s] = __ldcg(keys + (long long)s * K);
+        first[s] = __ldcg(keys + (long long)s * K);
     }
     for (int o = 16; o > 0; o >>= 1) last = fminf(last, __shfl_xor_sync(0xffffffffu, last, o));
     if (lane == 0) least[warp] = last;
     __syncthreads();
-    if (rank) {
-        for (int s = threadIdx.x; s < slices; s += kThreads) {
-            const float v = first[s];
-            int below = 0;
-            for (int t = 0; t < slices; ++t) {
-                const float u = first[t];
-                below += u < v || (u == v && t < s);
-            }
-            if (below == K - 1) kth = v;
+    for (int s = threadIdx.x; s < slices; s += kThreads) {
+        const float v = first[s];
+        int below = 0;
+        for (int t = 0; t < slices; ++t) {
+            const float u = first[t];
+            below += u < v || (u == v && t < s);
         }
+        if (below == K - 1) kth = v;
     }
     __syncthreads();
     float bound = kth;
@@ -513,16 +509,44 @@ __device__ float finish_bound(const float *keys, int slices)
     return bound;
 }
 
-// Query q's finish, by one block of kThreads: each thread walks the lists
-// of its slices while their keys are at or under finish_bound, offering the
-// pairs to its warp; warp 0 merges the warps' lists into the K candidates
-// (the K best of all the lists: at least K pairs are at or under the bound,
-// and the selection's order is (key, index), so the K are those of a merge
-// of every pair).  The bound is checked, the warps re-rank the candidates
-// (against x, the query's fp32 values, of norm query_norm) in turn, their
-// fp32 rows asked of L2 all at once first, and warp 0 selects and writes the
-// k best.  The parts are read through L2 (__ldcg), so that the last block of
-// a scan may finish what the others wrote.
+// Offers ws, a warp of a block of kThreads, the pairs of the slices' lists
+// (as finish_bound's) at or under bound: each thread walks the list of its
+// slices until a key over the bound, an empty slot or the list's end, the
+// warp's lanes side by side.  The lists are read through L2 (__ldcg).
+template <int K>
+__device__ void offer_under(BufferedWarpSelect<K> &ws, const float *keys, const int *idx,
+                            int slices, float bound)
+{
+    for (int s0 = 0; s0 < slices; s0 += kThreads) {
+        const int s = s0 + threadIdx.x;
+        bool more = s < slices;
+        int i = 0;
+        while (__any_sync(0xffffffffu, more)) {
+            float key = INFINITY;
+            int v = kEmptyIdx;
+            if (more) {
+                const long long e = (long long)s * K + i;
+                key = __ldcg(keys + e);
+                v = key <= bound ? __ldcg(idx + e) : -1;
+                more = v >= 0 && ++i < K;
+                if (v < 0) key = INFINITY, v = kEmptyIdx;
+            }
+            ws.offer(key, v);
+        }
+    }
+}
+
+// Query q's finish, by one block of kThreads.  With at least K lists, each
+// thread walks the lists of its slices while their keys are at or under
+// finish_bound (offer_under), else the threads offer every pair; warp 0
+// merges the warps' lists into the K candidates (the K best of all the
+// lists: at least K pairs are at or under the bound, and the selection's
+// order is (key, index), so the K are those of a merge of every pair).  The
+// bound is checked, the warps re-rank the candidates (against x, the query's
+// fp32 values, of norm query_norm) in turn, their fp32 rows asked of L2 all
+// at once first, and warp 0 selects and writes the k best.  The parts are
+// read through L2 (__ldcg), so that the last block of a scan may finish what
+// the others wrote.
 template <int K>
 __device__ void finish_query(const FinishArgs &a, int q, const float *x, float query_norm)
 {
@@ -534,28 +558,20 @@ __device__ void finish_query(const FinishArgs &a, int q, const float *x, float q
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float *keys = a.part_keys + (long long)q * a.slices * K;
     const int *idx = a.part_idx + (long long)q * a.slices * K;
-    const float bound_key = finish_bound<K>(keys, a.slices);
     BufferedWarpSelect<K> ws;
-    // the bound (key, kEmptyIdx) lets every pair at or under the key in
-    ws.init(K, bound_key, kEmptyIdx, slot_k[warp], slot_v[warp]);
-    for (int s0 = 0; s0 < a.slices; s0 += kThreads) {
-        const int s = s0 + threadIdx.x;
-        bool more = s < a.slices;
-        int i = 0;
-        // the warp's lanes walk their lists together, each until a key
-        // over the bound, an empty slot or the end
-        while (__any_sync(0xffffffffu, more)) {
-            float key = INFINITY;
-            int v = kEmptyIdx;
-            if (more) {
-                const long long e = (long long)s * K + i;
-                key = __ldcg(keys + e);
-                v = key <= bound_key ? __ldcg(idx + e) : -1;
-                more = v >= 0 && ++i < K;
-                if (v < 0) key = INFINITY, v = kEmptyIdx;
-            }
-            ws.offer(key, v);
-        }
+    if (a.slices < K || a.slices > kRankSlices) {
+        // Few lists: the bound is their last keys alone, each list holds
+        // many pairs under it, and a thread's walk down its list would wait
+        // a latency per pair (Flat over 1,024 vectors, two lists: a call took
+        // 0.073 against 0.045 ms, H200).  Every pair is offered, the
+        // threads side by side.
+        ws.init(K, INFINITY, kEmptyIdx, slot_k[warp], slot_v[warp]);
+        offer_parts<8>(ws, keys, idx, a.slices * K, kThreads);
+    } else {
+        const float bound = finish_bound<K>(keys, a.slices);
+        // the bound (key, kEmptyIdx) lets every pair at or under the key in
+        ws.init(K, bound, kEmptyIdx, slot_k[warp], slot_v[warp]);
+        offer_under<K>(ws, keys, idx, a.slices, bound);
     }
     block_merge<K, kWarps>(ws, K, list_k, list_v, slot_k, slot_v);
     // the K candidates: warp 0's merge, in its list
