@@ -4,8 +4,9 @@
 // Fused scan (term-3 tables, k <= kPqFusedMaxK; cuda_ivf_pq_fused.cu): one
 // block per query builds the query's table once, scans every probed list and
 // selects in registers; a small batch splits each query over blocks, which
-// copy the table that the coarse kernel built beside its keys (QueryTable).  It reads the probes where the coarse search wrote
-// them in device memory (stage_inputs): no plan, no distances in memory.
+// copy the table that the coarse kernel built beside its keys (QueryTable).
+// It reads the probes where the coarse search wrote them in device memory
+// (stage_inputs): no plan, no distances in memory.
 //
 // Pair scan (residual tables, or larger k; cuda_ivf_pq_pairs.cu): the pair
 // scan of cuda_ivf.cuh, planned on the host, with one block per (query,
