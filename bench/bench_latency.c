@@ -39,6 +39,10 @@
  *                      path (default: the library's; 0 turns it off)
  *   --ivf-small-max Q  GPU IVF search: largest batch that keeps its probes on
  *                      the device (default: the library's; 0 turns it off)
+ *   --ivf-coarse-many-max Q  GPU IVF search: largest batch past
+ *                      --ivf-small-max whose coarse search is a kernel of
+ *                      keys and a selection per query, not the general exact
+ *                      search (default: the library's; 0 turns it off)
  *   --small-cores C    GPU exact search: the small-batch path's dot products
  *                      on tensor cores (tensor, the default, where 16 divides
  *                      the dimension) or CUDA cores (cuda)
@@ -152,7 +156,7 @@ static void usage(void)
             "usage: bench_latency [--n N] [--metric cosine|l2|ip] [--device gpu|cpu] [--k K]\n"
             "                     [--batch 1,4,...] [--reps R] [--threads T] [--seconds S]\n"
             "                     [--wait-us W] [--lanes 1,2,...] [--small-max Q]\n"
-            "                     [--ivf-small-max Q]\n"
+            "                     [--ivf-small-max Q] [--ivf-coarse-many-max Q]\n"
             "                     [--small-cores tensor|cuda] [--knn-one 0|1]\n"
             "                     [--ivf-thin staged|plain] [--pq-tables coarse|block]\n"
             "                     [--replay 0|1|both]\n"
@@ -522,6 +526,7 @@ int main(int argc, char **argv)
         }
         else if (!strcmp(arg, "--small-max")) o.small_max = atoll(val);
         else if (!strcmp(arg, "--ivf-small-max")) sml_cuda_ivf_small_max(atoll(val));
+        else if (!strcmp(arg, "--ivf-coarse-many-max")) sml_cuda_ivf_coarse_many_max(atoll(val));
         else if (!strcmp(arg, "--small-cores")) {
             if (strcmp(val, "tensor") && strcmp(val, "cuda")) usage();
             sml_cuda_knn_small_tensor(!strcmp(val, "tensor"));

@@ -89,6 +89,13 @@ simil_status sml_cuda_xfbq_rotate(const float *d_x, const float *d_r, int64_t di
  * (64).  Not for concurrent use. */
 void sml_cuda_ivf_small_max(long long nq);
 
+/* Tests and benchmarks: the largest batch past sml_cuda_ivf_small_max whose
+ * coarse search runs as a kernel of keys and a selection per query
+ * (cuda_ivf.cuh, coarse_many), not as the general exact search: the same
+ * bits.  0 sends every such batch to the exact search, a negative value
+ * restores the default (256).  Not for concurrent use. */
+void sml_cuda_ivf_coarse_many_max(long long nq);
+
 /* Whether the batch path of an IVF-Flat search on the GPU stages its thin
  * tiles' rows through shared memory (cuda_ivf.cuh, thin_staged_kernel; the
  * default, on) or reads each row lane by lane (0): the same bits, for

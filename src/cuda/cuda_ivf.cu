@@ -95,7 +95,8 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     const size_t pairs = device_probes ? (size_t)nq * np : 0;
     const size_t q_floats = host_queries ? (size_t)nq * a->dim : 0;
     const bool on_device = device_probes && coarse_on_device(*a, nq);
-    const size_t coarse = on_device ? (size_t)nq * a->lists.nlist : 0;
+    const bool many = device_probes && !on_device && coarse_many(*a, nq);
+    const size_t coarse = on_device || many ? (size_t)nq * a->lists.nlist : 0;
     // (a few queries' tables: within the input budget's slack, as the keys)
     const bool tables = on_device && table != nullptr;
     const size_t table_floats = tables ? (size_t)nq * table->m * table->ksub : 0;
@@ -143,6 +144,7 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
         return launch_coarse(*a, in->queries, nq, lay.coarse, tickets, lay.probes, lay.keys,
                              tables ? table : nullptr, lay.table, st);
     }
+    if (many) return launch_coarse_many(*a, in->queries, nq, lay.coarse, lay.probes, lay.keys, st);
     // knn_locked issues its work directly: it would run before a recorded upload
     assert(replay_recording() == nullptr);
     const sml_knn_args knn =
@@ -247,7 +249,27 @@ simil_status batch_probes(Device *dev, const sml_ivf_scan_args *a, const float *
                       "coarse distances"));
     const sml_knn_args knn =
         sml_knn_of(a->probes.coarse_search, queries, nq, np, found->keys, found->lists);
-    SML_TRY(knn_locked(dev, &knn));
+    if (coarse_many(*a, nq)) {
+        // keys and selection in two launches and one wait, where the general
+        // exact search takes eight launches and a wait for its check flags
+        cudaStream_t st = dev->stream[0];
+        // the keys, rounded up to 16 bytes, then the probes and their distances
+        const size_t nkeys = ((size_t)nq * a->probes.coarse_search.n + 3) / 4 * 4;
+        float *scratch;
+        SML_TRY(device_workspace(dev, 4 * nkeys + 12 * pairs,
+                                 reinterpret_cast<void **>(&scratch)));
+        int64_t *d_probes = reinterpret_cast<int64_t *>(scratch + nkeys);
+        float *d_dist = reinterpret_cast<float *>(d_probes + pairs);
+        SML_TRY(launch_coarse_many(*a, queries, nq, scratch, d_probes, d_dist, st));
+        char *host;
+        SML_TRY(device_results(dev, 12 * pairs, reinterpret_cast<void **>(&host)));
+        SML_CUDA_TRY(cudaMemcpyAsync(host, d_probes, 12 * pairs, cudaMemcpyDeviceToHost, st));
+        SML_CUDA_TRY(cudaStreamSynchronize(st));
+        memcpy(found->lists, host, 8 * pairs);
+        memcpy(found->keys, host + 8 * pairs, 4 * pairs);
+    } else {
+        SML_TRY(knn_locked(dev, &knn));
+    }
     sml_ivf_keys_of_knn(knn.metric, found->keys, pairs);
     batch->probes.lists = found->lists;
     batch->probes.keys = found->keys;

@@ -553,6 +553,20 @@ simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int
                            float *scratch, unsigned *tickets, int64_t *probes, float *distances,
                            const QueryTable *table, float *table_out, cudaStream_t st);
 
+// Whether a batch of nq queries of a, too many for launch_coarse, finds its
+// probes with launch_coarse_many rather than the general exact search: at
+// most sml_cuda_ivf_coarse_many_max queries (256 by default), dimensions
+// up to 128.
+bool coarse_many(const sml_ivf_scan_args &a, int nq);
+
+// launch_coarse's probes and distances, the same bits, for such a batch: a
+// kernel of keys with a thread per centroid, held in registers across
+// queries, then one selection block per query.  scratch: nq x nlist floats of device memory.
+// Queued on st.
+simil_status launch_coarse_many(const sml_ivf_scan_args &a, const float *queries, int nq,
+                                float *scratch, int64_t *probes, float *distances,
+                                cudaStream_t st);
+
 // The largest k of a small batch's split scans.
 constexpr int kSmallMaxK = 128;
 

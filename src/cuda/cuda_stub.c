@@ -70,6 +70,7 @@ void sml_cuda_ivf_thin_staged(int on) { (void)on; }
 void sml_cuda_ivf_pq_coarse_tables(int on) { (void)on; }
 
 void sml_cuda_ivf_small_max(long long nq) { (void)nq; }
+void sml_cuda_ivf_coarse_many_max(long long nq) { (void)nq; }
 simil_status sml_cuda_xfbq_rotate(const float *d_x, const float *d_r, int64_t dim, int64_t n,
                                   float *d_y)
 {

@@ -487,7 +487,8 @@ static void same_bits(const char *what, const char *a, const char *b, int64_t nq
 }
 
 /* A GPU search of nq queries on the small-batch path (probes on the device)
- * and on the batch path: the same bits. */
+ * and on the batch path, with its coarse search as the kernel of keys for
+ * many queries (coarse_many) and as the general exact search: the same bits. */
 static void small_same_as_batch(const char *what, const simil_index *gpu,
                                 const simil_search_params *p, int64_t nq, const float *q,
                                 int64_t k)
@@ -497,8 +498,12 @@ static void small_same_as_batch(const char *what, const simil_index *gpu,
     SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, r.da, r.la));
     sml_cuda_ivf_small_max(0);
     SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, r.db, r.lb));
-    sml_cuda_ivf_small_max(-1);
     same_bits(what, "small path", "batch path", nq, k, &r);
+    sml_cuda_ivf_coarse_many_max(0);
+    SML_ASSERT_OK(simil_index_search(gpu, nq, q, k, p, r.db, r.lb));
+    sml_cuda_ivf_coarse_many_max(-1);
+    sml_cuda_ivf_small_max(-1);
+    same_bits(what, "small path", "batch path, exact-search coarse", nq, k, &r);
     two_results_free(&r);
 }
 
