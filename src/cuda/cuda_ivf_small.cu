@@ -289,7 +289,11 @@ coarse_many_kernel(const float *queries, int nq, const float *centroids, int n, 
     static_assert(kSteps >= 1 && kSteps <= 4, "a leaf's dimensions are one float4");
     __shared__ float4 xs[kManyQueries][32];  // xs[q][l] = query q's leaf l, 0 past dim
     const int q0 = blockIdx.y * kManyQueries;
-    for (int e = threadIdx.x; e < kManyQueries * 32 * 4; e += kManyThreads) {
+    // (loops unrolled, so that their loads are in flight together: one at a
+    // time, they made the kernel wait on memory for most of its time)
+#pragma unroll
+    for (int i = 0; i < kManyQueries * 32 * 4 / kManyThreads; ++i) {
+        const int e = threadIdx.x + i * kManyThreads;
         const int q = e / 128, l = (e / 4) % 32, t = e % 4, j = l + 32 * t;
         reinterpret_cast<float *>(xs)[e] =
             q0 + q < nq && t < kSteps && j < dim ? queries[(long long)(q0 + q) * dim + j] : 0.0f;
@@ -302,8 +306,9 @@ coarse_many_kernel(const float *queries, int nq, const float *centroids, int n, 
     float y[32][kSteps];
 #pragma unroll
     for (int t = 0; t < kSteps; ++t) {
-        for (int e = threadIdx.x; e < kManyThreads * 32; e += kManyThreads) {
-            const int r = e / 32, j = 32 * t + e % 32;
+#pragma unroll 8
+        for (int i = 0; i < 32; ++i) {
+            const int e = threadIdx.x + i * kManyThreads, r = e / 32, j = 32 * t + e % 32;
             slab[r][e % 32] = j < dim ? centroids[(long long)min(c0 + r, n - 1) * dim + j] : 0.0f;
         }
         __syncthreads();
