@@ -50,8 +50,9 @@ static_assert(kCentroidsPerWarp == 4, "warp_sum4 sums four centroids' keys");
 // kManyMaxDim, so that a thread's centroid stays in registers; each block
 // keys kManyThreads centroids against kManyQueries queries.  256: on an
 // H200 (IVF4096, dimension 96) the kernels beat the exact search's eight
-// launches and wait at 128 and 256 queries, tied at 512 and lost at 1,024,
-// where they cost 0.27 ms against the exact search's GEMM.
+// launches and wait at 128 and 256 queries for IVF-Flat and IVF-PQ; at 512
+// and 1,024 IVF-PQ still gained and IVF-Flat lost, the keys kernel taking
+// 164 us at 1,024 queries (docs/benchmarks.md, "What a call does").
 constexpr long long kDefaultManyMax = 256;
 std::atomic<long long> many_max{kDefaultManyMax};
 constexpr int kManyMaxDim = 128;
