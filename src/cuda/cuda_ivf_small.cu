@@ -56,6 +56,7 @@ static_assert(kCentroidsPerWarp == 4, "warp_sum4 sums four centroids' keys");
 constexpr long long kDefaultManyMax = 256;
 std::atomic<long long> many_max{kDefaultManyMax};
 constexpr int kManyMaxDim = 128;
+constexpr size_t kManyMaxKeys = (size_t)64 << 20;  // 256 MB of keys
 constexpr int kManyThreads = 128;
 constexpr int kManyQueries = 16;
 
@@ -361,9 +362,11 @@ bool coarse_on_device(const sml_ivf_scan_args &a, int nq)
 bool coarse_many(const sml_ivf_scan_args &a, int nq)
 {
     const sml_knn_args &c = a.probes.coarse_search;
+    // the keys of every (query, centroid) pair sit in device scratch at once
+    const bool keys_fit = (size_t)nq * (size_t)c.n <= kManyMaxKeys;
     return a.probes.lists == nullptr && nq <= many_max.load(std::memory_order_relaxed) &&
            a.probes.nprobe <= kCoarseMaxProbes && c.base != nullptr && c.n < INT32_MAX &&
-           c.dim <= kManyMaxDim;
+           c.dim <= kManyMaxDim && keys_fit;
 }
 
 simil_status launch_coarse_many(const sml_ivf_scan_args &a, const float *queries, int nq,
