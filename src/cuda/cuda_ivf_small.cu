@@ -244,13 +244,7 @@ coarse_kernel(const float *queries, const float *centroids, int n, int dim, bool
         const float xj = x[j];
 #pragma unroll
         for (int u = 0; u < kCentroidsPerWarp; ++u) {
-            const float y = centroids[(long long)min(c0 + u, n - 1) * dim + j];
-            if (l2) {
-                const float d = xj - y;
-                s[u] = fmaf(d, d, s[u]);
-            } else {
-                s[u] = fmaf(xj, y, s[u]);
-            }
+            s[u] = key_term(xj, centroids[(long long)min(c0 + u, n - 1) * dim + j], s[u], l2);
         }
     }
     const float v = warp_sum4(s);  // exact_key's sum, in its order: its bits
@@ -331,12 +325,7 @@ coarse_many_kernel(const float *queries, int nq, const float *centroids, int n, 
 #pragma unroll
             for (int t = 0; t < kSteps; ++t) {
                 if (l + 32 * t >= dim) break;  // exact_key's loop: j < dim
-                if (l2) {
-                    const float d = xv[t] - y[l][t];
-                    v = fmaf(d, d, v);
-                } else {
-                    v = fmaf(xv[t], y[l][t], v);
-                }
+                v = key_term(xv[t], y[l][t], v, l2);
             }
             int h = 0;
 #pragma unroll
@@ -352,11 +341,22 @@ coarse_many_kernel(const float *queries, int nq, const float *centroids, int n, 
 
 long long ivf_small_max() { return small_max.load(std::memory_order_relaxed); }
 
-bool coarse_on_device(const sml_ivf_scan_args &a, int nq)
+namespace {
+
+// Whether the coarse search of a can run as this file's kernels at all: its
+// probes not given, few enough, and the centroids as fp32 rows on the device.
+bool coarse_kernels_take(const sml_ivf_scan_args &a)
 {
     const sml_knn_args &c = a.probes.coarse_search;
-    return a.probes.lists == nullptr && nq <= ivf_small_max() &&
-           a.probes.nprobe <= kCoarseMaxProbes && c.base != nullptr && c.n < INT32_MAX;
+    return a.probes.lists == nullptr && a.probes.nprobe <= kCoarseMaxProbes &&
+           c.base != nullptr && c.n < INT32_MAX;
+}
+
+}  // namespace
+
+bool coarse_on_device(const sml_ivf_scan_args &a, int nq)
+{
+    return coarse_kernels_take(a) && nq <= ivf_small_max();
 }
 
 bool coarse_many(const sml_ivf_scan_args &a, int nq)
@@ -364,8 +364,7 @@ bool coarse_many(const sml_ivf_scan_args &a, int nq)
     const sml_knn_args &c = a.probes.coarse_search;
     // the keys of every (query, centroid) pair sit in device scratch at once
     const bool keys_fit = (size_t)nq * (size_t)c.n <= kManyMaxKeys;
-    return a.probes.lists == nullptr && nq <= many_max.load(std::memory_order_relaxed) &&
-           a.probes.nprobe <= kCoarseMaxProbes && c.base != nullptr && c.n < INT32_MAX &&
+    return coarse_kernels_take(a) && nq <= many_max.load(std::memory_order_relaxed) &&
            c.dim <= kManyMaxDim && keys_fit;
 }
 

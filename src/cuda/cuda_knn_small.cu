@@ -491,7 +491,7 @@ __device__ float finish_bound(const float *keys, int slices)
         last = fminf(last, __ldcg(keys + (long long)s * K + K - 1));
         first[s] = __ldcg(keys + (long long)s * K);
     }
-    for (int o = 16; o > 0; o >>= 1) last = fminf(last, __shfl_xor_sync(0xffffffffu, last, o));
+    for (int o = 16; o > 0; o >>= 1) last = fminf(last, __shfl_xor_sync(kFullMask, last, o));
     if (lane == 0) least[warp] = last;
     __syncthreads();
     for (int s = threadIdx.x; s < slices; s += kThreads) {
@@ -521,7 +521,7 @@ __device__ void offer_under(BufferedWarpSelect<K> &ws, const float *keys, const 
         const int s = s0 + threadIdx.x;
         bool more = s < slices;
         int i = 0;
-        while (__any_sync(0xffffffffu, more)) {
+        while (__any_sync(kFullMask, more)) {
             float key = INFINITY;
             int v = kEmptyIdx;
             if (more) {

@@ -95,6 +95,18 @@ __device__ __forceinline__ float half_scale(float norm)
     return norm > 0 ? ldexpf(1.0f, 7 - exponent) : 1.0f;
 }
 
+// One dimension's term of an exact key, added to s: (x - y)^2 (l2) or x y,
+// fused.  exact_key and the coarse searches' kernels (cuda_ivf_small.cu),
+// which must give its bits, all add their terms with it.
+__device__ __forceinline__ float key_term(float x, float y, float s, bool l2)
+{
+    if (l2) {
+        const float d = x - y;
+        return fmaf(d, d, s);
+    }
+    return fmaf(x, y, s);
+}
+
 // The exact key of query x against row y (dim floats each), in every lane:
 // ||x - y||^2 (l2) or -<x, y>.  All 32 lanes call it; the sum runs in a fixed
 // order, so every caller gets the same bits.
@@ -103,12 +115,9 @@ __device__ __forceinline__ float exact_key(const float *x, const float *y, int d
     const int lane = threadIdx.x & 31;
     float s = 0;
     if (l2) {
-        for (int j = lane; j < dim; j += 32) {
-            const float d = x[j] - y[j];
-            s = fmaf(d, d, s);
-        }
+        for (int j = lane; j < dim; j += 32) s = key_term(x[j], y[j], s, true);
     } else {
-        for (int j = lane; j < dim; j += 32) s = fmaf(x[j], y[j], s);
+        for (int j = lane; j < dim; j += 32) s = key_term(x[j], y[j], s, false);
     }
     s = warp_sum(s);
     return l2 ? s : -s;
