@@ -93,7 +93,8 @@ void sml_cuda_ivf_small_max(long long nq);
  * coarse search runs as a kernel of keys and a selection per query
  * (cuda_ivf.cuh, coarse_many), not as the general exact search: the same
  * bits.  0 sends every such batch to the exact search, a negative value
- * restores the default (256).  Not for concurrent use. */
+ * restores the defaults (256, and 512 for IVF-PQ's fused scan, whose probes
+ * stay on the device).  Not for concurrent use. */
 void sml_cuda_ivf_coarse_many_max(long long nq);
 
 /* Whether the batch path of an IVF-Flat search on the GPU stages its thin

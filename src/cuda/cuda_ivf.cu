@@ -95,7 +95,7 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     const size_t pairs = device_probes ? (size_t)nq * np : 0;
     const size_t q_floats = host_queries ? (size_t)nq * a->dim : 0;
     const bool on_device = device_probes && coarse_on_device(*a, nq);
-    const bool many = device_probes && !on_device && coarse_many(*a, nq);
+    const bool many = device_probes && !on_device && coarse_many(*a, nq, true);
     const size_t coarse = on_device || many ? (size_t)nq * a->lists.nlist : 0;
     // (a few queries' tables: within the input budget's slack, as the keys)
     const bool tables = on_device && table != nullptr;
@@ -249,7 +249,7 @@ simil_status batch_probes(Device *dev, const sml_ivf_scan_args *a, const float *
                       "coarse distances"));
     const sml_knn_args knn =
         sml_knn_of(a->probes.coarse_search, queries, nq, np, found->keys, found->lists);
-    if (coarse_many(*a, nq)) {
+    if (coarse_many(*a, nq, false)) {
         // keys and selection in two launches and one wait, where the general
         // exact search takes eight launches and a wait for its check flags
         cudaStream_t st = dev->stream[0];

@@ -555,9 +555,10 @@ simil_status launch_coarse(const sml_ivf_scan_args &a, const float *queries, int
 
 // Whether a batch of nq queries of a, too many for launch_coarse, finds its
 // probes with launch_coarse_many rather than the general exact search: at
-// most sml_cuda_ivf_coarse_many_max queries (256 by default), dimensions
-// up to 128, and queries times lists up to 2^26 (the keys' 256 MB of scratch).
-bool coarse_many(const sml_ivf_scan_args &a, int nq);
+// most sml_cuda_ivf_coarse_many_max queries (by default 256, or 512 where
+// the probes stay on the device: probes_stay), dimensions up to 128, and
+// queries times lists up to 2^26 (the keys' 256 MB of scratch).
+bool coarse_many(const sml_ivf_scan_args &a, int nq, bool probes_stay);
 
 // launch_coarse's probes and distances, the same bits, for such a batch: a
 // kernel of keys with a thread per centroid, held in registers across

@@ -51,10 +51,14 @@ static_assert(kCentroidsPerWarp == 4, "warp_sum4 sums four centroids' keys");
 // keys kManyThreads centroids against kManyQueries queries.  256: on an
 // H200 (IVF4096, dimension 96) the kernels beat the exact search's eight
 // launches and wait at 128 and 256 queries for IVF-Flat and IVF-PQ; at 512
-// and 1,024 IVF-PQ still gained and IVF-Flat lost, the keys kernel taking
-// 164 us at 1,024 queries (docs/benchmarks.md, "What a call does").
+// and 1,024 IVF-Flat lost, the keys kernel taking 164 us at 1,024 queries
+// (docs/benchmarks.md, "What a call does").  A batch whose probes stay on
+// the device (IVF-PQ's fused scan) takes them up to 512 queries: IVF4096,PQ32
+// at 512 gained in two A/Bs on two loans (0.686 -> 0.587 and 0.662 -> 0.620
+// ms), at 1,024 once and lost once (1.127 -> 1.012, 1.005 -> 1.054 ms).
 constexpr long long kDefaultManyMax = 256;
-std::atomic<long long> many_max{kDefaultManyMax};
+constexpr long long kDefaultManyMaxOnDevice = 512;
+std::atomic<long long> many_max{-1};  // sml_cuda_ivf_coarse_many_max; -1: the defaults
 constexpr int kManyMaxDim = 128;
 constexpr size_t kManyMaxKeys = (size_t)64 << 20;  // 256 MB of keys
 constexpr int kManyThreads = 128;
@@ -359,13 +363,14 @@ bool coarse_on_device(const sml_ivf_scan_args &a, int nq)
     return coarse_kernels_take(a) && nq <= ivf_small_max();
 }
 
-bool coarse_many(const sml_ivf_scan_args &a, int nq)
+bool coarse_many(const sml_ivf_scan_args &a, int nq, bool probes_stay)
 {
     const sml_knn_args &c = a.probes.coarse_search;
     // the keys of every (query, centroid) pair sit in device scratch at once
     const bool keys_fit = (size_t)nq * (size_t)c.n <= kManyMaxKeys;
-    return coarse_kernels_take(a) && nq <= many_max.load(std::memory_order_relaxed) &&
-           c.dim <= kManyMaxDim && keys_fit;
+    const long long set = many_max.load(std::memory_order_relaxed);
+    const long long most = set >= 0 ? set : probes_stay ? kDefaultManyMaxOnDevice : kDefaultManyMax;
+    return coarse_kernels_take(a) && nq <= most && c.dim <= kManyMaxDim && keys_fit;
 }
 
 simil_status launch_coarse_many(const sml_ivf_scan_args &a, const float *queries, int nq,
@@ -375,7 +380,7 @@ simil_status launch_coarse_many(const sml_ivf_scan_args &a, const float *queries
     const sml_knn_args &c = a.probes.coarse_search;
     const int n = (int)c.n, np = (int)a.probes.nprobe, dim = (int)c.dim;
     const bool l2 = c.metric == SIMIL_METRIC_L2;
-    assert(coarse_many(a, nq) && np >= 1 && np <= n);
+    assert(coarse_many(a, nq, true) && np >= 1 && np <= n);  // the larger bound
     if (nq == 0) return SIMIL_OK;
     const dim3 grid((unsigned)((n + kManyThreads - 1) / kManyThreads),
                     (unsigned)((nq + kManyQueries - 1) / kManyQueries));
@@ -474,5 +479,5 @@ extern "C" void sml_cuda_ivf_small_max(long long nq)
 
 extern "C" void sml_cuda_ivf_coarse_many_max(long long nq)
 {
-    sml::many_max.store(nq < 0 ? sml::kDefaultManyMax : nq);
+    sml::many_max.store(nq < 0 ? -1 : nq);
 }

@@ -706,6 +706,45 @@ static void test_replay_unsplit(void **state)
     free(q);
 }
 
+/* Batches past the small path around the coarse kernels' bounds (256
+ * queries where the probes go to the host, 512 for IVF-PQ's fused scan,
+ * whose probes stay on the device): the same bits as with the general exact
+ * search over the centroids, for IVF-PQ fused and IVF-Flat, L2 and IP. */
+static void test_coarse_many_bounds(void **state)
+{
+    (void)state;
+    const int64_t n = 20000, dim = 48, most = 600, k = 10;
+    const int64_t nqs[] = {256, 300, 512, 513, most};
+    float *x = sml_test_malloc(4 * n * dim), *q = sml_test_malloc(4 * most * dim);
+    SML_ASSERT_OK(simil_generate("mix", 0, n, dim, 111, x));
+    SML_ASSERT_OK(simil_generate("mix", 0, most, dim, 112, q));
+    two_results r = two_results_alloc(most * k);
+    const char *specs[] = {"IVF32,PQ8", "IVF64,Flat"};
+    const char *params[] = {"nprobe=9,precomputed_tables=1", "nprobe=7"};
+    const simil_metric metrics[] = {SIMIL_METRIC_L2, SIMIL_METRIC_IP};
+    for (int s = 0; s < 2; s++)
+        for (int m = 0; m < 2; m++) {
+            simil_index *cpu, *gpu;
+            twin(specs[s], dim, metrics[m], n, x, &cpu, &gpu);
+            simil_index_destroy(cpu);
+            simil_search_params *p = sml_test_params(params[s]);
+            for (size_t i = 0; i < sizeof nqs / sizeof nqs[0]; i++) {
+                SML_ASSERT_OK(simil_index_search(gpu, nqs[i], q, k, p, r.da, r.la));
+                sml_cuda_ivf_coarse_many_max(0);
+                SML_ASSERT_OK(simil_index_search(gpu, nqs[i], q, k, p, r.db, r.lb));
+                sml_cuda_ivf_coarse_many_max(-1);
+                char what[64];
+                snprintf(what, sizeof what, "%s metric %d", specs[s], (int)metrics[m]);
+                same_bits(what, "defaults", "exact-search coarse", nqs[i], k, &r);
+            }
+            simil_search_params_destroy(p);
+            simil_index_destroy(gpu);
+        }
+    two_results_free(&r);
+    free(x);
+    free(q);
+}
+
 /* Small batches replayed as CUDA graphs (cuda_replay.cuh): every search
  * gets the same bits as with its operations issued one by one, when a
  * graph is reused for new queries of the same shape, made anew for another
@@ -912,6 +951,7 @@ int main(void)
         cmocka_unit_test(test_small_batches),
         cmocka_unit_test(test_replay),
         cmocka_unit_test(test_replay_unsplit),
+        cmocka_unit_test(test_coarse_many_bounds),
         cmocka_unit_test(test_coarse_select),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
