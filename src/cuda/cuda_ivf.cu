@@ -451,14 +451,10 @@ simil_status scan_rows_allowed(Device *dev, const sml_ivf_scan_args &a, const ui
     return SIMIL_OK;
 }
 
-bool filter_by_label(const sml_ivf_scan_args &a)
+simil_status scan_filter(Device *dev, const sml_ivf_scan_args &a, bool small, RowFilter *out)
 {
-    return a.filter != nullptr && a.nq * a.probes.nprobe < a.lists.nlist;
-}
-
-simil_status scan_filter(Device *dev, const sml_ivf_scan_args &a, bool by_label, RowFilter *out)
-{
-    if (by_label) return labels_allowed(dev, a.filter, a.lists.ids, out);
+    const bool few_rows = a.filter != nullptr && a.nq * a.probes.nprobe < a.lists.nlist;
+    if (small || few_rows) return labels_allowed(dev, a.filter, a.lists.ids, out);
     *out = RowFilter{};
     return scan_rows_allowed(dev, a, &out->rows);
 }

@@ -89,15 +89,12 @@ simil_status ivf_locked(sml_backend *b, const sml_ivf_scan_args &a, Scan scan)
 // lists; null without a filter.  Once per call, before its batches.
 simil_status scan_rows_allowed(Device *dev, const sml_ivf_scan_args &a, const uint32_t **bits);
 
-// The same as a RowFilter (cuda_filter.cuh), or with by_label, for a scan
-// that reads few rows (a small batch), the filter tested on the labels of
-// the rows it reads, without the rows' bitset.
-simil_status scan_filter(Device *dev, const sml_ivf_scan_args &a, bool by_label, RowFilter *out);
-
-// Whether a's pairs read fewer rows than its lists hold (nq x nprobe below
-// nlist, lists of even size): then testing the labels of the rows read costs
-// less than the rows' bitset, a pass over every label.
-bool filter_by_label(const sml_ivf_scan_args &a);
+// The same as a RowFilter (cuda_filter.cuh); or, for a scan that reads few
+// rows, the filter tested on the labels of the rows it reads, without the
+// rows' bitset, which costs a pass over every label: where the caller says
+// so (small: a small batch), or where a's pairs read fewer rows than its
+// lists hold (nq x nprobe below nlist, lists of even size).
+simil_status scan_filter(Device *dev, const sml_ivf_scan_args &a, bool small, RowFilter *out);
 
 // ---- staging ------------------------------------------------------------
 

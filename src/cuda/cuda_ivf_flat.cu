@@ -42,7 +42,7 @@ simil_status cuda_ivf_flat_scan(sml_backend *b, const sml_ivf_scan_args *a)
     return ivf_locked(b, *a, [&](Device *dev, bool host_queries) {
         const bool small = probe_scan_fits(*a, a->nq);
         RowFilter allowed;
-        SML_TRY(scan_filter(dev, *a, small || filter_by_label(*a), &allowed));
+        SML_TRY(scan_filter(dev, *a, small, &allowed));
         if (small) return probe_scan_all(dev, a, host_queries, allowed, rows);
         return scan_planned(dev, a, host_queries, limits,
                             [&](const sml_ivf_scan_args &batch, long long, long long sub, int n) {

@@ -188,8 +188,7 @@ simil_status cuda_ivf_pq_scan(sml_backend *b, const sml_ivf_pq_scan_args *a)
         // it reads
         const bool fused = pq_fused(a);
         RowFilter allowed;
-        SML_TRY(scan_filter(dev, *sc, (fused && sc->nq <= ivf_small_max()) || filter_by_label(*sc),
-                            &allowed));
+        SML_TRY(scan_filter(dev, *sc, fused && sc->nq <= ivf_small_max(), &allowed));
         if (!fused) {
             const BatchLimits limits{kPairShape, sc->k > kMaxWarpSelectK ? (size_t)8 : (size_t)4,
                                      kCandidateBudget, kMaxBatch};

@@ -43,11 +43,12 @@ constexpr int kPqThreads = 256;
 
 constexpr int kPqWarps = kPqThreads / 32;
 
-// Entry e = i * ksub + j of query x's term 3: scale * <x_i, q_ij>.
+// Entry e = i * ksub + j of query x's term 3 (the table by sub-quantizer):
+// scale * <x_i, q_ij>.
 __device__ __forceinline__ float term3_entry(const float *x, const float *codebooks, int ksub,
                                              int dsub, float scale, int e)
 {
-    return scaled_dot(x + (e / ksub) * dsub, codebooks + (long long)e * dsub, dsub, scale);
+    return table_entry(QueryTable{codebooks, 0, ksub, dsub, false, scale}, x, e);
 }
 
 __device__ __forceinline__ float block_reduce(float v, bool max, float *shared)

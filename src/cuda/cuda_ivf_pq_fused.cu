@@ -48,9 +48,10 @@ __device__ __forceinline__ void fill_swizzled(float *table, int ksub, int dsub, 
                                               const float *by_codeword, float scale)
 {
     constexpr int W = swizzled_columns(M);
+    const QueryTable t{by_codeword, M, ksub, dsub, true, scale};
     for (int e = threadIdx.x; e < M * ksub; e += blockDim.x) {
         const int j = e / M, i = e % M;
-        const float v = scaled_dot(x + i * dsub, by_codeword + (long long)e * dsub, dsub, scale);
+        const float v = table_entry(t, x, e);
 #pragma unroll
         for (int col = i; col < W; col += M) table[j * W + col] = v;
     }

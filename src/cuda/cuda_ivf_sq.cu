@@ -372,7 +372,7 @@ simil_status sq_scan(sml_backend *b, const sml_sq_scan_args *a)
         // the codes once)
         const bool small = s->lists.nlist > 1 && probe_scan_fits(*s, s->nq);
         RowFilter allowed;
-        SML_TRY(scan_filter(dev, *s, small || filter_by_label(*s), &allowed));
+        SML_TRY(scan_filter(dev, *s, small, &allowed));
         if (small) return probe_scan_all(dev, s, host_queries, allowed, rows);
         return scan_planned(dev, s, host_queries, limits,
                             [&](const sml_ivf_scan_args &batch, long long, long long sub, int n) {
