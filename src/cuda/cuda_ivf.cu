@@ -68,14 +68,24 @@ size_t carve_inputs(void *base, size_t nlist, size_t q_floats, size_t pairs, siz
 int input_batch(const sml_ivf_scan_args *a, long long q0, bool host_queries, bool device_probes)
 {
     long long n = a->nq - q0;
-    // a small batch's coarse keys (launch_coarse) go in the input buffer too
-    const bool coarse = device_probes && n <= ivf_small_max();
-    const size_t per_query = (host_queries ? 4 * (size_t)a->dim : 0) +
-                             (device_probes ? 12 * (size_t)a->probes.nprobe : 0) +
-                             (coarse ? 4 * (size_t)a->lists.nlist : 0) + 1;
-    const long long fit = (long long)(kInputBudget / per_query);
     if (n > kMaxBatchQueries) n = kMaxBatchQueries;
-    if (n > fit) n = fit > 0 ? fit : 1;
+    // the most queries whose inputs fit the budget, with or without coarse keys
+    const auto fit = [&](bool coarse) {
+        const size_t per_query = (host_queries ? 4 * (size_t)a->dim : 0) +
+                                 (device_probes ? 12 * (size_t)a->probes.nprobe : 0) +
+                                 (coarse ? 4 * (size_t)a->lists.nlist : 0) + 1;
+        const long long most = (long long)(kInputBudget / per_query);
+        return n < most ? n : most > 0 ? most : 1;
+    };
+    // a batch whose probes the coarse kernels find (launch_coarse, or
+    // launch_coarse_many where the probes stay) has its coarse keys in the
+    // input buffer too (stage_inputs).  Both bounds hold for fewer queries as
+    // well, so a batch cut to fit stays one that has them.
+    const auto has_keys = [&](long long nq) {
+        return device_probes && (nq <= ivf_small_max() || coarse_many(*a, (int)nq, true));
+    };
+    n = fit(false);
+    if (has_keys(n)) n = fit(true);
     return (int)n;
 }
 
