@@ -80,6 +80,23 @@ constexpr long long kDefaultMaxQueries = 64;
 constexpr int kPrefetchSteps = 1;
 static_assert(kPrefetchSteps > 0, "the scan always asks ahead");
 
+// Ask L2 for the 128-byte line that holds p (no wait, no registers).
+__device__ __forceinline__ void prefetch_l2(const char *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// A row of `bytes` bytes (bytes >= 1) lies on at most row_lines(bytes)
+// lines of 128, whatever its alignment; prefetch_row_line(row, bytes, l) asks
+// for the one at offset 128 l, or for l = row_lines - 1 the one of its last
+// byte, so that l from 0 to row_lines - 1 asks for every line it touches.
+__device__ __forceinline__ int row_lines(long long bytes) { return (int)((bytes + 127) / 128) + 1; }
+
+__device__ __forceinline__ void prefetch_row_line(const char *row, long long bytes, int l)
+{
+    prefetch_l2(row + (l * 128ll < bytes ? l * 128ll : bytes - 1));
+}
+
 std::atomic<long long> max_queries{kDefaultMaxQueries};
 std::atomic<bool> tensor_cores{true};  // off: CUDA cores only (sml_cuda_knn_small_tensor)
 std::atomic<bool> one_launch{true};    // off: one query scaled, scanned, finished apart
@@ -377,16 +394,12 @@ __device__ __forceinline__ void scan_block(const ScanArgs &a, const OneQuery *on
             const char *p = reinterpret_cast<const char *>(a.rows + ahead * a.dim);
             if (a.allow == nullptr) {
                 const long long end = (min(ahead + 32, r1) - ahead) * a.dim * 2;
-                for (long long off = lane * 128; off < end; off += 32 * 128)
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+                for (long long off = lane * 128; off < end; off += 32 * 128) prefetch_l2(p + off);
             } else if ((live_rows(ahead) >> lane) & 1u) {
                 // under a filter, only the allowed rows, each lane its own:
                 // every line the row touches
                 const long long bytes = 2ll * a.dim;
-                const char *row = p + lane * bytes;
-                for (long long off = 0; off < bytes; off += 128)
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(row + bytes - 1));
+                for (int l = 0; l < row_lines(bytes); ++l) prefetch_row_line(p + lane * bytes, bytes, l);
             }
         }
         // rows past the slice and those a filter refuses are not read, and
@@ -587,13 +600,12 @@ __device__ void finish_query(const FinishArgs &a, int q, const float *x, float q
     // asked of L2 together, rather than one row's latency after another
     {
         const long long bytes = 4ll * a.dim;
-        const int lines = (int)((bytes + 127) / 128) + 1;
+        const int lines = row_lines(bytes);
         for (int e = threadIdx.x; e < K * lines; e += kThreads) {
-            const int i = cand_v[e / lines], l = e % lines;
-            if (i < 0) continue;
-            const char *row = reinterpret_cast<const char *>(a.base + (long long)i * a.dim);
-            const long long off = l * 128ll < bytes ? l * 128ll : bytes - 1;
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+            const int i = cand_v[e / lines];
+            if (i >= 0)
+                prefetch_row_line(reinterpret_cast<const char *>(a.base + (long long)i * a.dim),
+                                  bytes, e % lines);
         }
     }
     for (int c = warp; c < K; c += kWarps) {
