@@ -63,6 +63,14 @@ size_t carve_inputs(void *base, size_t nlist, size_t q_floats, size_t pairs, siz
     return c.used();
 }
 
+// Whether the probes of a batch of nq queries that the device finds come
+// from the coarse kernels (launch_coarse, or launch_coarse_many where the
+// probes stay), whose keys stage_inputs puts in the input buffer.
+bool coarse_keys_staged(const sml_ivf_scan_args &a, int nq)
+{
+    return coarse_on_device(a, nq) || coarse_many(a, nq, true);
+}
+
 }  // namespace
 
 int input_batch(const sml_ivf_scan_args *a, long long q0, bool host_queries, bool device_probes)
@@ -77,15 +85,11 @@ int input_batch(const sml_ivf_scan_args *a, long long q0, bool host_queries, boo
         const long long most = (long long)(kInputBudget / per_query);
         return n < most ? n : most > 0 ? most : 1;
     };
-    // a batch whose probes the coarse kernels find (launch_coarse, or
-    // launch_coarse_many where the probes stay) has its coarse keys in the
-    // input buffer too (stage_inputs).  Both bounds hold for fewer queries as
-    // well, so a batch cut to fit stays one that has them.
-    const auto has_keys = [&](long long nq) {
-        return device_probes && (nq <= ivf_small_max() || coarse_many(*a, (int)nq, true));
-    };
+    // a batch whose probes the coarse kernels find has its coarse keys in
+    // the input buffer too (stage_inputs).  Both kernels' bounds hold for
+    // fewer queries as well, so a batch cut to fit stays one that has them.
     n = fit(false);
-    if (has_keys(n)) n = fit(true);
+    if (device_probes && coarse_keys_staged(*a, (int)n)) n = fit(true);
     return (int)n;
 }
 
@@ -106,6 +110,7 @@ simil_status stage_inputs(Device *dev, const sml_ivf_scan_args *a, long long q0,
     const size_t q_floats = host_queries ? (size_t)nq * a->dim : 0;
     const bool on_device = device_probes && coarse_on_device(*a, nq);
     const bool many = device_probes && !on_device && coarse_many(*a, nq, true);
+    assert((on_device || many) == (device_probes && coarse_keys_staged(*a, nq)));
     const size_t coarse = on_device || many ? (size_t)nq * a->lists.nlist : 0;
     // (a few queries' tables: within the input budget's slack, as the keys)
     const bool tables = on_device && table != nullptr;

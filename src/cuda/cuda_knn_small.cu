@@ -399,7 +399,8 @@ __device__ __forceinline__ void scan_block(const ScanArgs &a, const OneQuery *on
                 // under a filter, only the allowed rows, each lane its own:
                 // every line the row touches
                 const long long bytes = 2ll * a.dim;
-                for (int l = 0; l < row_lines(bytes); ++l) prefetch_row_line(p + lane * bytes, bytes, l);
+                for (int l = 0; l < row_lines(bytes); ++l)
+                    prefetch_row_line(p + lane * bytes, bytes, l);
             }
         }
         // rows past the slice and those a filter refuses are not read, and
